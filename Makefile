@@ -1,0 +1,49 @@
+# Two commands do all the set-up on a fresh machine:
+#   make demo   - venv, models, example inputs, render, print the output path
+#   make test   - venv, models, then ruff and the test suite
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+INPUTS := examples/inputs
+OUT    := out
+
+.PHONY: demo test venv models inputs lint bench clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	touch $(STAMP)
+
+models: $(STAMP)
+	$(BIN)/ffbatch models fetch
+
+inputs: $(INPUTS)/demo.mp4
+
+$(INPUTS)/demo.mp4: examples/make_inputs.py $(STAMP)
+	$(BIN)/python examples/make_inputs.py --out $(INPUTS)
+
+$(OUT)/demo-swapped.mp4: $(INPUTS)/demo.mp4 | models
+	mkdir -p $(OUT)
+	$(BIN)/ffbatch render $(INPUTS)/demo.mp4 --source $(INPUTS)/source.png \
+		-o $(OUT)/demo-swapped.mp4 --overwrite --report $(OUT)/demo-report.json
+	$(BIN)/ffbatch preview $(INPUTS)/demo.mp4 --source $(INPUTS)/source.png \
+		-o $(OUT)/demo-preview.png --quiet
+
+demo: models $(OUT)/demo-swapped.mp4
+	@echo "output: $(abspath $(OUT)/demo-swapped.mp4)"
+	@echo "preview: $(abspath $(OUT)/demo-preview.png)  report: $(abspath $(OUT)/demo-report.json)"
+
+lint: $(STAMP)
+	$(BIN)/ruff check facefusion_batch tests scripts examples
+
+test: models lint
+	$(BIN)/python -m pytest
+
+bench: models
+	$(BIN)/python scripts/bench.py
+
+clean:
+	rm -rf $(OUT) $(INPUTS)

@@ -1,0 +1,55 @@
+"""Errors that carry their exit status, so the CLI can map them without guessing.
+
+Exit codes follow the farm contract: 0 done, 1 internal error, 2 bad input or
+usage, 130 interrupted (SIGINT), 143 terminated (SIGTERM).
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_INTERNAL = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
+
+
+class FfbatchError(Exception):
+    """Base class: a message meant for the user, and an exit code."""
+
+    exit_code = EXIT_INTERNAL
+
+
+class InputError(FfbatchError):
+    """Bad input file, bad argument or bad settings: the user can fix it."""
+
+    exit_code = EXIT_USAGE
+
+
+class NoFaceError(InputError):
+    """A source image in which no face was found."""
+
+
+class ModelError(FfbatchError):
+    """A model file is missing, corrupt, unreachable or has the wrong signature."""
+
+    exit_code = EXIT_USAGE
+
+
+class BackendUnavailableError(InputError):
+    """The requested backend cannot run here (no NVIDIA GPU, no TensorRT, ...)."""
+
+
+class OutputError(FfbatchError):
+    """The output cannot be written (directory missing, disk full, ...)."""
+
+    exit_code = EXIT_USAGE
+
+
+class Interrupted(FfbatchError):
+    """The job was stopped by a signal; partial output was removed."""
+
+    exit_code = EXIT_INTERRUPTED
+
+    def __init__(self, message: str = "interrupted", exit_code: int = EXIT_INTERRUPTED) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code

@@ -1,0 +1,132 @@
+"""468-point face mesh for every face of a batch: one model call per pass.
+
+The crop (ROI) is a square around the face, rotated so the eyes are level.
+Pass 1 takes it from the YuNet box and eyes; pass 2 recomputes it from the
+first mesh, which fixes YuNet's under-read of strong head tilt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+
+from facefusion_batch.faces.table import FaceTable
+from facefusion_batch.runtime.session import Session
+
+MESH_SIZE = 192
+LEFT_EYE_OUTER = 33  # image-left outer eye corner
+RIGHT_EYE_OUTER = 263  # image-right outer eye corner
+NOSE_TIP = 4
+
+
+@dataclass(frozen=True)
+class MeshSettings:
+    passes: int = 2
+    presence_threshold: float = 0.0  # logit; real faces score 18–66
+    box_scale: float = 1.35  # pass 1: ROI side / longer side of the detector box
+    mesh_scale: float = 1.5  # pass 2: ROI side / mesh extent in the eye-aligned frame
+
+
+def roi_affines(centre: np.ndarray, side: np.ndarray, angle: np.ndarray) -> np.ndarray:
+    """[F,2,3] affines mapping frame pixels into the rotated MESH_SIZE² crop.
+
+    `angle` is the eye line's angle in the frame (radians); the crop undoes it.
+    """
+    scale = MESH_SIZE / np.maximum(side, 1e-3)
+    cos, sin = np.cos(angle) * scale, np.sin(angle) * scale
+    m = np.zeros((len(side), 2, 3), np.float64)
+    m[:, 0, 0], m[:, 0, 1] = cos, sin
+    m[:, 1, 0], m[:, 1, 1] = -sin, cos
+    m[:, :, 2] = MESH_SIZE / 2 - np.einsum("fij,fj->fi", m[:, :, :2], centre)
+    return m
+
+
+def invert_affines(m: np.ndarray) -> np.ndarray:
+    a = m[:, :, :2]
+    inv_a = np.linalg.inv(a)
+    out = np.empty_like(m)
+    out[:, :, :2] = inv_a
+    out[:, :, 2] = -np.einsum("fij,fj->fi", inv_a, m[:, :, 2])
+    return out
+
+
+def crop_batch(images: list[np.ndarray], frame_index: np.ndarray, affines: np.ndarray) -> np.ndarray:
+    """Warp each face's ROI to MESH_SIZE², RGB in [0,1], NCHW. Zero padding outside the frame."""
+    crops = np.empty((len(frame_index), MESH_SIZE, MESH_SIZE, 3), np.uint8)
+    for i, (fi, m) in enumerate(zip(frame_index, affines, strict=True)):
+        crops[i] = cv2.warpAffine(
+            images[fi],
+            m,
+            (MESH_SIZE, MESH_SIZE),
+            flags=cv2.INTER_LINEAR,
+            borderMode=cv2.BORDER_CONSTANT,
+            borderValue=0,
+        )
+    # BGR → RGB by reversing channels during the layout change
+    return np.ascontiguousarray(crops[..., ::-1].transpose(0, 3, 1, 2), dtype=np.float32) / 255.0
+
+
+def roi_from_detection(table: FaceTable, box_scale: float) -> tuple[np.ndarray, ...]:
+    box = table.box.astype(np.float64)
+    centre = (box[:, :2] + box[:, 2:]) / 2
+    side = np.max(box[:, 2:] - box[:, :2], axis=1) * box_scale
+    eyes = table.landmarks5[:, 1].astype(np.float64) - table.landmarks5[:, 0]
+    angle = np.arctan2(eyes[:, 1], eyes[:, 0])
+    return centre, side, angle
+
+
+def roi_from_mesh(mesh: np.ndarray, mesh_scale: float) -> tuple[np.ndarray, ...]:
+    pts = mesh[:, :, :2].astype(np.float64)
+    eyes = pts[:, RIGHT_EYE_OUTER] - pts[:, LEFT_EYE_OUTER]
+    angle = np.arctan2(eyes[:, 1], eyes[:, 0])
+    cos, sin = np.cos(angle)[:, None], np.sin(angle)[:, None]
+    # rotate into the eye-aligned frame, take the bounding box there, rotate its centre back
+    u = pts[..., 0] * cos + pts[..., 1] * sin
+    v = -pts[..., 0] * sin + pts[..., 1] * cos
+    cu = (u.min(1) + u.max(1)) / 2
+    cv = (v.min(1) + v.max(1)) / 2
+    side = np.maximum(u.max(1) - u.min(1), v.max(1) - v.min(1)) * mesh_scale
+    centre = np.stack([cu * cos[:, 0] - cv * sin[:, 0], cu * sin[:, 0] + cv * cos[:, 0]], axis=1)
+    return centre, side, angle
+
+
+class FaceMesh:
+    """A stage: frames + face table → the same table with `mesh` and `presence`, absent faces dropped."""
+
+    def __init__(self, session: Session, settings: MeshSettings = MeshSettings()) -> None:
+        self.session = session
+        self.settings = settings
+        self.input_name = session.inputs[0].name
+        names = [o.name for o in session.outputs]
+        self.points_name = "conv2d_20" if "conv2d_20" in names else names[0]
+        self.presence_name = "conv2d_30" if "conv2d_30" in names else names[1]
+
+    def run_pass(
+        self, images: list[np.ndarray], frame_index: np.ndarray, roi: tuple[np.ndarray, ...]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        affines = roi_affines(*roi)
+        batch = crop_batch(images, frame_index, affines)
+        out = self.session.run({self.input_name: batch})
+        points = out[self.points_name].reshape(len(frame_index), 468, 3).astype(np.float64)
+        presence = out[self.presence_name].reshape(len(frame_index)).astype(np.float32)
+        inverse = invert_affines(affines)
+        xy = np.einsum("fij,fnj->fni", inverse[:, :, :2], points[:, :, :2]) + inverse[:, None, :, 2]
+        z = points[:, :, 2] * (roi[1][:, None] / MESH_SIZE)
+        mesh = np.concatenate([xy, z[..., None]], axis=-1).astype(np.float32)
+        return mesh, presence
+
+    def __call__(self, images: list[np.ndarray], table: FaceTable) -> FaceTable:
+        if len(table) == 0:
+            return table.with_columns(
+                mesh=np.zeros((0, 468, 3), np.float32), presence=np.zeros((0,), np.float32)
+            )
+        roi = roi_from_detection(table, self.settings.box_scale)
+        mesh, presence = self.run_pass(images, table.frame_index, roi)
+        for _ in range(self.settings.passes - 1):
+            mesh, presence = self.run_pass(
+                images, table.frame_index, roi_from_mesh(mesh, self.settings.mesh_scale)
+            )
+        table = table.with_columns(mesh=mesh, presence=presence)
+        return table.select(presence > self.settings.presence_threshold)

@@ -1,0 +1,406 @@
+"""Model conversion helpers, and the face-mesh derivation and its numeric validation.
+
+Generic: `tflite_to_onnx`, `make_batch_dynamic`, `check_signature`.
+Face mesh: `derive_face_mesh` (recipe "face_mesh_onnx") converts MediaPipe's
+`face_landmark.tflite` and makes its batch dimension symbolic;
+`validate_face_mesh` (validator "face_mesh_onnx") checks the result against the
+TFLite interpreter when one is usable, else against the fingerprint recorded in
+the catalogue, and checks that a batch of 3 equals 3 single runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import io
+import logging
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import catalog
+
+if TYPE_CHECKING:
+    import onnx
+
+    from .sources import DeriveContext
+
+log = logging.getLogger(__name__)
+
+MESH_INPUT = "input_1"
+MESH_OUTPUTS = ("conv2d_20", "conv2d_30")
+MESH_SIZE = 192
+BATCH_TOLERANCE = 1e-4  # max abs difference between a batch of 3 and 3 single runs
+# Window of astronaut.png (512x512) holding the face, used as a real-face probe.
+ASTRONAUT_WINDOW = (10, 130)  # (top, left) of a 192x192 crop
+
+
+class ValidationError(Exception):
+    """A converted model does not behave like its source."""
+
+
+def tool_versions(*names: str) -> dict[str, str]:
+    out = {}
+    for n in names:
+        try:
+            out[n] = importlib.metadata.version(n)
+        except importlib.metadata.PackageNotFoundError:
+            out[n] = "not installed"
+    return out
+
+
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """Silence stderr, Python-level and file-descriptor-level (native libraries chat on fd 2)."""
+    with contextlib.redirect_stderr(io.StringIO()):
+        try:
+            if sys.__stderr__ is not None:
+                sys.__stderr__.flush()
+            saved = os.dup(2)
+            devnull = os.open(os.devnull, os.O_WRONLY)
+        except (OSError, ValueError):
+            yield
+            return
+        try:
+            os.dup2(devnull, 2)
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            os.close(devnull)
+
+
+# --- generic helpers -------------------------------------------------------------------
+
+
+def tflite_to_onnx(tflite_path: Path | str, onnx_path: Path | str) -> Path:
+    """Convert a .tflite file with tflite2onnx and check the result with `onnx.checker`."""
+    import onnx
+    import tflite2onnx
+
+    tflite_path, onnx_path = Path(tflite_path), Path(onnx_path)
+    # tflite2onnx logs and prints freely; keep that out of the user's terminal.
+    logger = logging.getLogger("tflite2onnx")
+    level = logger.level
+    logger.setLevel(logging.WARNING)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            tflite2onnx.convert(str(tflite_path), str(onnx_path))
+    finally:
+        logger.setLevel(level)
+    onnx.checker.check_model(str(onnx_path))
+    return onnx_path
+
+
+def _graph_inputs(model: onnx.ModelProto) -> list[Any]:
+    inits = {i.name for i in model.graph.initializer}
+    return [i for i in model.graph.input if i.name not in inits]
+
+
+def make_batch_dynamic(
+    model: onnx.ModelProto,
+    dim_name: str = "batch",
+    inputs: Iterable[str] | None = None,
+    outputs: Iterable[str] | None = None,
+) -> onnx.ModelProto:
+    """A copy of `model` whose dim 0 is the symbol `dim_name` on the named inputs/outputs.
+
+    `inputs`/`outputs` default to all graph inputs (initializers excluded) and
+    all graph outputs. The graph's `value_info` is dropped: its shapes still
+    carry the old fixed batch and would mislead runtimes. This only relabels
+    the declared shapes; graphs whose nodes hard-code the batch (Reshape
+    constants, as in YuNet) need those rewritten as well. The result passes
+    `onnx.checker`.
+    """
+    import onnx
+
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    graph = out.graph
+    for values, wanted, what in (
+        (_graph_inputs(out), inputs, "input"),
+        (list(graph.output), outputs, "output"),
+    ):
+        by_name = {v.name: v for v in values}
+        names = list(by_name) if wanted is None else list(wanted)
+        for n in names:
+            if n not in by_name:
+                raise ValueError(f"the graph has no {what} named {n!r} (it has {sorted(by_name)})")
+            dims = by_name[n].type.tensor_type.shape.dim
+            if len(dims) == 0:
+                raise ValueError(f"{what} {n!r} has no shape to make dynamic")
+            dims[0].Clear()
+            dims[0].dim_param = dim_name
+    del graph.value_info[:]
+    onnx.checker.check_model(out)
+    return out
+
+
+def _dtype_name(elem_type: int) -> str:
+    import onnx
+
+    return str(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)))
+
+
+def check_signature(
+    model: onnx.ModelProto | Path | str,
+    inputs: Sequence[catalog.TensorSig],
+    outputs: Sequence[catalog.TensorSig],
+) -> None:
+    """Raise `ValidationError` unless the graph declares these inputs and outputs.
+
+    Every declared tensor must be present with the given dtype and rank; int
+    dims must match exactly, str dims must be symbolic (any symbol name).
+    """
+    import onnx
+
+    if not isinstance(model, onnx.ModelProto):
+        model = onnx.load(str(model), load_external_data=False)
+    problems = []
+    for sigs, values, what in (
+        (inputs, _graph_inputs(model), "input"),
+        (outputs, model.graph.output, "output"),
+    ):
+        by_name = {v.name: v for v in values}
+        for sig in sigs:
+            v = by_name.get(sig.name)
+            if v is None:
+                problems.append(f"no {what} {sig.name!r} (has {sorted(by_name)})")
+                continue
+            tt = v.type.tensor_type
+            dtype = _dtype_name(tt.elem_type)
+            if dtype != np.dtype(sig.dtype).name:
+                problems.append(f"{what} {sig.name!r} is {dtype}, expected {sig.dtype}")
+            dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in tt.shape.dim]
+            ok = len(dims) == len(sig.shape) and all(
+                (isinstance(want, str) and isinstance(have, str)) or want == have
+                for want, have in zip(sig.shape, dims, strict=True)
+            )
+            if not ok:
+                problems.append(f"{what} {sig.name!r} has shape {dims}, expected {list(sig.shape)}")
+    if problems:
+        raise ValidationError("signature mismatch: " + "; ".join(problems))
+
+
+# --- face mesh ------------------------------------------------------------------------
+
+
+def mesh_probe_images(cached: Callable[[str], Path | None] | None = None) -> dict[str, np.ndarray]:
+    """Deterministic RGB float32 [192, 192, 3] inputs in 0..1 for validating the mesh.
+
+    "smooth" is a closed-form pattern (no RNG, identical everywhere); "astronaut"
+    is a face crop of the astronaut.png asset, added only when it is cached.
+    """
+    y, x = np.mgrid[0:MESH_SIZE, 0:MESH_SIZE].astype(np.float32) / (MESH_SIZE - 1)
+    smooth = np.stack(
+        [
+            0.5 + 0.4 * np.sin(6 * x + 2 * y),
+            0.5 + 0.4 * np.cos(4 * y - 3 * x),
+            0.5 + 0.3 * np.sin(5 * x * y),
+        ],
+        axis=-1,
+    ).astype(np.float32)
+    probes = {"smooth": smooth}
+    path = cached("astronaut.png") if cached is not None else None
+    if path is not None:
+        import cv2
+
+        bgr = cv2.imread(str(path), cv2.IMREAD_COLOR)
+        if bgr is not None and bgr.shape[:2] == (512, 512):
+            top, left = ASTRONAUT_WINDOW
+            crop = bgr[top : top + MESH_SIZE, left : left + MESH_SIZE, ::-1]
+            probes["astronaut"] = np.ascontiguousarray(crop, dtype=np.float32) / 255.0
+    return probes
+
+
+def _nchw(images: Sequence[np.ndarray]) -> np.ndarray:
+    return np.ascontiguousarray(np.stack(images).transpose(0, 3, 1, 2), dtype=np.float32)
+
+
+def _tflite_interpreter_factories() -> list[tuple[str, Callable[[str], Any]]]:
+    out: list[tuple[str, Callable[[str], Any]]] = []
+    for module, dist in (
+        ("ai_edge_litert.interpreter", "ai-edge-litert"),
+        ("tflite_runtime.interpreter", "tflite-runtime"),
+        ("tensorflow.lite", "tensorflow"),
+    ):
+        try:
+            with _quiet_stderr():
+                mod = __import__(module, fromlist=["Interpreter"])
+            factory = mod.Interpreter
+        except Exception:  # not installed, or broken (e.g. built for numpy 1)
+            continue
+        version = tool_versions(dist)[dist]
+        out.append((f"{dist} {version}", lambda p, factory=factory: factory(model_path=p)))
+    return out
+
+
+def tflite_reference(
+    tflite_path: Path, probes: Mapping[str, np.ndarray]
+) -> tuple[str, dict[str, dict[str, np.ndarray]]] | None:
+    """Run the .tflite on each probe with the first usable interpreter; None if none is.
+
+    Returns (interpreter description, {probe: {onnx output name: flat array}}).
+    tflite_runtime 2.14 imports under numpy 2 but fails when used: such
+    failures only mean "no interpreter".
+    """
+    for engine, make in _tflite_interpreter_factories():
+        try:
+            with _quiet_stderr():
+                interp = make(str(tflite_path))
+                interp.allocate_tensors()
+                (inp,) = interp.get_input_details()
+                results: dict[str, dict[str, np.ndarray]] = {}
+                for name, img in probes.items():
+                    interp.set_tensor(inp["index"], img[None].astype(np.float32))
+                    interp.invoke()
+                    outs = {}
+                    for d in interp.get_output_details():
+                        arr = np.array(interp.get_tensor(d["index"]), dtype=np.float32).ravel()
+                        outs[MESH_OUTPUTS[0] if arr.size == 1404 else MESH_OUTPUTS[1]] = arr
+                    results[name] = outs
+        except Exception as exc:
+            log.debug("TFLite interpreter %s unusable: %s", engine, exc)
+            continue
+        return engine, results
+    return None
+
+
+def _rel_dev(a: np.ndarray, ref: np.ndarray) -> float:
+    scale = max(1.0, float(np.abs(ref).max()))
+    return float(np.abs(a.ravel() - ref.ravel()).max()) / scale
+
+
+def _mesh_session(path: Path) -> Any:
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    return ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
+
+
+def _run_mesh(sess: Any, batch: np.ndarray) -> dict[str, np.ndarray]:
+    outs = sess.run(list(MESH_OUTPUTS), {MESH_INPUT: batch})
+    return {
+        n: np.asarray(o, dtype=np.float32).reshape(batch.shape[0], -1)
+        for n, o in zip(MESH_OUTPUTS, outs, strict=True)
+    }
+
+
+def validate_face_mesh(path: Path, cached: Callable[[str], Path | None] | None = None) -> dict[str, Any]:
+    """Check a converted face mesh numerically; raise `ValidationError` if it is off.
+
+    (a) single-image outputs match the TFLite interpreter (when one is usable)
+    within `catalog.MESH_TOLERANCE` relative, and the catalogue's fingerprint
+    within the same tolerance; (b) a batch of 3 equals 3 single runs within
+    `BATCH_TOLERANCE`. Returns a summary for the store's sidecar.
+    """
+    cached = cached or (lambda _n: None)
+    probes = mesh_probe_images(cached)
+    sess = _mesh_session(path)
+    single = {name: _run_mesh(sess, _nchw([img])) for name, img in probes.items()}
+    tol = catalog.MESH_TOLERANCE
+    summary: dict[str, Any] = {"probes": sorted(probes), "tolerance_rel": tol}
+
+    # (a1) the recorded fingerprint
+    fp_dev = 0.0
+    checked = 0
+    for probe, per_output in catalog.MESH_FINGERPRINT.items():
+        if probe not in single:
+            continue
+        for out_name, (scale, pairs) in per_output.items():
+            got = single[probe][out_name][0]
+            for idx, value in pairs:
+                fp_dev = max(fp_dev, abs(float(got[idx]) - value) / scale)
+                checked += 1
+    if checked == 0:
+        raise ValidationError("no fingerprint value could be checked")
+    summary["fingerprint_values"] = checked
+    summary["fingerprint_max_rel_deviation"] = fp_dev
+    if fp_dev > tol:
+        raise ValidationError(
+            f"outputs differ from the recorded fingerprint: {fp_dev:.3g} > {tol:g} relative"
+        )
+
+    # (a2) the TFLite interpreter itself, when one is usable and the source is at hand
+    tflite_path = cached("face_landmark_tflite")
+    ref = tflite_reference(tflite_path, probes) if tflite_path is not None else None
+    if ref is None:
+        summary["reference"] = "catalogue fingerprint (no usable TFLite interpreter)"
+        summary["max_rel_deviation"] = fp_dev
+    else:
+        engine, results = ref
+        dev = max(
+            _rel_dev(single[p][n][0], results[p][n]) for p in probes for n in MESH_OUTPUTS if n in results[p]
+        )
+        summary["reference"] = f"TFLite interpreter ({engine})"
+        summary["max_rel_deviation"] = max(dev, fp_dev)
+        if dev > tol:
+            raise ValidationError(f"outputs differ from TFLite by {dev:.3g} relative (> {tol:g})")
+
+    # (b) batch of 3 == 3 single runs
+    smooth = probes["smooth"]
+    third = probes.get("astronaut", np.ascontiguousarray(smooth[::-1]))
+    trio = [smooth, np.ascontiguousarray(smooth[:, ::-1]), third]
+    batched = _run_mesh(sess, _nchw(trio))
+    diff = 0.0
+    for i, img in enumerate(trio):
+        one = _run_mesh(sess, _nchw([img]))
+        for n in MESH_OUTPUTS:
+            diff = max(diff, float(np.abs(batched[n][i] - one[n][0]).max()))
+    summary["batch_max_abs_diff"] = diff
+    if diff > BATCH_TOLERANCE:
+        raise ValidationError(f"a batch of 3 differs from single runs by {diff:.3g} (> {BATCH_TOLERANCE:g})")
+
+    if "astronaut" in single:
+        presence = float(single["astronaut"][MESH_OUTPUTS[1]][0, 0])
+        summary["astronaut_presence_logit"] = presence
+        if presence <= 0:
+            raise ValidationError(f"no face found on the astronaut probe (presence logit {presence:.2f})")
+    summary["tools"] = tool_versions("onnxruntime", "numpy")
+    return summary
+
+
+def derive_face_mesh(ctx: DeriveContext) -> dict[str, Any]:
+    """Recipe "face_mesh_onnx": tflite2onnx, then a symbolic batch dim on input and outputs."""
+    import onnx
+
+    assert ctx.base_path is not None
+    with tempfile.TemporaryDirectory(prefix="ffbatch-convert-") as tmp:
+        raw = tflite_to_onnx(ctx.base_path, Path(tmp) / "raw.onnx")
+        model = onnx.load(str(raw))
+    model = make_batch_dynamic(model, "batch", inputs=[MESH_INPUT], outputs=list(MESH_OUTPUTS))
+    onnx.save(model, str(ctx.out_path))
+    return {"tools": tool_versions("tflite2onnx", "onnx", "onnxruntime", "numpy")}
+
+
+# --- batchable YuNet (the rewrite itself lives in `prepare`) -----------------------------
+
+
+def derive_yunet_batch(ctx: DeriveContext) -> dict[str, Any]:
+    """Recipe "yunet_batch": YuNet with a symbolic batch (`prepare.make_yunet_batchable`)."""
+    import onnx
+
+    from .prepare import make_yunet_batchable
+
+    assert ctx.base_path is not None
+    model = make_yunet_batchable(onnx.load(str(ctx.base_path)))
+    onnx.checker.check_model(model)
+    onnx.save(model, str(ctx.out_path))
+    return {"tools": tool_versions("onnx", "onnxruntime", "numpy")}
+
+
+def validate_yunet_batch(path: Path, cached: Callable[[str], Path | None] | None = None) -> dict[str, Any]:
+    """Validator "yunet_batch": a batch of 3 equals 3 single runs (`prepare.check_yunet_batch_equality`)."""
+    from .prepare import check_yunet_batch_equality
+
+    try:
+        worst = check_yunet_batch_equality(Path(path))
+    except ValueError as exc:
+        raise ValidationError(str(exc)) from None
+    return {"batch_max_abs_diff": worst, "tools": tool_versions("onnxruntime", "numpy")}

@@ -1,0 +1,101 @@
+"""What a job did, measured: frames, faces, per-stage time, latency, memory."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+class StageTimer:
+    """Accumulates wall seconds per stage across worker threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.calls: dict[str, int] = defaultdict(int)
+
+    @contextmanager
+    def stage(self, name: str):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            elapsed = time.perf_counter() - start
+            with self._lock:
+                self.seconds[name] += elapsed
+                self.calls[name] += 1
+
+    def add(self, name: str, seconds: float) -> None:
+        with self._lock:
+            self.seconds[name] += seconds
+            self.calls[name] += 1
+
+
+def peak_rss_mb() -> float:
+    """Peak resident set size of this process (Linux reports KiB, macOS bytes)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 1024.0 if sys.platform != "darwin" else peak / (1024.0 * 1024.0)
+
+
+@dataclass
+class RenderReport:
+    input: str
+    output: str
+    backend: str
+    frames_in: int = 0
+    frames_out: int = 0
+    faces_found: int = 0
+    faces_swapped: int = 0
+    frames_with_faces: int = 0
+    batches: int = 0
+    batch_sizes: list[int] = field(default_factory=list)
+    batch_latency_s: list[float] = field(default_factory=list)
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+    wall_seconds: float = 0.0
+    peak_rss_mb: float = 0.0
+    audio: str = ""
+    encoder: str = ""
+    models: dict[str, str] = field(default_factory=dict)
+    status: str = "ok"
+    message: str = ""
+
+    def summary(self) -> dict[str, Any]:
+        data = asdict(self)
+        lat = np.asarray(self.batch_latency_s or [0.0])
+        sizes = np.asarray(self.batch_sizes or [0])
+        data.pop("batch_latency_s")
+        data.pop("batch_sizes")
+        data["fps"] = round(self.frames_out / self.wall_seconds, 3) if self.wall_seconds > 0 else 0.0
+        data["batch_latency_p50_s"] = round(float(np.percentile(lat, 50)), 4)
+        data["batch_latency_p99_s"] = round(float(np.percentile(lat, 99)), 4)
+        data["batch_size_mean"] = round(float(sizes.mean()), 2)
+        data["batch_size_max"] = int(sizes.max())
+        data["stage_seconds"] = {k: round(v, 4) for k, v in sorted(self.stage_seconds.items())}
+        data["wall_seconds"] = round(self.wall_seconds, 3)
+        data["peak_rss_mb"] = round(self.peak_rss_mb, 1)
+        return data
+
+
+def write_json_atomically(path: Path, data: dict[str, Any]) -> None:
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or Path("."))
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(data, fh, indent=2)
+            fh.write("\n")
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)

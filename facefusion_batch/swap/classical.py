@@ -1,0 +1,218 @@
+"""The embedded default swap: the source face's texture warped onto each target mesh.
+
+For each target face, every pixel inside the target's 468-point mesh takes the
+colour of the matching point of the source face (piecewise affine over a fixed
+triangulation), the result is recoloured to the target's skin and blended in.
+The target keeps its head pose and, by default, its own eyes and mouth (its
+expression); the source brings its skin, brows, nose and face shape texture.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+
+from facefusion_batch.faces.mesh import LEFT_EYE_OUTER, NOSE_TIP, RIGHT_EYE_OUTER
+from facefusion_batch.faces.table import FaceTable
+from facefusion_batch.swap.blend import BLEND_MODES, blend
+from facefusion_batch.swap.colour import COLOUR_MODES, transfer_colour
+from facefusion_batch.swap.raster import rasterize
+from facefusion_batch.swap.regions import FaceRegions
+
+EYES_MOUTH_CHOICES = ("target", "source")
+
+
+@dataclass(frozen=True)
+class ClassicalSettings:
+    blend: str = "multiband"  # multiband | feather | poisson
+    eyes_mouth: str = "target"  # whose eyes and mouth show: target keeps the expression
+    colour: str = "local"  # local (target light and tint) | global (LAB mean/std) | none
+    colour_strength: float = 1.0  # 0–1: how far the colour moves toward the target
+    shading_scale: float = 0.25  # local colour: Gaussian sigma of the carried shading, in IOD
+    forehead_margin: float = 0.1  # IOD above the brows kept from the source (hair stays out)
+    feather: float = 0.25  # IOD over which the mask ramps from 0 to 1 at its edges
+
+    def __post_init__(self) -> None:
+        if self.colour not in COLOUR_MODES:
+            raise ValueError(f"colour must be one of {', '.join(COLOUR_MODES)}")
+        if self.blend not in BLEND_MODES:
+            raise ValueError(f"blend must be one of {', '.join(BLEND_MODES)}")
+        if self.eyes_mouth not in EYES_MOUTH_CHOICES:
+            raise ValueError(f"eyes_mouth must be one of {', '.join(EYES_MOUTH_CHOICES)}")
+
+
+def eye_frame(mesh: np.ndarray) -> tuple[float, float, float]:
+    """Angle of the eye line, interocular distance (outer corners) and a yaw proxy."""
+    left, right, nose = mesh[LEFT_EYE_OUTER, :2], mesh[RIGHT_EYE_OUTER, :2], mesh[NOSE_TIP, :2]
+    d = right - left
+    span = float(np.hypot(*d))
+    angle = float(np.arctan2(d[1], d[0]))
+    along = float(np.dot(nose - (left + right) / 2, d / max(span, 1e-6)))
+    return angle, span, along / max(span, 1e-6)
+
+
+def fan_triangles(loop: np.ndarray) -> np.ndarray:
+    """Triangles filling a (roughly convex) closed loop: a fan from its first vertex."""
+    return np.stack([np.full(len(loop) - 2, loop[0]), loop[1:-1], loop[2:]], axis=1).astype(np.int32)
+
+
+@dataclass(frozen=True)
+class SourceFace:
+    """One source face ready to paint: texture channels BGR + alpha + skin, and its mesh."""
+
+    texture: np.ndarray  # [h,w,5] float32: B, G, R (0–255), alpha (0–1), skin (0/1)
+    mesh: np.ndarray  # [468,3] in texture pixels
+    yaw: float
+
+
+def _poly(mask: np.ndarray, points: np.ndarray, value: int) -> None:
+    cv2.fillPoly(mask, [np.round(points[:, :2]).astype(np.int32)], value, lineType=cv2.LINE_8)
+
+
+def prepare_source(
+    image: np.ndarray, mesh: np.ndarray, regions: FaceRegions, settings: ClassicalSettings
+) -> SourceFace:
+    """Cut the source face out once: texture, soft alpha and a skin mask for colour statistics."""
+    angle, span, yaw = eye_frame(mesh)
+    iod = span * 0.7  # eye-centre distance is about 0.7 of the outer-corner span
+    pad = int(0.3 * span) + 4
+    x0 = max(int(np.floor(mesh[:, 0].min())) - pad, 0)
+    y0 = max(int(np.floor(mesh[:, 1].min())) - pad, 0)
+    x1 = min(int(np.ceil(mesh[:, 0].max())) + pad, image.shape[1])
+    y1 = min(int(np.ceil(mesh[:, 1].max())) + pad, image.shape[0])
+    crop = image[y0:y1, x0:x1].astype(np.float32)
+    local = mesh.copy()
+    local[:, 0] -= x0
+    local[:, 1] -= y0
+    h, w = crop.shape[:2]
+
+    # keep only the face below a line a little above the brows (hair and background stay out)
+    area = np.zeros((h, w), np.uint8)
+    _poly(area, local[regions.face_oval], 255)
+    cos, sin = np.cos(angle), np.sin(angle)
+    yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
+    v = -xx * sin + yy * cos
+    brow_v = (-local[regions.brows, 0] * sin + local[regions.brows, 1] * cos).min()
+    area[v < brow_v - settings.forehead_margin * iod] = 0
+
+    holes = np.zeros((h, w), np.uint8)
+    if settings.eyes_mouth == "target":
+        for loop in (regions.left_eye, regions.right_eye, regions.lips_inner):
+            _poly(holes, local[loop], 255)
+        grow = max(1, int(round(0.06 * iod)))
+        holes = cv2.dilate(holes, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * grow + 1,) * 2))
+    solid = cv2.bitwise_and(area, cv2.bitwise_not(holes))
+    dist = cv2.distanceTransform((solid > 0).astype(np.uint8), cv2.DIST_L2, 5)
+    ramp = np.clip(dist / max(settings.feather * iod, 1.0), 0.0, 1.0)
+    alpha = ramp * ramp * (3 - 2 * ramp)  # smoothstep: zero at every edge, flat inside
+
+    not_skin = np.zeros((h, w), np.uint8)
+    for loop in (regions.left_eye, regions.right_eye, regions.lips_outer):
+        _poly(not_skin, local[loop], 255)
+    hull = cv2.convexHull(np.round(local[regions.brows, :2]).astype(np.int32))
+    cv2.fillConvexPoly(not_skin, hull, 255)
+    grow = max(1, int(round(0.08 * iod)))
+    not_skin = cv2.dilate(not_skin, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * grow + 1,) * 2))
+    skin = ((alpha > 0.5) & (not_skin == 0)).astype(np.float32)
+
+    texture = np.dstack([crop, alpha.astype(np.float32), skin])
+    return SourceFace(texture=texture, mesh=local.astype(np.float32), yaw=yaw)
+
+
+class ClassicalSwapper:
+    """A stage: frames + face table (with mesh) → frames with every listed face swapped."""
+
+    def __init__(
+        self,
+        sources: list[SourceFace],
+        triangles: np.ndarray,
+        regions: FaceRegions,
+        settings: ClassicalSettings = ClassicalSettings(),
+    ) -> None:
+        if not sources:
+            raise ValueError("at least one source face is needed")
+        self.sources = sources
+        self.settings = settings
+        if settings.eyes_mouth == "source":
+            fills = [
+                fan_triangles(loop) for loop in (regions.left_eye, regions.right_eye, regions.lips_inner)
+            ]
+            triangles = np.concatenate([triangles, *fills], axis=0)
+        self.triangles = np.ascontiguousarray(triangles, np.int32)
+        self.source_yaw = np.array([s.yaw for s in sources], np.float32)
+
+    def choose_sources(self, table: FaceTable) -> np.ndarray:
+        """Per target face, the source whose head turn (yaw) is closest."""
+        yaws = np.array([eye_frame(m)[2] for m in table.mesh], np.float32)
+        return np.argmin(np.abs(yaws[:, None] - self.source_yaw[None, :]), axis=1)
+
+    def __call__(self, frames: list[np.ndarray], table: FaceTable) -> list[np.ndarray]:
+        if len(table) == 0:
+            return frames
+        assert table.mesh is not None, "the classical swap needs the face mesh"
+        choice = self.choose_sources(table)
+        src_mesh = np.stack([self.sources[c].mesh[:, :2] for c in choice])
+        height, width = frames[0].shape[:2]
+        cov = rasterize(table.mesh[:, :, :2], src_mesh, table.mesh[:, :, 2], self.triangles, (height, width))
+        order = np.argsort(cov.face, kind="stable")
+        bounds = np.searchsorted(cov.face[order], np.arange(len(table) + 1))
+        out = [f for f in frames]
+        written = set()
+        for f in range(len(table)):
+            rows = order[bounds[f] : bounds[f + 1]]
+            if rows.size < 16:
+                continue
+            fi = int(table.frame_index[f])
+            if fi not in written:  # copy-on-write: the caller's frames stay untouched
+                out[fi] = out[fi].copy()
+                written.add(fi)
+            iod = 0.7 * eye_frame(table.mesh[f])[1]
+            self._paint(
+                out[fi],
+                self.sources[choice[f]],
+                iod,
+                cov.x[rows],
+                cov.y[rows],
+                cov.src_x[rows],
+                cov.src_y[rows],
+            )
+        return out
+
+    def _paint(
+        self,
+        frame: np.ndarray,
+        source: SourceFace,
+        iod: float,
+        x: np.ndarray,
+        y: np.ndarray,
+        sx: np.ndarray,
+        sy: np.ndarray,
+    ) -> None:
+        h, w = frame.shape[:2]
+        margin = 8
+        x0, x1 = max(int(x.min()) - margin, 0), min(int(x.max()) + margin + 1, w)
+        y0, y1 = max(int(y.min()) - margin, 0), min(int(y.max()) + margin + 1, h)
+        rh, rw = y1 - y0, x1 - x0
+        map_x = np.full((rh, rw), -1e4, np.float32)
+        map_y = np.full((rh, rw), -1e4, np.float32)
+        map_x[y - y0, x - x0] = sx
+        map_y[y - y0, x - x0] = sy
+        warped = cv2.remap(
+            source.texture, map_x, map_y, cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT, borderValue=0
+        )
+        covered = np.zeros((rh, rw), bool)
+        covered[y - y0, x - x0] = True
+        target = frame[y0:y1, x0:x1].astype(np.float32)
+        face = np.where(covered[..., None], warped[..., :3], target)
+        alpha = np.where(covered, warped[..., 3], 0.0).astype(np.float32)
+        skin = covered & (warped[..., 4] > 0.5)
+        if self.settings.colour != "none":
+            sigma = max(1.0, self.settings.shading_scale * iod)
+            face = transfer_colour(
+                face, target, skin, self.settings.colour_strength, self.settings.colour, sigma
+            )
+            face = np.where(covered[..., None], face, target)
+        result = blend(self.settings.blend, target, face.astype(np.float32), alpha)
+        frame[y0:y1, x0:x1] = np.clip(result + 0.5, 0, 255).astype(np.uint8)

@@ -1,0 +1,19 @@
+"""Video input/output: probing, threaded decoding, threaded atomic encoding, audio carry-over.
+
+The `probe()` function is deliberately not re-exported here: a package attribute named
+`probe` would shadow the `facefusion_batch.video.probe` module. Import it from there.
+"""
+
+from facefusion_batch.video.probe import VideoInfo
+from facefusion_batch.video.reader import Frame, FrameReader
+from facefusion_batch.video.writer import EncoderSettings, VideoWriter, quality_to_crf, validate_encoder
+
+__all__ = [
+    "EncoderSettings",
+    "Frame",
+    "FrameReader",
+    "VideoInfo",
+    "VideoWriter",
+    "quality_to_crf",
+    "validate_encoder",
+]

@@ -1,0 +1,231 @@
+"""Carry the audio of the input into the output, lazily and without re-encoding.
+
+`AudioMuxer` opens its own container on the audio source and adds one output
+stream per input audio stream. It then demuxes on demand: `mux_until(t)` copies
+every audio packet up to `t` seconds, so the writer can interleave audio with
+the video as the video is produced and nothing ever buffers the whole file.
+
+Copying is packet for packet (`add_stream_from_template`), timestamps kept.
+When the output container cannot hold the codec, or holds it in a way players
+rarely understand, the stream is decoded and re-encoded to AAC instead (logged
+as a warning): PCM in .mp4 is the common case (FFmpeg can write ISO "ipcm", but
+almost no player reads it). Subtitle, data and attachment streams are not
+carried over.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import av
+import av.error
+
+from facefusion_batch.errors import InputError
+from facefusion_batch.video.probe import check_readable_file
+
+log = logging.getLogger("ffbatch")
+
+# Audio codecs copied as they are into the ISO/QuickTime family; anything else is re-encoded
+# to AAC there. Other containers (Matroska) copy whatever their muxer accepts.
+_MP4_COPY = frozenset({"aac", "mp3", "ac3", "eac3", "alac", "opus", "flac"})
+_MOV_COPY = frozenset({"aac", "mp3", "ac3", "eac3", "alac"})
+_REENCODE_CODEC = "aac"
+_DEFAULT_LAYOUTS = {1: "mono", 2: "stereo", 3: "2.1", 4: "quad", 5: "5.0", 6: "5.1", 7: "6.1", 8: "7.1"}
+
+
+def _copyable(codec_name: str, output_format: str) -> bool | None:
+    """True/False by policy, None to let the muxer decide."""
+    if output_format in ("mp4", "ipod"):
+        return codec_name in _MP4_COPY
+    if output_format == "mov":
+        return codec_name in _MOV_COPY or codec_name.startswith("pcm_")
+    return None
+
+
+@dataclass
+class _Track:
+    source: av.audio.stream.AudioStream
+    target: av.audio.stream.AudioStream
+    reencode: bool
+
+
+class AudioMuxer:
+    """Copies (or re-encodes) every audio stream of `source` into `output`.
+
+    All methods must be called from the thread that muxes into `output`.
+    """
+
+    def __init__(
+        self,
+        source: str | Path,
+        output: av.container.OutputContainer,
+        *,
+        mux: Callable[[av.Packet], None] | None = None,
+        cancel: threading.Event | None = None,
+    ) -> None:
+        """`mux` writes one packet to `output` (default `output.mux`); the writer passes its own
+        so that write failures are reported the same way for audio and video. Setting `cancel`
+        stops a running `mux_until`/`finish` early."""
+        self.source = Path(source)
+        check_readable_file(self.source, "audio source")
+        try:
+            self._in = av.open(str(self.source), mode="r")
+        except av.error.FFmpegError as exc:
+            raise InputError(f"audio source {self.source} cannot be opened: {exc}") from None
+        self._tracks: dict[int, _Track] = {}
+        self._pending: av.Packet | None = None
+        self._exhausted = False
+        self.packets_copied = 0
+        self.packets_encoded = 0
+        try:
+            self._add_tracks(output)
+            streams = [t.source for t in self._tracks.values()]
+            self._packets = self._in.demux(*streams) if streams else iter(())
+        except BaseException:
+            self._in.close()
+            raise
+        self._write = mux if mux is not None else output.mux
+        self._cancel = cancel
+
+    @property
+    def tracks(self) -> int:
+        return len(self._tracks)
+
+    @property
+    def reencoded(self) -> list[int]:
+        """Indices (in the source) of the audio streams that are re-encoded."""
+        return [i for i, t in self._tracks.items() if t.reencode]
+
+    def _add_tracks(self, output: av.container.OutputContainer) -> None:
+        out_format = output.format.name
+        for stream in self._in.streams.audio:
+            # The codec's canonical name ("mp3"), not the decoder's ("mp3float").
+            codec = stream.codec_context.codec if stream.codec_context else stream.codec
+            codec_name = codec.canonical_name if codec is not None else "unknown"
+            policy = _copyable(codec_name, out_format)
+            target = None
+            if policy is not False:
+                try:
+                    target = output.add_stream_from_template(stream)
+                except (ValueError, av.error.FFmpegError):
+                    target = None
+            if target is not None:
+                self._tracks[stream.index] = _Track(stream, target, reencode=False)
+                continue
+            if stream.codec_context is None:
+                log.warning(
+                    "%s: audio stream #%d (%s) can neither be copied into .%s nor decoded; it is left out",
+                    self.source,
+                    stream.index,
+                    codec_name,
+                    out_format,
+                )
+                continue
+            target = self._add_reencode_stream(output, stream)
+            log.warning(
+                "%s: audio stream #%d (%s) cannot be stored as is in this %s output; re-encoding it to AAC",
+                self.source,
+                stream.index,
+                codec_name,
+                out_format,
+            )
+            self._tracks[stream.index] = _Track(stream, target, reencode=True)
+
+    def _add_reencode_stream(self, output: av.container.OutputContainer, stream):
+        ctx = stream.codec_context
+        rate = ctx.sample_rate or 48000
+        channels = int(getattr(ctx, "channels", 0) or 2)
+        layout = ctx.layout.name if ctx.layout is not None else ""
+        if not layout or "channels" in layout:
+            # Unspecified channel order ("2 channels"): AAC needs a real layout; use the default
+            # one for that many channels (mono, stereo, 5.1, ...).
+            layout = _DEFAULT_LAYOUTS.get(channels, f"{channels}c")
+        try:
+            target = output.add_stream(_REENCODE_CODEC, rate=rate, layout=layout)
+            target.codec_context.bit_rate = min(96_000 * max(1, channels), 512_000)
+            target.codec_context.open()
+        except (ValueError, av.error.FFmpegError) as exc:
+            raise InputError(
+                f"audio stream #{stream.index} of {self.source} ({ctx.name}, {rate} Hz) cannot be "
+                f"re-encoded to AAC for this output ({exc}); write a .mkv instead"
+            ) from None
+        return target
+
+    # -- muxing --------------------------------------------------------------------------------
+
+    def _next(self) -> av.Packet | None:
+        if self._pending is not None:
+            packet, self._pending = self._pending, None
+            return packet
+        if self._exhausted:
+            return None
+        try:
+            return next(self._packets)
+        except StopIteration:
+            self._exhausted = True
+            return None
+        except (av.error.FFmpegError, OSError) as exc:
+            raise InputError(
+                f"the audio of {self.source} cannot be read (truncated or corrupt?): {exc}"
+            ) from exc
+
+    def mux_until(self, seconds: float | None) -> None:
+        """Mux every audio packet whose timestamp is <= `seconds` (all of them for None)."""
+        while self._cancel is None or not self._cancel.is_set():
+            packet = self._next()
+            if packet is None:
+                return
+            if seconds is not None:
+                ts = packet.pts if packet.pts is not None else packet.dts
+                if ts is not None and packet.time_base is not None and float(ts * packet.time_base) > seconds:
+                    self._pending = packet
+                    return
+            self._mux(packet)
+
+    def _mux(self, packet: av.Packet) -> None:
+        track = self._tracks.get(packet.stream.index)
+        if track is None:
+            return
+        if packet.size == 0:  # demuxer's end-of-stream flush packet; keyframes may lack a DTS, keep them
+            return
+        if track.reencode:
+            self._encode(track, self._decode(track, packet))
+            return
+        packet.stream = track.target
+        self._write(packet)
+        self.packets_copied += 1
+
+    def _decode(self, track: _Track, packet: av.Packet | None) -> list:
+        try:
+            return track.source.decode(packet)
+        except av.error.EOFError:
+            return []
+        except (av.error.FFmpegError, OSError) as exc:
+            raise InputError(
+                f"audio stream #{track.source.index} of {self.source} is corrupt and cannot be "
+                f"re-encoded: {exc}"
+            ) from exc
+
+    def _encode(self, track: _Track, frames) -> None:
+        for frame in frames:
+            for out_packet in track.target.encode(frame):
+                self._write(out_packet)
+                self.packets_encoded += 1
+
+    def finish(self) -> None:
+        """Mux the rest of the audio and flush the re-encoders."""
+        self.mux_until(None)
+        for track in self._tracks.values():
+            if track.reencode:
+                self._encode(track, self._decode(track, None))
+                self._encode(track, [None])
+
+    def close(self) -> None:
+        try:
+            self._in.close()
+        except Exception:  # noqa: BLE001 - closing a reader cannot lose data
+            pass

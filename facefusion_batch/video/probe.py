@@ -1,0 +1,221 @@
+"""Inspect a video file before any work is done on it.
+
+`probe` opens the file once, reads the container and video-stream headers and
+decodes the first frame (the only reliable place PyAV exposes the display-matrix
+rotation). Every way a user can hand us a bad file ends in an `InputError` that
+names the file and says what is wrong.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import av.error
+
+from facefusion_batch.errors import InputError
+
+
+@dataclass(frozen=True)
+class VideoInfo:
+    """What the pipeline needs to know about an input video.
+
+    `width`/`height` are the dimensions as displayed, i.e. after the rotation is
+    applied; `coded_width`/`coded_height` are those of the stored (decoded)
+    pictures. `rotation` is the clockwise rotation in degrees (0, 90, 180 or
+    270) that turns a decoded picture upright. `frame_count` is the container's
+    frame count when it declares one (`frame_count_estimated` is False), else an
+    estimate from duration x average rate (`frame_count_estimated` is True), else
+    None. `video_stream_index` is the stream the reader decodes (cover art is skipped).
+    """
+
+    path: Path
+    width: int
+    height: int
+    coded_width: int
+    coded_height: int
+    rotation: int
+    time_base: Fraction
+    average_rate: Fraction | None
+    frame_count: int | None
+    duration_s: float | None
+    codec: str
+    pix_fmt: str
+    bit_depth: int
+    audio_streams: int
+    format_name: str
+    frame_count_estimated: bool = False
+    video_stream_index: int = 0
+    # FFmpeg's colour tags of the first frame (AVColorSpace, AVColorRange, AVColorPrimaries,
+    # AVColorTransferCharacteristic); 2 / 0 / 2 / 2 mean "unspecified".
+    color_space: int = 2
+    color_range: int = 0
+    color_primaries: int = 2
+    color_trc: int = 2
+
+    @property
+    def fps(self) -> float | None:
+        """The average frame rate as a float, or None if unknown."""
+        return float(self.average_rate) if self.average_rate else None
+
+
+def rotation_from_display(ccw_degrees: float) -> int:
+    """Turn PyAV's `VideoFrame.rotation` into our clockwise 0/90/180/270.
+
+    PyAV reports the display matrix as a counter-clockwise angle in [-180, 180]
+    (an iPhone portrait clip reads -90); displaying the picture upright needs
+    the opposite, clockwise, turn. Angles that are not multiples of 90 are
+    rounded to the nearest quarter turn.
+    """
+    return int(round(-float(ccw_degrees) / 90.0)) % 4 * 90
+
+
+def _bit_depth(pix_fmt: str) -> int:
+    try:
+        fmt = av.VideoFormat(pix_fmt)
+    except (ValueError, av.error.FFmpegError):
+        return 8
+    bits = [c.bits for c in fmt.components if not c.is_alpha]
+    return max(bits) if bits else 8
+
+
+def check_readable_file(path: Path, what: str = "input video") -> None:
+    """Raise InputError unless `path` is an existing, readable, non-empty file."""
+    if not path.exists():
+        if path.is_symlink():
+            raise InputError(f"{what} {path} is a broken symbolic link")
+        raise InputError(f"{what} {path} does not exist")
+    if path.is_dir():
+        raise InputError(f"{what} {path} is a directory, not a video file")
+    if not path.is_file():
+        raise InputError(f"{what} {path} is not a regular file")
+    try:
+        with open(path, "rb") as fh:
+            fh.read(1)
+    except PermissionError:
+        raise InputError(f"{what} {path} cannot be read: permission denied") from None
+    except OSError as exc:
+        raise InputError(f"{what} {path} cannot be read: {exc.strerror or exc}") from None
+    if path.stat().st_size == 0:
+        raise InputError(f"{what} {path} is empty (0 bytes)")
+
+
+def pick_video_stream(container: av.container.InputContainer) -> av.video.stream.VideoStream | None:
+    """The first video stream that is real video (not cover art)."""
+    candidates = [
+        s for s in container.streams.video if not (s.disposition & av.stream.Disposition.attached_pic)
+    ]
+    return candidates[0] if candidates else None
+
+
+def probe(path: str | Path) -> VideoInfo:
+    """Read the headers (and first frame) of `path`; InputError on bad input."""
+    path = Path(path)
+    check_readable_file(path)
+    try:
+        container = av.open(str(path), mode="r")
+    except av.error.FFmpegError as exc:
+        raise InputError(
+            f"input video {path} cannot be read as a video: it is damaged, incomplete (an .mp4/.mov "
+            f"cut short) or not a media file (FFmpeg: {_ffmpeg_reason(exc)})"
+        ) from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise InputError(f"input video {path} cannot be opened: {exc}") from None
+    try:
+        return _probe_open(path, container)
+    finally:
+        container.close()
+
+
+def _ffmpeg_reason(exc: Exception) -> str:
+    text = getattr(exc, "strerror", None) or str(exc)
+    return str(text).strip() or type(exc).__name__
+
+
+# Demuxers that turn things which are not videos into a "video stream".
+_TEXT_FORMATS = frozenset({"tty"})
+
+
+def _is_still_image_format(name: str) -> bool:
+    return name in ("image2", "image2pipe") or name.endswith("_pipe")
+
+
+def _probe_open(path: Path, container: av.container.InputContainer) -> VideoInfo:
+    format_name = container.format.name
+    if format_name in _TEXT_FORMATS:
+        raise InputError(f"input video {path} is a text file, not a video")
+    if _is_still_image_format(format_name):
+        raise InputError(f"input video {path} is a still image ({format_name}), not a video")
+    stream = pick_video_stream(container)
+    if stream is None:
+        kinds = sorted({s.type for s in container.streams})
+        found = ", ".join(kinds) if kinds else "no streams at all"
+        raise InputError(f"input video {path} has no video stream (found: {found})")
+    ctx = stream.codec_context
+    if ctx is None:
+        raise InputError(
+            f"input video {path}: the video codec of stream #{stream.index} is not supported by this FFmpeg"
+        )
+
+    first = _first_frame(path, container, stream)
+    rotation = rotation_from_display(first.rotation)
+    coded_w, coded_h = first.width, first.height
+    width, height = (coded_h, coded_w) if rotation in (90, 270) else (coded_w, coded_h)
+    pix_fmt = first.format.name
+
+    time_base = stream.time_base or Fraction(1, 90000)
+    rate = stream.average_rate or stream.guessed_rate or None
+    average_rate = Fraction(rate) if rate else None
+
+    duration_s: float | None = None
+    if stream.duration and stream.duration > 0:
+        duration_s = float(stream.duration * time_base)
+    elif container.duration and container.duration > 0:
+        duration_s = container.duration / av.time_base
+
+    frame_count: int | None = None
+    estimated = False
+    if stream.frames and stream.frames > 0:
+        frame_count = int(stream.frames)
+    elif duration_s is not None and average_rate:
+        frame_count = max(1, int(math.floor(duration_s * float(average_rate) + 0.5)))
+        estimated = True
+
+    return VideoInfo(
+        path=path,
+        width=width,
+        height=height,
+        coded_width=coded_w,
+        coded_height=coded_h,
+        rotation=rotation,
+        time_base=Fraction(time_base),
+        average_rate=average_rate,
+        frame_count=frame_count,
+        duration_s=duration_s,
+        codec=ctx.name,
+        pix_fmt=pix_fmt,
+        bit_depth=_bit_depth(pix_fmt),
+        audio_streams=len(container.streams.audio),
+        format_name=container.format.name,
+        frame_count_estimated=estimated,
+        video_stream_index=stream.index,
+        color_space=int(first.colorspace),
+        color_range=int(first.color_range),
+        color_primaries=int(first.color_primaries),
+        color_trc=int(first.color_trc),
+    )
+
+
+def _first_frame(path: Path, container: av.container.InputContainer, stream) -> av.VideoFrame:
+    try:
+        for packet in container.demux(stream):
+            for frame in packet.decode():
+                return frame
+    except av.error.FFmpegError as exc:
+        raise InputError(
+            f"input video {path} is corrupt: its first video frame cannot be decoded ({_ffmpeg_reason(exc)})"
+        ) from None
+    raise InputError(f"input video {path} contains no decodable video frames")

@@ -1,0 +1,262 @@
+"""Decode a video on a background thread into upright BGR frames.
+
+`FrameReader` opens its own container on a decode thread (FFmpeg's frame
+threading on top, `thread_type = "AUTO"`), converts every picture to a
+C-contiguous BGR `uint8` array (OpenCV's channel order), turns it upright
+according to the stream's display matrix and hands it to the consumer through a
+bounded queue: memory stays flat however long the video is.
+
+Errors in the decode thread are re-raised in the consumer: FFmpeg read/decode
+errors as `InputError` ("... is truncated or corrupt at frame N ..."), anything
+else as `FfbatchError`.
+
+A file cut short usually does *not* raise: FFmpeg's demuxers treat an early end
+of file as the end of the stream, so the reader yields the frames that were
+complete and stops cleanly, logging a warning when fewer frames came out than
+the container declared (`FrameReader.frames_read` vs `VideoInfo.frame_count`).
+(An .mp4/.mov cut short before its index, the `moov` box, is refused earlier,
+by `probe`.) Damage inside a file either raises the `InputError` above or is
+concealed by the decoder, depending on where it is.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import av.error
+import cv2
+import numpy as np
+
+from facefusion_batch.errors import FfbatchError, InputError
+from facefusion_batch.video.probe import VideoInfo, probe
+
+log = logging.getLogger("ffbatch")
+
+_ROTATE_CODES = {
+    90: cv2.ROTATE_90_CLOCKWISE,
+    180: cv2.ROTATE_180,
+    270: cv2.ROTATE_90_COUNTERCLOCKWISE,
+}
+
+_POLL_S = 0.05
+
+
+@dataclass
+class Frame:
+    """One decoded picture, upright, ready for the face pipeline."""
+
+    index: int  # 0-based sequence number in the order the decoder returned frames
+    pts: int | None  # presentation timestamp in `time_base` units (None if the file has none)
+    time_base: Fraction
+    image: np.ndarray  # H x W x 3 uint8 BGR, C-contiguous, already rotated upright
+
+
+class _End:
+    pass
+
+
+@dataclass
+class _Failure:
+    exc: BaseException
+    index: int
+
+
+_END = _End()
+
+
+def rotate_upright(image: np.ndarray, rotation: int) -> np.ndarray:
+    """Rotate `image` clockwise by `rotation` (0/90/180/270); always C-contiguous."""
+    code = _ROTATE_CODES.get(rotation % 360)
+    if code is None:
+        return image if image.flags.c_contiguous else np.ascontiguousarray(image)
+    return cv2.rotate(image, code)
+
+
+class FrameReader:
+    """Iterate the frames of one video, decoded on a background thread.
+
+    Use as a context manager (or call `close()`), iterate once::
+
+        with FrameReader(path) as reader:
+            for frame in reader:
+                ...
+    """
+
+    def __init__(self, path: str | Path, *, queue_size: int = 32, info: VideoInfo | None = None) -> None:
+        if queue_size < 1:
+            raise ValueError("queue_size must be at least 1")
+        self.path = Path(path)
+        self.info = info if info is not None else probe(self.path)
+        self.frames_read = 0
+        self._queue: queue.Queue = queue.Queue(maxsize=queue_size)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._iterated = False
+        self._warned_depth = False
+        self._warned_size = False
+
+    # -- consumer side -------------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[Frame]:
+        if self._iterated:
+            raise FfbatchError(f"FrameReader for {self.path} can only be iterated once")
+        self._iterated = True
+        if self._stop.is_set():
+            return iter(())
+        self._thread = threading.Thread(target=self._run, name="ffbatch-decode", daemon=True)
+        self._thread.start()
+        return self._consume()
+
+    def _consume(self) -> Iterator[Frame]:
+        try:
+            while True:
+                try:
+                    item = self._queue.get(timeout=0.5)
+                except queue.Empty:
+                    thread = self._thread
+                    if self._stop.is_set() or thread is None or not thread.is_alive():
+                        if self._queue.empty():
+                            return
+                    continue
+                if item is _END:
+                    self._check_count()
+                    return
+                if isinstance(item, _Failure):
+                    raise self._translate(item) from item.exc
+                self.frames_read += 1
+                yield item
+        finally:
+            self.close()
+
+    def _translate(self, failure: _Failure) -> FfbatchError:
+        exc = failure.exc
+        if isinstance(exc, FfbatchError):
+            return exc
+        if isinstance(exc, av.error.FFmpegError | OSError | EOFError):
+            reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+            return InputError(
+                f"input video {self.path} is truncated or corrupt at frame {failure.index}: {reason}"
+            )
+        return FfbatchError(f"decoding {self.path} failed at frame {failure.index}: {exc!r}")
+
+    def _check_count(self) -> None:
+        """Warn when the stream ended well before the container said it would."""
+        expected = self.info.frame_count
+        if not expected:
+            return
+        slack = 0 if not self.info.frame_count_estimated else max(2, expected // 20)
+        if self.frames_read < expected - slack:
+            declared = "estimates" if self.info.frame_count_estimated else "declares"
+            log.warning(
+                "%s: decoded %d frames but the container %s %d; the file may be truncated or damaged",
+                self.path,
+                self.frames_read,
+                declared,
+                expected,
+            )
+
+    def close(self) -> None:
+        """Stop the decode thread (promptly, even mid-stream) and release the file."""
+        self._stop.set()
+        self._drain()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=10)
+            self._drain()
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                return
+
+    def __enter__(self) -> FrameReader:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # best effort: never leave a decode thread spinning
+        try:
+            self._stop.set()
+        except Exception:
+            pass
+
+    # -- decode thread -------------------------------------------------------------------------
+
+    def _put(self, item) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=_POLL_S)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _run(self) -> None:
+        index = 0
+        try:
+            container = av.open(str(self.path), mode="r")
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer
+            self._put(_Failure(exc, index))
+            return
+        try:
+            stream = container.streams[self.info.video_stream_index]
+            if stream.type != "video":
+                raise InputError(f"input video {self.path} changed since it was probed")
+            stream.thread_type = "AUTO"
+            time_base = Fraction(stream.time_base) if stream.time_base else self.info.time_base
+            for packet in container.demux(stream):
+                if self._stop.is_set():
+                    return
+                for av_frame in packet.decode():
+                    image = self._to_image(av_frame)
+                    tb = Fraction(av_frame.time_base) if av_frame.time_base else time_base
+                    if not self._put(Frame(index=index, pts=av_frame.pts, time_base=tb, image=image)):
+                        return
+                    index += 1
+            self._put(_END)
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer
+            self._put(_Failure(exc, index))
+        finally:
+            container.close()
+
+    def _to_image(self, av_frame: av.VideoFrame) -> np.ndarray:
+        info = self.info
+        if info.bit_depth > 8 and not self._warned_depth:
+            self._warned_depth = True
+            log.warning(
+                "%s is %d-bit (%s); frames are processed as 8-bit BGR, so the output is 8-bit",
+                self.path,
+                info.bit_depth,
+                info.pix_fmt,
+            )
+        kwargs = {}
+        if (av_frame.width, av_frame.height) != (info.coded_width, info.coded_height):
+            # The stream changed resolution mid-way: scale back to the probed size so every
+            # frame the pipeline sees (and the encoder receives) has the same dimensions.
+            if not self._warned_size:
+                self._warned_size = True
+                log.warning(
+                    "%s changes resolution mid-stream (%dx%d -> %dx%d); scaling frames back to %dx%d",
+                    self.path,
+                    info.coded_width,
+                    info.coded_height,
+                    av_frame.width,
+                    av_frame.height,
+                    info.coded_width,
+                    info.coded_height,
+                )
+            kwargs = {"width": info.coded_width, "height": info.coded_height}
+        # Honour the frame's own colour tags: the matrix (BT.601/709/2020) and the range
+        # (limited/full); untagged frames get FFmpeg's defaults, as a player would use.
+        image = av_frame.to_ndarray(format="bgr24", src_color_range=int(av_frame.color_range), **kwargs)
+        return rotate_upright(image, info.rotation)

@@ -1,0 +1,247 @@
+"""Deterministic test clips, made with PyAV alone (no ffmpeg binary needed).
+
+`make_clip` writes a small video whose content is known exactly:
+
+* `size` is the size *as displayed*. With `rotation` (clockwise degrees a
+  player must turn the stored picture to show it upright, like a phone clip)
+  the stored pictures are the upright ones turned counter-clockwise, and the
+  stream carries the display matrix; a reader that honours it gets back the
+  upright picture of `size`.
+* Synthetic content (no `image`): smooth colour gradients that drift with the
+  frame number, a moving bar, light seeded noise (sigma 1.5), a red marker square in the
+  top-left corner and a green one in the top-right (to check orientation), and
+  the frame number written as 8 black/white blocks along the bottom edge
+  (`frame_number(image)` reads it back).
+* With `image`: crops of `size` panning across the image (scaled up to cover
+  the frame if needed), like a camera moving over a photo; `pan=False` keeps
+  the centre crop.
+* Audio: a 440 Hz sine tone (stereo, 48 kHz) for the length of the video, in
+  `audio` ("aac", "mp3", "pcm_s16le"), or none.
+* `vfr=True`: irregular frame gaps (20 to 80 ms, seeded) in a 1/1000 s time base.
+
+`bt709=True` converts with the BT.709 matrix and tags the stream so (HD-style
+colour metadata). Odd sizes are written as yuv444p (x264 cannot store odd sizes in 4:2:0).
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import cv2
+import numpy as np
+
+MARKER = 16  # size of the corner markers and of the frame-number blocks, in pixels
+AUDIO_RATE = 48000
+_CONTAINERS = {".mp4": "mp4", ".m4v": "mp4", ".mov": "mov", ".mkv": "matroska"}
+
+
+def synthetic_frame(index: int, size: tuple[int, int], seed: int = 0) -> np.ndarray:
+    """The upright BGR picture of frame `index` (deterministic)."""
+    width, height = size
+    yy, xx = np.mgrid[0:height, 0:width].astype(np.float32)
+    phase = index * 0.15 + seed
+    image = np.empty((height, width, 3), np.float32)
+    image[..., 0] = 128 + 90 * np.sin(xx / max(width, 1) * 3.0 + phase)
+    image[..., 1] = 128 + 90 * np.cos(yy / max(height, 1) * 2.5 - phase * 0.7)
+    image[..., 2] = 128 + 80 * np.sin((xx + yy) / max(width + height, 1) * 4.0 + phase * 0.5)
+    bar = int(index * 7) % max(width - 8, 1)
+    image[:, bar : bar + 8, :] = (30, 200, 230)
+    noise = np.random.default_rng(seed * 100003 + index).normal(0, 1.5, image.shape)
+    image = np.clip(image + noise, 0, 255).astype(np.uint8)
+    m = min(MARKER, width // 4, height // 4)
+    image[:m, :m] = (0, 0, 255)  # red, top-left
+    image[:m, width - m :] = (0, 255, 0)  # green, top-right
+    _draw_number(image, index)
+    return image
+
+
+def _draw_number(image: np.ndarray, value: int) -> None:
+    height, width = image.shape[:2]
+    m = min(MARKER, width // 8, height // 4)
+    for bit in range(8):
+        on = (value >> bit) & 1
+        image[height - m :, bit * m : (bit + 1) * m] = 255 if on else 0
+
+
+def frame_number(image: np.ndarray) -> int:
+    """Read back the number `synthetic_frame` drew along the bottom edge."""
+    height, width = image.shape[:2]
+    m = min(MARKER, width // 8, height // 4)
+    value = 0
+    for bit in range(8):
+        block = image[height - m + 2 : height - 2, bit * m + 2 : (bit + 1) * m - 2]
+        if block.mean() > 128:
+            value |= 1 << bit
+    return value
+
+
+def dominant_colour(image: np.ndarray) -> str:
+    """'red', 'green', 'blue' or 'other' for a BGR patch."""
+    b, g, r = (float(c) for c in image.reshape(-1, 3).mean(axis=0))
+    if r > 180 and g < 80 and b < 80:
+        return "red"
+    if g > 180 and r < 80 and b < 80:
+        return "green"
+    if b > 180 and r < 80 and g < 80:
+        return "blue"
+    return "other"
+
+
+def _pan_frames(image: np.ndarray, size: tuple[int, int], frames: int, pan: bool):
+    width, height = size
+    src_h, src_w = image.shape[:2]
+    scale = max(width / src_w, height / src_h, 1.0)
+    if scale > 1.0:
+        image = cv2.resize(image, (int(np.ceil(src_w * scale)), int(np.ceil(src_h * scale))))
+        src_h, src_w = image.shape[:2]
+    max_x, max_y = src_w - width, src_h - height
+    for i in range(frames):
+        t = i / max(frames - 1, 1) if pan else 0.5
+        x, y = int(round(max_x * t)), int(round(max_y * t))
+        yield np.ascontiguousarray(image[y : y + height, x : x + width])
+
+
+def _timestamps(frames: int, fps: int, vfr: bool, seed: int) -> tuple[list[int], Fraction]:
+    if not vfr:
+        return list(range(frames)), Fraction(1, fps)
+    rng = np.random.default_rng(seed + 7)
+    gaps = rng.integers(20, 81, size=frames)
+    pts = [0]
+    for gap in gaps[:-1]:
+        pts.append(pts[-1] + int(gap))
+    return pts, Fraction(1, 1000)
+
+
+def make_clip(
+    path: str | Path,
+    *,
+    frames: int = 30,
+    size: tuple[int, int] = (320, 240),
+    fps: int = 25,
+    audio: str | None = "aac",
+    vfr: bool = False,
+    rotation: int = 0,
+    image: np.ndarray | None = None,
+    pan: bool = True,
+    seed: int = 0,
+    codec: str = "libx264",
+    pix_fmt: str | None = None,
+    crf: int = 12,
+    bt709: bool = False,
+) -> Path:
+    """Write a deterministic clip to `path` (container from its extension); returns the path."""
+    path = Path(path)
+    if rotation % 90:
+        raise ValueError("rotation must be a multiple of 90")
+    rotation %= 360
+    width, height = size
+    coded = (height, width) if rotation in (90, 270) else (width, height)
+    if pix_fmt is None:
+        pix_fmt = "yuv444p" if coded[0] % 2 or coded[1] % 2 else "yuv420p"
+    pts_list, time_base = _timestamps(frames, fps, vfr, seed)
+    duration_s = float((pts_list[-1] + (pts_list[-1] - pts_list[-2] if frames > 1 else 1)) * time_base)
+
+    fmt = _CONTAINERS.get(path.suffix.lower())
+    out = av.open(str(path), mode="w", format=fmt)
+    try:
+        options = {"preset": "ultrafast", "crf": str(crf)} if codec in ("libx264", "libx265") else {}
+        if codec == "libx265":
+            options["x265-params"] = "log-level=error"
+        stream = out.add_stream(codec, rate=fps, options=options)
+        stream.width, stream.height = coded
+        stream.pix_fmt = pix_fmt
+        stream.codec_context.time_base = time_base
+        stream.time_base = time_base
+        if bt709:
+            ctx = stream.codec_context
+            ctx.colorspace, ctx.color_range, ctx.color_primaries, ctx.color_trc = 1, 1, 1, 1
+        if rotation:
+            # PyAV takes the counter-clockwise angle that VideoFrame.rotation reads back.
+            stream.set_display_rotation(-rotation)
+        audio_stream = None
+        if audio is not None:
+            audio_stream = out.add_stream(audio, rate=AUDIO_RATE, layout="stereo")
+
+        pictures = (
+            _pan_frames(image, size, frames, pan)
+            if image is not None
+            else (synthetic_frame(i, size, seed) for i in range(frames))
+        )
+        rotate_ccw = {90: cv2.ROTATE_90_COUNTERCLOCKWISE, 180: cv2.ROTATE_180, 270: cv2.ROTATE_90_CLOCKWISE}
+        for pts, picture in zip(pts_list, pictures, strict=True):
+            if rotation:
+                picture = cv2.rotate(picture, rotate_ccw[rotation])
+            frame = av.VideoFrame.from_ndarray(picture, format="bgr24")
+            if bt709:
+                frame = frame.reformat(format=pix_fmt, dst_colorspace=1, dst_color_range=1)
+            frame.pts = pts
+            frame.time_base = time_base
+            out.mux(stream.encode(frame))
+        out.mux(stream.encode(None))
+        if audio_stream is not None:
+            _write_tone(out, audio_stream, duration_s)
+    finally:
+        out.close()
+    return path
+
+
+def _write_tone(out, stream, duration_s: float) -> None:
+    total = int(round(duration_s * AUDIO_RATE))
+    t = np.arange(total, dtype=np.float64) / AUDIO_RATE
+    tone = (0.3 * np.sin(2 * np.pi * 440.0 * t)).astype(np.float32)
+    fmt = stream.codec_context.format
+    chunk = stream.codec_context.frame_size or 1024
+    scale = {"s16": 32767, "s32": 2**31 - 1}.get(fmt.name.rstrip("p"))
+    dtype = {"s16": np.int16, "s32": np.int32, "flt": np.float32, "dbl": np.float64}[fmt.name.rstrip("p")]
+    for start in range(0, total, chunk):
+        piece = tone[start : start + chunk].astype(np.float64)
+        planar = np.stack([piece, piece]) * (scale or 1)
+        data = (planar if fmt.is_planar else planar.T.reshape(1, -1)).astype(dtype)
+        frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(data), format=fmt.name, layout="stereo")
+        frame.sample_rate = AUDIO_RATE
+        frame.pts = start
+        frame.time_base = Fraction(1, AUDIO_RATE)
+        out.mux(stream.encode(frame))
+    out.mux(stream.encode(None))
+
+
+def decode_all(path: str | Path) -> tuple[list[tuple[int | None, np.ndarray]], Fraction]:
+    """(pts, BGR image) of every frame of the first video stream, *not* rotated; and its time base."""
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        frames = [(f.pts, f.to_ndarray(format="bgr24")) for f in container.decode(stream)]
+        return frames, Fraction(stream.time_base)
+
+
+def audio_packets(path: str | Path, stream: int = 0) -> list[tuple[int | None, bytes]]:
+    """(pts, payload) of every non-empty packet of audio stream number `stream`."""
+    with av.open(str(path)) as container:
+        audio = container.streams.audio[stream]
+        return [(p.pts, bytes(p)) for p in container.demux(audio) if p.size]
+
+
+def audio_codecs(path: str | Path) -> list[str]:
+    with av.open(str(path)) as container:
+        return [s.codec_context.name for s in container.streams.audio]
+
+
+def display_rotation(path: str | Path) -> int:
+    """The display-matrix angle (PyAV's counter-clockwise convention) of the first frame; 0 if none."""
+    with av.open(str(path)) as container:
+        for frame in container.decode(container.streams.video[0]):
+            return int(frame.rotation)
+    return 0
+
+
+def make_audio_only(path: str | Path, *, seconds: float = 0.5, codec: str = "aac") -> Path:
+    """A file with a sine tone and no video stream."""
+    path = Path(path)
+    out = av.open(str(path), mode="w", format=_CONTAINERS.get(path.suffix.lower()))
+    try:
+        stream = out.add_stream(codec, rate=AUDIO_RATE, layout="stereo")
+        _write_tone(out, stream, seconds)
+    finally:
+        out.close()
+    return path
