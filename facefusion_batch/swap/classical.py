@@ -22,6 +22,7 @@ from facefusion_batch.swap.raster import rasterize
 from facefusion_batch.swap.regions import FaceRegions
 
 EYES_MOUTH_CHOICES = ("target", "source")
+RASTER_SPAN = 40.0  # eye-corner span (px) at which the warp map is rasterised
 
 
 @dataclass(frozen=True)
@@ -148,6 +149,15 @@ class ClassicalSwapper:
         yaws = np.array([eye_frame(m)[2] for m in table.mesh], np.float32)
         return np.argmin(np.abs(yaws[:, None] - self.source_yaw[None, :]), axis=1)
 
+    def raster_scale(self, table: FaceTable) -> float:
+        """Resolution of the warp map relative to the frame.
+
+        The map is piecewise affine, so bilinear upsampling recovers it almost
+        exactly; rasterising large faces at a reduced scale costs a fraction.
+        """
+        spans = np.hypot(*(table.mesh[:, RIGHT_EYE_OUTER, :2] - table.mesh[:, LEFT_EYE_OUTER, :2]).T)
+        return float(np.clip(RASTER_SPAN / max(float(np.median(spans)), 1.0), 0.25, 1.0))
+
     def __call__(self, frames: list[np.ndarray], table: FaceTable) -> list[np.ndarray]:
         if len(table) == 0:
             return frames
@@ -155,10 +165,12 @@ class ClassicalSwapper:
         choice = self.choose_sources(table)
         src_mesh = np.stack([self.sources[c].mesh[:, :2] for c in choice])
         height, width = frames[0].shape[:2]
-        cov = rasterize(table.mesh[:, :, :2], src_mesh, table.mesh[:, :, 2], self.triangles, (height, width))
+        scale = self.raster_scale(table)
+        shape = (int(np.ceil(height * scale)), int(np.ceil(width * scale)))
+        cov = rasterize(table.mesh[:, :, :2] * scale, src_mesh, table.mesh[:, :, 2], self.triangles, shape)
         order = np.argsort(cov.face, kind="stable")
         bounds = np.searchsorted(cov.face[order], np.arange(len(table) + 1))
-        out = [f for f in frames]
+        out = list(frames)
         written = set()
         for f in range(len(table)):
             rows = order[bounds[f] : bounds[f + 1]]
@@ -168,16 +180,11 @@ class ClassicalSwapper:
             if fi not in written:  # copy-on-write: the caller's frames stay untouched
                 out[fi] = out[fi].copy()
                 written.add(fi)
-            iod = 0.7 * eye_frame(table.mesh[f])[1]
-            self._paint(
-                out[fi],
-                self.sources[choice[f]],
-                iod,
-                cov.x[rows],
-                cov.y[rows],
-                cov.src_x[rows],
-                cov.src_y[rows],
+            map_x, map_y, (x0, y0) = warp_map(
+                cov.x[rows], cov.y[rows], cov.src_x[rows], cov.src_y[rows], scale, (height, width)
             )
+            iod = 0.7 * eye_frame(table.mesh[f])[1]
+            self._paint(out[fi], self.sources[choice[f]], iod, map_x, map_y, x0, y0)
         return out
 
     def _paint(
@@ -185,26 +192,20 @@ class ClassicalSwapper:
         frame: np.ndarray,
         source: SourceFace,
         iod: float,
-        x: np.ndarray,
-        y: np.ndarray,
-        sx: np.ndarray,
-        sy: np.ndarray,
+        map_x: np.ndarray,
+        map_y: np.ndarray,
+        x0: int,
+        y0: int,
     ) -> None:
-        h, w = frame.shape[:2]
-        margin = 8
-        x0, x1 = max(int(x.min()) - margin, 0), min(int(x.max()) + margin + 1, w)
-        y0, y1 = max(int(y.min()) - margin, 0), min(int(y.max()) + margin + 1, h)
-        rh, rw = y1 - y0, x1 - x0
-        map_x = np.full((rh, rw), -1e4, np.float32)
-        map_y = np.full((rh, rw), -1e4, np.float32)
-        map_x[y - y0, x - x0] = sx
-        map_y[y - y0, x - x0] = sy
+        """Sample the source texture through the map and blend it into frame[y0:, x0:]."""
+        rh, rw = map_x.shape
+        covered = ~np.isnan(map_x)
+        map_x[~covered] = -1e4
+        map_y[~covered] = -1e4
         warped = cv2.remap(
             source.texture, map_x, map_y, cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT, borderValue=0
         )
-        covered = np.zeros((rh, rw), bool)
-        covered[y - y0, x - x0] = True
-        target = frame[y0:y1, x0:x1].astype(np.float32)
+        target = frame[y0 : y0 + rh, x0 : x0 + rw].astype(np.float32)
         face = np.where(covered[..., None], warped[..., :3], target)
         alpha = np.where(covered, warped[..., 3], 0.0).astype(np.float32)
         skin = covered & (warped[..., 4] > 0.5)
@@ -215,4 +216,39 @@ class ClassicalSwapper:
             )
             face = np.where(covered[..., None], face, target)
         result = blend(self.settings.blend, target, face.astype(np.float32), alpha)
-        frame[y0:y1, x0:x1] = np.clip(result + 0.5, 0, 255).astype(np.uint8)
+        frame[y0 : y0 + rh, x0 : x0 + rw] = np.clip(result + 0.5, 0, 255).astype(np.uint8)
+
+
+def warp_map(
+    x: np.ndarray,
+    y: np.ndarray,
+    src_x: np.ndarray,
+    src_y: np.ndarray,
+    scale: float,
+    frame_shape: tuple[int, int],
+    margin: int = 8,
+) -> tuple[np.ndarray, np.ndarray, tuple[int, int]]:
+    """Full-resolution source coordinates for one face's region of the frame.
+
+    (x, y) are covered pixels of the map at `scale`; the region returned is the
+    face's bounding box in frame pixels plus `margin`, NaN where not covered.
+    """
+    lx0, ly0 = int(x.min()), int(y.min())
+    low_x = np.full((int(y.max()) - ly0 + 1, int(x.max()) - lx0 + 1), np.nan, np.float32)
+    low_y = low_x.copy()
+    low_x[y - ly0, x - lx0] = src_x
+    low_y[y - ly0, x - lx0] = src_y
+    height, width = frame_shape
+    x0 = max(int(np.floor(lx0 / scale)) - margin, 0)
+    y0 = max(int(np.floor(ly0 / scale)) - margin, 0)
+    x1 = min(int(np.ceil((lx0 + low_x.shape[1] - 1) / scale)) + margin + 1, width)
+    y1 = min(int(np.ceil((ly0 + low_x.shape[0] - 1) / scale)) + margin + 1, height)
+    gx = (np.arange(x0, x1, dtype=np.float32) * scale - lx0)[None, :].repeat(y1 - y0, 0)
+    gy = (np.arange(y0, y1, dtype=np.float32) * scale - ly0)[:, None].repeat(x1 - x0, 1)
+    nan = float("nan")
+    kw = dict(interpolation=cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT, borderValue=nan)
+    if scale == 1.0:
+        kw["interpolation"] = cv2.INTER_NEAREST
+    map_x = cv2.remap(low_x, gx, gy, **kw)
+    map_y = cv2.remap(low_y, gx, gy, **kw)
+    return map_x, map_y, (x0, y0)
