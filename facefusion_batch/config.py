@@ -27,7 +27,7 @@ class RenderSettings:
     output: Path
     sources: tuple[Path, ...]
     faces: str = "many"
-    batch_size: int = 16
+    batch_size: int = 8
     batch_window_ms: float = 200.0
     workers: int = 2
     threads: int | None = None  # onnxruntime intra-op threads per session

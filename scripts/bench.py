@@ -222,7 +222,7 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=300)
     parser.add_argument("--sizes", default="720p,1080p")
     parser.add_argument("--faces", default="1,6")
-    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--no-naive", action="store_true", help="skip the (slow) naive loop")
     parser.add_argument("--rss-check", action="store_true", help="also 3000 vs 300 frames peak RSS")
