@@ -12,6 +12,7 @@ import cv2
 import numpy as np
 
 from facefusion_batch.errors import InputError, OutputError
+from facefusion_batch.fsutil import default_file_mode
 from facefusion_batch.video.probe import VideoInfo
 from facefusion_batch.video.reader import rotate_upright
 
@@ -71,6 +72,7 @@ def write_image_atomically(path: Path, image: np.ndarray) -> None:
         raise OutputError(f"output directory {parent} does not exist")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=parent)
     try:
+        os.fchmod(fd, default_file_mode())
         with os.fdopen(fd, "wb") as fh:
             fh.write(data.tobytes())
         os.replace(tmp, path)

@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from facefusion_batch.fsutil import default_file_mode
+
 
 class StageTimer:
     """Accumulates wall seconds per stage across worker threads."""
@@ -92,6 +94,7 @@ def write_json_atomically(path: Path, data: dict[str, Any]) -> None:
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or Path("."))
     try:
+        os.fchmod(fd, default_file_mode())
         with os.fdopen(fd, "w") as fh:
             json.dump(data, fh, indent=2)
             fh.write("\n")

@@ -149,14 +149,18 @@ class ClassicalSwapper:
         yaws = np.array([eye_frame(m)[2] for m in table.mesh], np.float32)
         return np.argmin(np.abs(yaws[:, None] - self.source_yaw[None, :]), axis=1)
 
-    def raster_scale(self, table: FaceTable) -> float:
-        """Resolution of the warp map relative to the frame.
+    @staticmethod
+    def raster_scales(table: FaceTable) -> np.ndarray:
+        """Per face, the resolution of its warp map relative to the frame.
 
         The map is piecewise affine, so bilinear upsampling recovers it almost
-        exactly; rasterising large faces at a reduced scale costs a fraction.
+        exactly; rasterising a large face at a reduced scale costs a fraction.
+        Each face's scale depends on that face alone (in steps of 1/8), so a
+        frame renders the same whichever frames share its batch.
         """
         spans = np.hypot(*(table.mesh[:, RIGHT_EYE_OUTER, :2] - table.mesh[:, LEFT_EYE_OUTER, :2]).T)
-        return float(np.clip(RASTER_SPAN / max(float(np.median(spans)), 1.0), 0.25, 1.0))
+        scales = np.clip(RASTER_SPAN / np.maximum(spans, 1.0), 0.25, 1.0)
+        return np.ceil(scales * 8) / 8
 
     def __call__(self, frames: list[np.ndarray], table: FaceTable) -> list[np.ndarray]:
         if len(table) == 0:
@@ -164,10 +168,11 @@ class ClassicalSwapper:
         assert table.mesh is not None, "the classical swap needs the face mesh"
         choice = self.choose_sources(table)
         src_mesh = np.stack([self.sources[c].mesh[:, :2] for c in choice])
-        height, width = frames[0].shape[:2]
-        scale = self.raster_scale(table)
-        shape = (int(np.ceil(height * scale)), int(np.ceil(width * scale)))
-        cov = rasterize(table.mesh[:, :, :2] * scale, src_mesh, table.mesh[:, :, 2], self.triangles, shape)
+        scales = self.raster_scales(table)
+        frame_shapes = np.array([frames[i].shape[:2] for i in table.frame_index], np.float64)
+        bounds = np.ceil(frame_shapes * scales[:, None]).astype(np.int64)
+        dst = table.mesh[:, :, :2] * scales[:, None, None]
+        cov = rasterize(dst, src_mesh, table.mesh[:, :, 2], self.triangles, bounds)
         order = np.argsort(cov.face, kind="stable")
         bounds = np.searchsorted(cov.face[order], np.arange(len(table) + 1))
         out = list(frames)
@@ -181,7 +186,12 @@ class ClassicalSwapper:
                 out[fi] = out[fi].copy()
                 written.add(fi)
             map_x, map_y, (x0, y0) = warp_map(
-                cov.x[rows], cov.y[rows], cov.src_x[rows], cov.src_y[rows], scale, (height, width)
+                cov.x[rows],
+                cov.y[rows],
+                cov.src_x[rows],
+                cov.src_y[rows],
+                float(scales[f]),
+                out[fi].shape[:2],
             )
             iod = 0.7 * eye_frame(table.mesh[f])[1]
             self._paint(out[fi], self.sources[choice[f]], iod, map_x, map_y, x0, y0)

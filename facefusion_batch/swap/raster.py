@@ -25,16 +25,24 @@ class Coverage:
 
 
 def rasterize(
-    dst: np.ndarray, src: np.ndarray, depth: np.ndarray, triangles: np.ndarray, shape: tuple[int, int]
+    dst: np.ndarray,
+    src: np.ndarray,
+    depth: np.ndarray,
+    triangles: np.ndarray,
+    shape: tuple[int, int] | np.ndarray,
 ) -> Coverage:
     """Rasterise the mesh of F faces.
 
     dst: [F,N,2] destination vertices (pixels); src: [F,N,2] matching source vertices;
     depth: [F,N] (smaller is nearer); triangles: [T,3] vertex indices; shape: (H, W) of
-    the destination. Pixel centres sit on integer coordinates (OpenCV's convention).
+    the destination, or [F,2] of them, one per face (faces may lie on frames of different
+    sizes or scales). Pixel centres sit on integer coordinates (OpenCV's convention).
     """
-    height, width = shape
     faces = dst.shape[0]
+    bounds = np.broadcast_to(np.asarray(shape, np.int64).reshape(-1, 2), (faces, 2))
+    height = np.repeat(bounds[:, 0], len(triangles))
+    width = np.repeat(bounds[:, 1], len(triangles))
+    key_height, key_width = int(bounds[:, 0].max(initial=1)), int(bounds[:, 1].max(initial=1))
     tri_dst = dst[:, triangles].reshape(-1, 3, 2).astype(np.float64)  # [F*T,3,2]
     tri_src = src[:, triangles].reshape(-1, 3, 2).astype(np.float64)
     tri_depth = depth[:, triangles].mean(axis=2).reshape(-1)
@@ -44,9 +52,9 @@ def rasterize(
     e2 = tri_dst[:, 2] - tri_dst[:, 0]
     det = e1[:, 0] * e2[:, 1] - e1[:, 1] * e2[:, 0]
     x0 = np.clip(np.ceil(tri_dst[..., 0].min(1)), 0, width).astype(np.int64)
-    x1 = np.clip(np.floor(tri_dst[..., 0].max(1)), -1, width - 1).astype(np.int64)
+    x1 = np.minimum(np.floor(tri_dst[..., 0].max(1)), width - 1).astype(np.int64)
     y0 = np.clip(np.ceil(tri_dst[..., 1].min(1)), 0, height).astype(np.int64)
-    y1 = np.clip(np.floor(tri_dst[..., 1].max(1)), -1, height - 1).astype(np.int64)
+    y1 = np.minimum(np.floor(tri_dst[..., 1].max(1)), height - 1).astype(np.int64)
     w = np.maximum(x1 - x0 + 1, 0)
     h = np.maximum(y1 - y0 + 1, 0)
     counts = np.where(np.abs(det) > 1e-9, w * h, 0)
@@ -74,7 +82,7 @@ def rasterize(
     tri, px, py, l0, l1, l2 = tri[inside], px[inside], py[inside], l0[inside], l1[inside], l2[inside]
 
     # nearest triangle per (face, pixel)
-    key = tri_face[tri] * (height * width) + py * width + px
+    key = tri_face[tri] * (key_height * key_width) + py * key_width + px
     order = np.lexsort((tri_depth[tri], key))
     key_sorted = key[order]
     first = np.ones(len(order), bool)

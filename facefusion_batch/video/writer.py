@@ -44,6 +44,7 @@ import av.error
 import numpy as np
 
 from facefusion_batch.errors import FfbatchError, InputError, OutputError
+from facefusion_batch.fsutil import default_file_mode
 from facefusion_batch.video.audio import AudioMuxer
 from facefusion_batch.video.probe import VideoInfo
 
@@ -232,10 +233,13 @@ class VideoWriter:
         *,
         audio_from: str | Path | None = None,
         queue_size: int = 32,
+        metadata: dict[str, str] | None = None,
     ) -> None:
+        """`metadata`: container tags to write (segments record their frame range this way)."""
         if queue_size < 1:
             raise ValueError("queue_size must be at least 1")
         self.output = Path(output)
+        self._metadata = dict(metadata or {})
         self.info = info
         self.settings = settings
         self.frames_written = 0
@@ -301,6 +305,7 @@ class VideoWriter:
             )
         except OSError as exc:
             raise OutputError(f"cannot write {out}: {exc.strerror or exc}") from None
+        os.fchmod(fd, default_file_mode())
         os.close(fd)
         return Path(name)
 
@@ -314,8 +319,12 @@ class VideoWriter:
 
     def _open_container(self, audio_from: str | Path | None) -> None:
         options = {}
+        if self._format == "matroska":
+            # keep every pts as it was: the muxer's default shifts all streams when AAC starts < 0
+            options["avoid_negative_ts"] = "disabled"
         if self._format in ("mp4", "mov"):
-            options["movflags"] = "+faststart"
+            # use_metadata_tags: keep our own tag names (the muxer otherwise drops unknown keys)
+            options["movflags"] = "+faststart+use_metadata_tags" if self._metadata else "+faststart"
             if self.time_base.numerator == 1 and self.time_base.denominator < 2**31:
                 # Keep the input's time base exactly (the muxer would otherwise pick its own).
                 options["video_track_timescale"] = str(self.time_base.denominator)
@@ -325,6 +334,7 @@ class VideoWriter:
             )
         except (av.error.FFmpegError, OSError) as exc:
             raise OutputError(f"cannot write {self.output}: {exc}") from None
+        self._container.metadata.update(self._metadata)
         settings = self.settings
         rate = Fraction(self.info.average_rate) if self.info.average_rate else None
         stream = self._container.add_stream(settings.codec, rate=rate, options=settings.codec_options())

@@ -1,0 +1,87 @@
+"""Session fixtures shared by the face tests: models loaded once, the test photos, a face clip.
+
+The real default models and the photos come from the store (`$FFBATCH_HOME`,
+fetched on first use; `make test` fetches them beforehand). Images handed out
+here are read-only, so a stage that writes into its input fails loudly instead
+of corrupting the next test.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+from media import make_clip
+
+from facefusion_batch.assets import asset_path
+from facefusion_batch.faces.table import FaceTable
+from facefusion_batch.pipeline.build import Models, load_models, read_image
+
+FACE_CLIP_SIZE = (640, 360)  # (width, height) as displayed
+FACE_CLIP_FRAMES = 24
+
+
+def _read_only(image: np.ndarray) -> np.ndarray:
+    image = np.ascontiguousarray(image)
+    image.setflags(write=False)
+    return image
+
+
+@pytest.fixture(scope="session")
+def models() -> Models:
+    return load_models("cpu", threads=2, models_dir=None)
+
+
+@pytest.fixture(scope="session")
+def t1_path() -> Path:
+    return asset_path("t1.jpg")
+
+
+@pytest.fixture(scope="session")
+def astronaut_path() -> Path:
+    return asset_path("astronaut.png")
+
+
+@pytest.fixture(scope="session")
+def t1_image(t1_path) -> np.ndarray:
+    """t1.jpg (1280x886, six faces), BGR uint8, read-only."""
+    return _read_only(read_image(t1_path))
+
+
+@pytest.fixture(scope="session")
+def astronaut_image(astronaut_path) -> np.ndarray:
+    """astronaut.png (512x512, one face), BGR uint8, read-only."""
+    return _read_only(read_image(astronaut_path))
+
+
+@pytest.fixture(scope="session")
+def t1_small(t1_image) -> np.ndarray:
+    """t1 resized to 640 wide (640x443), the picture the face clips pan over."""
+    h, w = t1_image.shape[:2]
+    size = (640, round(h * 640 / w))
+    return _read_only(cv2.resize(t1_image, size, interpolation=cv2.INTER_AREA))
+
+
+@pytest.fixture(scope="session")
+def t1_faces(models, t1_image) -> FaceTable:
+    """t1's faces as the default pipeline sees them: detected, then meshed."""
+    return models.mesh([t1_image], models.detector([t1_image]))
+
+
+@pytest.fixture(scope="session")
+def clip_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("face_clips")
+
+
+@pytest.fixture(scope="session")
+def face_clip(clip_dir, t1_small) -> Path:
+    """24 frames of 640x360 panning down over t1 (up to six faces per frame), 25 fps, AAC audio."""
+    return make_clip(
+        clip_dir / "faces.mp4",
+        image=t1_small,
+        size=FACE_CLIP_SIZE,
+        frames=FACE_CLIP_FRAMES,
+        audio="aac",
+    )
