@@ -15,6 +15,9 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	# torch for the GPU backends' logic tests, run on the CPU: pinned to the CPU build this machine
+	# kind has on disk (an unpinned torch pulls a multi-GB CUDA build); not a package requirement
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check torch==2.13.0
 	touch $(STAMP)
 
 models: $(STAMP)

@@ -26,6 +26,8 @@ app = typer.Typer(
 )
 models_app = typer.Typer(no_args_is_help=True, help="List, fetch and verify model files.")
 app.add_typer(models_app, name="models")
+engines_app = typer.Typer(no_args_is_help=True, help="Build, list and verify TensorRT engines for this GPU.")
+app.add_typer(engines_app, name="engines")
 
 log = logging.getLogger("ffbatch")
 
@@ -82,6 +84,8 @@ def _settings(**kw):
         )
     except ValueError as exc:
         raise InputError(str(exc)) from None
+    if "swapper" in kw:
+        swap = _swap_settings(swap, kw)
     encoder = EncoderSettings(
         codec=kw.pop("encoder"), crf=kw.pop("crf"), quality=kw.pop("quality"), preset=kw.pop("preset")
     )
@@ -89,35 +93,134 @@ def _settings(**kw):
     return RenderSettings(swap=swap, encoder=encoder, detector=detector, **kw)
 
 
+def _swap_settings(classical, kw):
+    """The learned-swap options (popped from `kw`) with the classical settings: a SwapSettings."""
+    from facefusion_batch.config import ReferenceSettings, SwapSettings
+    from facefusion_batch.swap.learned import LearnedSettings
+    from facefusion_batch.swap.masks import MaskSettings
+
+    def listed(value: str | None) -> tuple[str, ...]:
+        return tuple(v.strip() for v in (value or "").split(",") if v.strip())
+
+    padding = tuple(int(p) for p in listed(kw.pop("mask_padding")))
+    if len(padding) == 1:
+        padding = padding * 4
+    if len(padding) != 4:
+        raise InputError("--mask-padding takes 1 or 4 percentages: TOP,RIGHT,BOTTOM,LEFT")
+    masks = MaskSettings(
+        types=listed(kw.pop("mask")),
+        blur=kw.pop("mask_blur"),
+        padding=padding,
+        regions=listed(kw.pop("mask_regions")) or MaskSettings().regions,
+        occluder_model=kw.pop("occluder_model"),
+        parser_model=kw.pop("parser_model"),
+    )
+    learned = LearnedSettings(
+        swapper_model=kw.pop("swapper_model"),
+        weight=kw.pop("swapper_weight"),
+        pixel_boost=kw.pop("pixel_boost"),
+        enhancer_model=kw.pop("enhancer_model"),
+        enhancer_blend=kw.pop("enhancer_blend"),
+        masks=masks,
+    )
+    reference = ReferenceSettings(
+        image=kw.pop("reference_face"),
+        video=kw["input"],
+        frame=kw.pop("reference_frame"),
+        position=kw.pop("reference_face_position"),
+        distance=kw.pop("reference_distance"),
+    )
+    return SwapSettings(swapper=kw.pop("swapper"), classical=classical, learned=learned, reference=reference)
+
+
 @app.command()
 def render(
-    input: Annotated[Path, typer.Argument(help="Input video.")],
+    ctx: typer.Context,
+    inputs: Annotated[list[Path], typer.Argument(help="Input video(s).", show_default=False)],
     source: SourceOpt,
     output: Annotated[
-        Path,
+        Path | None,
         typer.Option(
             "--output",
             "-o",
             help="Output video; container from its "
             "extension. Written to a temporary name, renamed when done.",
         ),
-    ],
+    ] = None,
+    output_dir: Annotated[
+        Path | None,
+        typer.Option(help="Several inputs: write one output per input into this directory."),
+    ] = None,
+    output_pattern: Annotated[
+        str, typer.Option(help="File names in --output-dir: {stem}, {ext} (with its dot), {name}.")
+    ] = "{stem}-swapped{ext}",
+    frames: Annotated[
+        str | None,
+        typer.Option(
+            help="Render only frames START:END (0-based, END exclusive) into a video-only "
+            "segment for `ffbatch concat`."
+        ),
+    ] = None,
+    chunk_frames: Annotated[
+        int | None,
+        typer.Option(
+            help="Render in resumable chunks of N frames (default: chunks of 1500 frames "
+            "for videos over 3000 frames; 0: never)."
+        ),
+    ] = None,
+    force: Annotated[
+        bool, typer.Option(help="Drop saved progress and finished outputs; render everything again.")
+    ] = False,
+    ray: Annotated[
+        str | None,
+        typer.Option(help="Render segments on Ray: auto (a running cluster, else a local one) or ADDRESS."),
+    ] = None,
+    ray_workers: Annotated[
+        int | None, typer.Option(help="Ray actors (default: one per GPU; without GPUs, cores / 2).")
+    ] = None,
     faces: Annotated[
-        str, typer.Option(help="many: every face; one: the largest face of each frame.")
+        str,
+        typer.Option(
+            help="many: every face; one: the largest face of each frame; "
+            "reference: the faces of the person in --reference-face / --reference-frame."
+        ),
     ] = "many",
     batch_size: Annotated[
-        int, typer.Option(help="Frames per batch (every model call takes the batch).")
-    ] = 16,
+        int,
+        typer.Option(
+            help="Frames per batch (every model call takes the batch). On the CPU 8 is as fast "
+            "as larger batches and keeps memory lower."
+        ),
+    ] = 8,
     batch_window_ms: Annotated[
         float, typer.Option(help="Close a batch this long after its first frame even if not full.")
     ] = 200.0,
     workers: Annotated[int, typer.Option(help="Batches processed at once.")] = 2,
     threads: Annotated[
-        int | None, typer.Option(help="onnxruntime threads per model [default: cores / workers].")
+        int | None, typer.Option(help="onnxruntime threads per model (default: cores / workers).")
     ] = None,
     backend: Annotated[str, typer.Option(help="auto | cpu | cuda | tensorrt.")] = "auto",
+    streams: Annotated[
+        int | None,
+        typer.Option(
+            help="GPU: CUDA streams, one batch worker each (default from the GPU); CPU: as --workers."
+        ),
+    ] = None,
+    gpus: Annotated[
+        str | None,
+        typer.Option(help="GPUs to render on at once, one process each, e.g. 0,1 (default: GPU 0)."),
+    ] = None,
+    max_batch: Annotated[
+        int | None,
+        typer.Option(
+            help="GPU: most frames per model call (TensorRT profile max, default 16); may use fewer."
+        ),
+    ] = None,
+    precision: Annotated[
+        str, typer.Option(help="GPU: auto (fp16 where the model allows) | fp32 | fp16 | int8 (tensorrt).")
+    ] = "auto",
     encoder: Annotated[str, typer.Option(help="libx264 | libx265 | h264_nvenc | hevc_nvenc.")] = "libx264",
-    crf: Annotated[int | None, typer.Option(help="Constant rate factor 0–51 [default 18].")] = None,
+    crf: Annotated[int | None, typer.Option(help="Constant rate factor 0–51 (default 18).")] = None,
     quality: Annotated[int | None, typer.Option(help="0–100 (100 best); instead of --crf.")] = None,
     preset: Annotated[str, typer.Option(help="Encoder preset.")] = "veryfast",
     blend: Annotated[str, typer.Option(help="multiband | feather | poisson.")] = "multiband",
@@ -134,6 +237,55 @@ def render(
             help="local | global | none: how the face is recoloured to the target's skin and light.",
         ),
     ] = "local",
+    swapper: Annotated[
+        str,
+        typer.Option(
+            help="auto: the learned swapper when its model files are present, else classical; "
+            "classical; learned (fetched if missing)."
+        ),
+    ] = "auto",
+    swapper_model: Annotated[
+        str | None,
+        typer.Option(
+            help="Learned swapper, FaceFusion's name: inswapper_128, hyperswap_1a_256, simswap_256, "
+            "ghost_1_256, blendswap_256, uniface_256, ... (a prepared variant: NAME@fp16)."
+        ),
+    ] = None,
+    swapper_weight: Annotated[
+        float, typer.Option(help="0–1; 0.5 the source identity alone, lower keeps more of the target's.")
+    ] = 0.5,
+    pixel_boost: Annotated[
+        int | None,
+        typer.Option(help="Learned swapper crop size, a multiple of its input (128-px models: 256, 512)."),
+    ] = None,
+    enhancer_model: Annotated[
+        str | None, typer.Option(help="Face enhancer after the swap: gfpgan_1.4, gpen_bfr_512, codeformer...")
+    ] = None,
+    enhancer_blend: Annotated[int, typer.Option(help="Percent of the enhanced face kept, 0–100.")] = 80,
+    mask: Annotated[
+        str, typer.Option(help="Learned swap masks, comma-separated: box, occlusion (xseg), region (parser).")
+    ] = "box",
+    mask_blur: Annotated[float, typer.Option(help="Box mask blur, 0–1.")] = 0.3,
+    mask_padding: Annotated[str, typer.Option(help="Box mask padding, percent: T,R,B,L or one value.")] = "0",
+    mask_regions: Annotated[
+        str | None, typer.Option(help="Region mask classes, comma-separated (default: all face regions).")
+    ] = None,
+    occluder_model: Annotated[str, typer.Option(help="xseg_1 | xseg_2 | xseg_3.")] = "xseg_1",
+    parser_model: Annotated[str, typer.Option(help="bisenet_resnet_34 | bisenet_resnet_18.")] = (
+        "bisenet_resnet_34"
+    ),
+    reference_face: Annotated[
+        Path | None, typer.Option(help="--faces reference: a photo of the person whose faces are swapped.")
+    ] = None,
+    reference_frame: Annotated[
+        int | None, typer.Option(help="--faces reference: take the person from this frame of the input.")
+    ] = None,
+    reference_face_position: Annotated[
+        int, typer.Option(help="Which face of the reference picture, 0 = the largest.")
+    ] = 0,
+    reference_distance: Annotated[
+        float, typer.Option(help="Faces within this distance (1 − cos)/2 of the reference are swapped.")
+    ] = 0.3,
     score_threshold: Annotated[float, typer.Option(help="Face detector score threshold.")] = 0.6,
     models_dir: Annotated[Path | None, typer.Option(help="Look here for model files first.")] = None,
     report: Annotated[Path | None, typer.Option(help="Write a JSON report here.")] = None,
@@ -143,12 +295,27 @@ def render(
 ) -> None:
     """Swap the face(s) of SOURCE into every frame of INPUT and write OUTPUT."""
     setup_logging(quiet, verbose)
-    from facefusion_batch.pipeline.render import render as run_render
-    from facefusion_batch.progress import Progress
+    from click.core import ParameterSource
 
+    from facefusion_batch.farm.batch import run_render_command
+    from facefusion_batch.runtime.backends import device_options
+    from facefusion_batch.runtime.gpu_cli import device_plan, render_on_several_gpus
+
+    gpu_plan = device_plan(
+        backend=backend,
+        workers=workers,
+        workers_given=ctx.get_parameter_source("workers") != ParameterSource.DEFAULT,
+        streams=streams,
+        gpus=gpus,
+        max_batch=max_batch,
+        precision=precision,
+        batch_given=ctx.get_parameter_source("batch_size") != ParameterSource.DEFAULT,
+    )
+    workers = gpu_plan.workers
+    batch_size = gpu_plan.batch_size or batch_size
     settings = _settings(
-        input=input,
-        output=output,
+        input=inputs[0],
+        output=output or Path("."),
         sources=tuple(source),
         faces=faces,
         batch_size=batch_size,
@@ -163,24 +330,119 @@ def render(
         blend=blend,
         eyes_mouth=eyes_mouth,
         colour=colour,
+        swapper=swapper,
+        swapper_model=swapper_model,
+        swapper_weight=swapper_weight,
+        pixel_boost=pixel_boost,
+        enhancer_model=enhancer_model,
+        enhancer_blend=enhancer_blend,
+        mask=mask,
+        mask_blur=mask_blur,
+        mask_padding=mask_padding,
+        mask_regions=mask_regions,
+        occluder_model=occluder_model,
+        parser_model=parser_model,
+        reference_face=reference_face,
+        reference_frame=reference_frame,
+        reference_face_position=reference_face_position,
+        reference_distance=reference_distance,
         score_threshold=score_threshold,
         models_dir=models_dir,
         report=report,
-        overwrite=overwrite,
+        overwrite=overwrite or force,
         quiet=quiet,
+        chunk_frames=chunk_frames,
+        force=force,
     )
-    with Progress(enabled=not quiet) as progress:
-        result = run_render(settings, on_progress=progress.update, on_start=progress.start)
-    summary = result.summary()
-    log.info(
-        "done: %d frames in %.1f s (%.1f fps), %d faces swapped, audio %s",
-        result.frames_out,
-        result.wall_seconds,
-        summary["fps"],
-        result.faces_swapped,
-        result.audio,
-    )
+    if gpu_plan.gpus:
+        render_on_several_gpus(settings, gpu_plan, inputs=list(inputs), output=output, frames=frames, ray=ray)
+        return
+    with device_options(gpu_plan.options):
+        code = run_render_command(
+            settings,
+            list(inputs),
+            output=output,
+            output_dir=output_dir,
+            output_pattern=output_pattern,
+            frames=frames,
+            ray=ray,
+            ray_workers=ray_workers,
+        )
+    if code:
+        raise typer.Exit(code)
+
+
+@app.command()
+def concat(
+    segments: Annotated[
+        list[Path],
+        typer.Argument(help="Segments made by `render --frames`, in any order.", show_default=False),
+    ],
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="The joined video; container from its extension.")
+    ],
+    audio_from: Annotated[
+        Path | None, typer.Option(help="Copy the audio of this file (the original input), in sync.")
+    ] = None,
+    overwrite: Annotated[bool, typer.Option(help="Replace an existing output file.")] = False,
+    clean: Annotated[
+        bool, typer.Option(help="Delete the segments (and their emptied work directory) once joined.")
+    ] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Warnings only.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
+) -> None:
+    """Join segments by stream copy (no re-encode) and mux the audio of --audio-from back in."""
+    setup_logging(quiet, verbose)
+    from facefusion_batch.farm.concat import concat_command
+
+    concat_command(list(segments), output, audio_from=audio_from, overwrite=overwrite, clean=clean)
     typer.echo(str(output))
+
+
+@app.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+def plan(
+    inputs: Annotated[
+        list[str],
+        typer.Argument(
+            help="Input video(s), and the `render` options for every chunk (--source ... --crf ...).",
+            show_default=False,
+        ),
+    ],
+    chunk_frames: Annotated[int, typer.Option(help="Frames per chunk (one farm task each).")] = 1500,
+    format: Annotated[str, typer.Option("--format", help="json | shell | slurm | opencue.")] = "shell",
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="The joined video (one input).")
+    ] = None,
+    output_dir: Annotated[
+        Path | None, typer.Option(help="Several inputs: one joined video per input in here.")
+    ] = None,
+    output_pattern: Annotated[
+        str, typer.Option(help="File names in --output-dir: {stem}, {ext} (with its dot), {name}.")
+    ] = "{stem}-swapped{ext}",
+    ffbatch: Annotated[
+        str, typer.Option("--ffbatch", help="How the farm's hosts run ffbatch, e.g. '/opt/venv/bin/ffbatch'.")
+    ] = "ffbatch",
+    sbatch: Annotated[
+        list[str] | None, typer.Option(help="slurm: an extra #SBATCH line, e.g. --sbatch=--gres=gpu:1.")
+    ] = None,
+    overwrite: Annotated[bool, typer.Option(help="The joins replace existing outputs.")] = False,
+) -> None:
+    """Print the commands that render INPUT(s) in chunks on a farm, and join them."""
+    setup_logging(True, False)
+    from facefusion_batch.farm.plan import plan_command
+
+    text = plan_command(
+        list(inputs),
+        chunk_frames=chunk_frames,
+        fmt=format,
+        output=output,
+        output_dir=output_dir,
+        output_pattern=output_pattern,
+        ffbatch=ffbatch,
+        sbatch=sbatch,
+        overwrite=overwrite,
+    )
+    typer.echo(text, nl=False)
 
 
 @app.command()
@@ -234,7 +496,7 @@ def models_list() -> None:
 
 @models_app.command("fetch")
 def models_fetch(
-    names: Annotated[list[str] | None, typer.Argument(help="Model names [default: the default set].")] = None,
+    names: Annotated[list[str] | None, typer.Argument(help="Model names (default: the default set).")] = None,
     force: Annotated[bool, typer.Option(help="Fetch again even if present and valid.")] = False,
 ) -> None:
     """Fetch models (verified by sha256) into the store."""
@@ -249,7 +511,7 @@ def models_fetch(
 @models_app.command("verify")
 def models_verify(
     names: Annotated[
-        list[str] | None, typer.Argument(help="Model names [default: all in the store].")
+        list[str] | None, typer.Argument(help="Model names (default: all in the store).")
     ] = None,
 ) -> None:
     """Check the sha256 of models in the store; exit 2 if any is wrong."""
@@ -265,6 +527,71 @@ def models_verify(
         raise typer.Exit(EXIT_USAGE)
 
 
+@models_app.command("prepare")
+def models_prepare(
+    name: Annotated[str, typer.Argument(help="A learned model, e.g. inswapper_128.")],
+    fp16: Annotated[bool, typer.Option("--fp16", help="Also make a float16 variant (fp32 I/O).")] = False,
+    int8: Annotated[bool, typer.Option("--int8", help="Also make an INT8 Q/DQ variant.")] = False,
+    calibration_dir: Annotated[
+        Path | None, typer.Option(help="Aligned face crops (ffbatch models calibration-crops), >= 500.")
+    ] = None,
+    models_dir: Annotated[Path | None, typer.Option(help="Look here for the original file first.")] = None,
+    force: Annotated[bool, typer.Option(help="Make the variants again even if present.")] = False,
+) -> None:
+    """Make NAME's dynamic-batch copy (checked against single runs) and optional fp16 / INT8 variants.
+
+    Each lands beside the original in the store with its own sha256; its sidecar JSON says how it was
+    made and, for fp16 / INT8, its largest deviation from float32.
+    """
+    setup_logging(False, False)
+    from facefusion_batch.models import store
+    from facefusion_batch.models.facefusion import MODELS
+    from facefusion_batch.models.prepare import prepared_path, variant_catalog, variant_name
+
+    if name not in MODELS:
+        raise InputError(f"models prepare: {name!r} is not a learned model (known: {', '.join(MODELS)})")
+    if int8 and calibration_dir is None:
+        raise InputError("--int8 needs --calibration-dir (make one with: ffbatch models calibration-crops)")
+    if calibration_dir is not None and not calibration_dir.is_dir():
+        raise InputError(f"--calibration-dir {calibration_dir}: no such directory")
+    catalog = variant_catalog(name, calibration_dir=calibration_dir)
+    for variant in ["batch"] + ["fp16"] * fp16 + ["int8"] * int8:
+        target = variant_name(name, variant)
+        if force:
+            path = store.fetch(target, force=True, models_dir=models_dir, catalog=catalog)
+        else:
+            path = prepared_path(target, models_dir=models_dir, catalog=catalog)
+        typer.echo(f"{target}: {path}")
+
+
+@models_app.command("calibration-crops")
+def models_calibration_crops(
+    videos: Annotated[list[Path], typer.Argument(help="Videos to take faces from.", show_default=False)],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Directory for the crops.")],
+    count: Annotated[int, typer.Option(help="How many crops (>= 500 recommended for INT8).")] = 500,
+    models_dir: Annotated[Path | None, typer.Option(help="Look here for model files first.")] = None,
+) -> None:
+    """Write aligned face crops (ffhq_512 template, 512 px) from VIDEOS, found by the default detector."""
+    setup_logging(False, False)
+    from facefusion_batch.faces.detect import YuNetDetector
+    from facefusion_batch.models import store
+    from facefusion_batch.models.calibration import extract_crops
+    from facefusion_batch.pipeline.build import DETECTOR_MODEL
+    from facefusion_batch.runtime.backends import select_backend
+
+    for video in videos:
+        if not video.is_file():
+            raise InputError(f"{video}: no such file")
+    if count < 1:
+        raise InputError(f"--count must be at least 1 (got {count})")
+    path = store.model_path(DETECTOR_MODEL, models_dir=models_dir)
+    detector = YuNetDetector(select_backend("cpu").load(path, label=DETECTOR_MODEL))
+    written = extract_crops(videos, output, detector, count=count)
+    if written == 0:
+        raise InputError("no face found in the given videos")
+    typer.echo(str(output))
+
+
 @app.command()
 def doctor() -> None:
     """What this machine offers: backends, GPUs, codecs, and what `auto` would choose."""
@@ -272,6 +599,61 @@ def doctor() -> None:
 
     for line in report_lines():
         typer.echo(line)
+
+
+EnginesDirOpt = Annotated[
+    Path | None, typer.Option(help="Where engines live (default: $FFBATCH_HOME/engines).")
+]
+
+
+@engines_app.command("build")
+def engines_build(
+    names: Annotated[
+        list[str] | None, typer.Argument(help="Models (default: the detector and the face mesh).")
+    ] = None,
+    max_batch: Annotated[int, typer.Option(help="Largest frame batch of the optimisation profile.")] = 16,
+    precision: Annotated[
+        str, typer.Option(help="auto (fp16 if it agrees with fp32) | fp32 | fp16 | int8.")
+    ] = "auto",
+    onnx: Annotated[Path | None, typer.Option(help="int8: the Q/DQ ONNX to build from (one model).")] = None,
+    engines_dir: EnginesDirOpt = None,
+    gpu: Annotated[int, typer.Option(help="CUDA device to build for.")] = 0,
+    force: Annotated[bool, typer.Option(help="Rebuild even if a matching engine exists.")] = False,
+    models_dir: Annotated[Path | None, typer.Option(help="Look here for model files first.")] = None,
+) -> None:
+    """Build engines for this GPU and TensorRT (exit 2 without them)."""
+    setup_logging(False, False)
+    from facefusion_batch.runtime.engines_cli import build_engines
+    from facefusion_batch.runtime.options import DeviceOptions
+
+    options = DeviceOptions(
+        device_index=gpu, precision=precision, max_batch=max_batch, engines_dir=engines_dir
+    )
+    for line in build_engines(names, options.validated(), onnx=onnx, force=force, models_dir=models_dir):
+        typer.echo(line)
+
+
+@engines_app.command("list")
+def engines_list(engines_dir: EnginesDirOpt = None) -> None:
+    """Stored engines: model, precision, batch profile, GPU, TensorRT, and whether they fit here."""
+    from facefusion_batch.runtime.engines_cli import list_engines
+    from facefusion_batch.runtime.options import DeviceOptions
+
+    for line in list_engines(DeviceOptions(engines_dir=engines_dir)):
+        typer.echo(line)
+
+
+@engines_app.command("verify")
+def engines_verify(engines_dir: EnginesDirOpt = None) -> None:
+    """Check every engine's bytes, its fit to this GPU/TensorRT and its outputs; exit 2 if any fails."""
+    from facefusion_batch.runtime.engines_cli import verify_engines
+    from facefusion_batch.runtime.options import DeviceOptions
+
+    lines, ok = verify_engines(DeviceOptions(engines_dir=engines_dir))
+    for line in lines:
+        typer.echo(line)
+    if not ok:
+        raise typer.Exit(EXIT_USAGE)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -285,10 +667,13 @@ def main(argv: list[str] | None = None) -> None:
         print("ffbatch: interrupted", file=sys.stderr)
         code = EXIT_INTERRUPTED
     except typer.TyperException as exc:  # usage errors: bad option, missing argument
-        if hasattr(exc, "show"):
-            exc.show()
-        else:
-            print(f"ffbatch: error: {exc.format_message()}", file=sys.stderr)
+        hint = ""
+        ctx = getattr(exc, "ctx", None)
+        if ctx is not None:
+            hint = f" (see '{ctx.command_path} --help')"
+        message = exc.format_message()
+        if message:  # empty when the help was shown for a bare command
+            print(f"ffbatch: error: {message}{hint}", file=sys.stderr)
         code = exc.exit_code
     except FfbatchError as exc:
         if debug:

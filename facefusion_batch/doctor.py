@@ -1,10 +1,20 @@
-"""`ffbatch doctor`: what this machine offers, without starting a render."""
+"""`ffbatch doctor`: what this machine offers, without starting a render.
+
+GPUs (name, compute capability, memory), torch and its CUDA, TensorRT,
+onnxruntime's providers, NVENC/NVDEC (in the FFmpeg build, and whether they
+actually open here), built engines, and what `--backend auto` would choose
+and why. Nothing here may fail: a broken optional install is a finding.
+"""
 
 from __future__ import annotations
 
 import importlib.util
 import os
 import platform
+from fractions import Fraction
+
+NVENC = ("h264_nvenc", "hevc_nvenc", "av1_nvenc")
+NVDEC = ("h264_cuvid", "hevc_cuvid", "av1_cuvid")
 
 
 def _version(module: str) -> str:
@@ -17,54 +27,123 @@ def _version(module: str) -> str:
         return f"broken ({type(exc).__name__}: {exc})"
 
 
-def _encoders() -> list[str]:
+def _codecs(names: tuple[str, ...], mode: str) -> list[str]:
     import av
 
     usable = []
-    for name in ("libx264", "libx265", "h264_nvenc", "hevc_nvenc", "libsvtav1"):
+    for name in names:
         try:
-            av.codec.Codec(name, "w")
+            av.codec.Codec(name, mode)
             usable.append(name)
         except Exception:
             continue
     return usable
 
 
+def nvenc_opens(name: str = "h264_nvenc") -> str:
+    """'' when an NVENC encoder opens here (GPU and driver support it), else why not."""
+    import av
+
+    try:
+        ctx = av.codec.CodecContext.create(name, "w")
+        ctx.width, ctx.height, ctx.pix_fmt = 256, 256, "yuv420p"
+        ctx.time_base = Fraction(1, 25)
+        ctx.open()
+        return ""
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
+def nvdec_opens() -> str:
+    """'' when FFmpeg can create a CUDA hardware decoding device here, else why not."""
+    import av
+
+    try:
+        from av.codec.hwaccel import HWAccel, hwdevices_available
+
+        if "cuda" not in hwdevices_available():
+            return "this FFmpeg build has no CUDA hwaccel"
+        av.codec.CodecContext.create(
+            "h264", "r", hwaccel=HWAccel(device_type="cuda", allow_software_fallback=False)
+        )
+        return ""
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
 def report_lines() -> list[str]:
     from facefusion_batch.paths import ffbatch_home
-    from facefusion_batch.runtime.backends import nvidia_gpu_count
+    from facefusion_batch.runtime.backends import availability, choose_auto
+    from facefusion_batch.runtime.nvml import list_gpus, load_pynvml
 
+    avail = availability()
+    torch_line = _version("torch")
+    if avail.torch is not None:
+        torch_line = f"{avail.torch} ({'CUDA ' + avail.torch_cuda if avail.torch_cuda else 'CPU-only build'})"
+    trt_line = avail.tensorrt or avail.tensorrt_problem
     lines = [
         f"python        {platform.python_version()} on {platform.machine()} ({os.cpu_count()} cores)",
         f"ffbatch home  {ffbatch_home()}",
         f"onnxruntime   {_version('onnxruntime')}",
         f"av (PyAV)     {_version('av')}",
         f"opencv        {_version('cv2')}",
-        f"torch         {_version('torch')}",
-        f"tensorrt      {_version('tensorrt')}",
+        f"torch         {torch_line}",
+        f"tensorrt      {trt_line}",
     ]
+    nvml_state = "available" if load_pynvml() is not None else "not available (nvidia-ml-py, driver)"
+    lines.append(f"nvml          {nvml_state}")
     try:
         import onnxruntime as ort
 
-        lines.append(f"ort providers {', '.join(ort.get_available_providers())}")
+        providers = ort.get_available_providers()
+        note = ""
+        if "CUDAExecutionProvider" in providers and not avail.gpus:
+            note = " (the CUDA provider is listed but no GPU is visible: sessions would fall back to CPU)"
+        lines.append(f"ort providers {', '.join(providers)}{note}")
     except Exception:
         pass
-    gpus = nvidia_gpu_count()
+    gpus = list_gpus()
     if gpus:
-        import torch
-
-        for i in range(gpus):
-            p = torch.cuda.get_device_properties(i)
-            lines.append(f"gpu {i}         {p.name}, sm_{p.major}{p.minor}, {p.total_memory / 2**30:.1f} GiB")
+        for g in gpus:
+            driver = f", driver {g.driver}" if g.driver else ""
+            lines.append(f"gpu {g.index}         {g.describe()}{driver}")
     else:
-        lines.append("gpu           no NVIDIA GPU (torch with CUDA not present or no device)")
-    lines.append(
-        f"encoders      {', '.join(_encoders())} (present in this FFmpeg build; NVENC also "
-        "needs a GPU that has it)"
-    )
-    lines.append(
-        "auto backend  cpu (onnxruntime): the cuda and tensorrt backends are not built yet"
-        if not gpus
-        else "auto backend  cpu: a GPU is present but the GPU backends are not built yet"
-    )
+        lines.append("gpu           no NVIDIA GPU (no driver/NVML, or torch without CUDA, or no device)")
+    enc, dec = _codecs(NVENC, "w"), _codecs(NVDEC, "r")
+    lines.append(f"encoders      {', '.join(_codecs(('libx264', 'libx265', 'libsvtav1'), 'w'))} (software)")
+    if not gpus:
+        lines.append(
+            f"nvenc         in this FFmpeg build: {', '.join(enc) or 'none'}; unusable here (no NVIDIA GPU)"
+        )
+        lines.append(
+            f"nvdec         in this FFmpeg build: {', '.join(dec) or 'none'}; unusable here (no NVIDIA GPU)"
+        )
+    else:
+        problem = nvenc_opens(enc[0]) if enc else "not in this FFmpeg build"
+        lines.append(
+            f"nvenc         {', '.join(enc) or 'none'}: {'opens on this GPU' if not problem else problem}"
+        )
+        problem = nvdec_opens() if dec else "not in this FFmpeg build"
+        state = problem or "CUDA decoding available"
+        lines.append(f"nvdec         {', '.join(dec) or 'none'}: {state}")
+    lines.extend(_engine_lines(gpus, avail.tensorrt))
+    chosen, why = choose_auto(avail)
+    lines.append(f"auto backend  {chosen}: {why}")
     return lines
+
+
+def _engine_lines(gpus, trt_version: str | None) -> list[str]:
+    from facefusion_batch.runtime.engine_cache import EngineCache, MachineKey
+
+    cache = EngineCache()
+    entries = cache.entries()
+    if not entries:
+        return [f"engines       none in {cache.directory}"]
+    if not gpus or not trt_version:
+        return [
+            f"engines       {len(entries)} in {cache.directory} (cannot check them here: no GPU or TensorRT)"
+        ]
+    g = gpus[0]
+    machine = MachineKey(gpu=g.name, sm=g.sm_tag, tensorrt=trt_version)
+    fit = [e for e in entries if e.key is not None and not e.key.machine_mismatch(machine)]
+    return [f"engines       {len(entries)} in {cache.directory}, {len(fit)} built for this GPU and TensorRT"]

@@ -20,15 +20,37 @@ from facefusion_batch.assets import asset_path
 @pytest.fixture(scope="module")
 def clip(tmp_path_factory, t1_small) -> Path:
     # enough frames that the encoded video is far larger than the space we allow
-    return make_clip(tmp_path_factory.mktemp("full") / "clip.mp4", frames=40, size=(640, 360),
-                     image=t1_small, audio="aac", crf=0)
+    return make_clip(
+        tmp_path_factory.mktemp("full") / "clip.mp4",
+        frames=40,
+        size=(640, 360),
+        image=t1_small,
+        audio="aac",
+        crf=0,
+    )
 
 
 def render(clip: Path, out: Path, preexec=None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "facefusion_batch", "render", str(clip), "-s",
-         str(asset_path("astronaut.png")), "-o", str(out), "-q", "--crf", "0"],
-        capture_output=True, text=True, timeout=300, check=False, preexec_fn=preexec,
+        [
+            sys.executable,
+            "-m",
+            "facefusion_batch",
+            "render",
+            str(clip),
+            "-s",
+            str(asset_path("astronaut.png")),
+            "-o",
+            str(out),
+            "-q",
+            "--crf",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        preexec_fn=preexec,
     )
 
 
@@ -60,8 +82,9 @@ def test_tiny_filesystem(tmp_path, clip):
     mount.mkdir()
     if shutil.which("mount") is None:
         pytest.skip("no mount command")
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount)],
-                          capture_output=True, check=False)
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount)], capture_output=True, check=False
+    )
     if made.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode(errors='replace').strip()}")
     try:

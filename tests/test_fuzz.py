@@ -51,8 +51,9 @@ def corrupt(data: bytes, rng: np.random.Generator) -> tuple[str, bytes]:
 def clip_bytes(tmp_path_factory) -> bytes:
     t1 = cv2.imread(str(asset_path("t1.jpg")))
     small = cv2.resize(t1, (320, 222))
-    path = make_clip(tmp_path_factory.mktemp("fuzz") / "clip.mp4", frames=12, size=(320, 180),
-                     image=small, audio="aac")
+    path = make_clip(
+        tmp_path_factory.mktemp("fuzz") / "clip.mp4", frames=12, size=(320, 180), image=small, audio="aac"
+    )
     return path.read_bytes()
 
 
@@ -67,9 +68,22 @@ def test_corrupted_input_fails_cleanly(case, clip_bytes, tmp_path):
     out_dir.mkdir()
     out = out_dir / "out.mp4"
     proc = subprocess.run(
-        [sys.executable, "-m", "facefusion_batch", "render", str(src), "--source",
-         str(asset_path("astronaut.png")), "-o", str(out), "--quiet"],
-        capture_output=True, text=True, timeout=TIME_LIMIT_S, check=False,
+        [
+            sys.executable,
+            "-m",
+            "facefusion_batch",
+            "render",
+            str(src),
+            "--source",
+            str(asset_path("astronaut.png")),
+            "-o",
+            str(out),
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=TIME_LIMIT_S,
+        check=False,
     )
     assert proc.returncode in (0, 2), f"{what}: exit {proc.returncode}\n{proc.stderr[-2000:]}"
     assert "Traceback" not in proc.stderr, f"{what}: traceback printed\n{proc.stderr[-2000:]}"

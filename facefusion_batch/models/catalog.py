@@ -106,6 +106,8 @@ class ModelSpec:
     derived_from: str | None = None
     note: str = ""
     validator: str | None = None
+    # Parameters a recipe reads (e.g. the calibration set of an INT8 variant), as pairs.
+    options: tuple[tuple[str, str], ...] = ()
 
 
 # --- numeric fingerprint of the face mesh --------------------------------------------
@@ -307,6 +309,46 @@ ENTRIES: tuple[ModelSpec, ...] = (
         "fixed wheel is fetched whatever the host.",
     ),
 )
+
+
+def _facefusion_entries() -> tuple[ModelSpec, ...]:
+    """Each FaceFusion model as two entries: its ``.hash`` sidecar, and the file checked against it."""
+    from .facefusion import MODELS
+
+    inswapper_inputs = (TensorSig("target", (1, 3, 128, 128)), TensorSig("source", (1, 512)))
+    out: list[ModelSpec] = []
+    for m in MODELS.values():
+        out.append(
+            ModelSpec(
+                name=m.hash_name,
+                file=m.hash_name,
+                sha256=None,
+                size=None,
+                licence=m.licence,
+                kind="data",
+                sources=(Url(m.hash_url),),
+                note=f"CRC32 of {m.file} as published beside it",
+            )
+        )
+        out.append(
+            ModelSpec(
+                name=m.name,
+                file=m.file,
+                sha256=None,  # none is published; the CRC32-checked first fetch is recorded
+                size=None,
+                licence=m.licence,
+                kind="model",
+                inputs=inswapper_inputs if m.name == "inswapper_128" else (),
+                sources=(Derived("facefusion_download"),),
+                derived_from=m.hash_name,
+                validator="facefusion_crc32",
+                note=f"FaceFusion {m.role} ({m.release}); {m.url}" + (f"; {m.note}" if m.note else ""),
+            )
+        )
+    return tuple(out)
+
+
+ENTRIES += _facefusion_entries()
 
 
 def build_catalog(entries: Iterable[ModelSpec]) -> Mapping[str, ModelSpec]:

@@ -404,3 +404,111 @@ def validate_yunet_batch(path: Path, cached: Callable[[str], Path | None] | None
     except ValueError as exc:
         raise ValidationError(str(exc)) from None
     return {"batch_max_abs_diff": worst, "tools": tool_versions("onnxruntime", "numpy")}
+
+
+# --- float16 ---------------------------------------------------------------------------
+
+# Ops computed in float16 by `to_float16`; the rest stay float32 behind Cast nodes.
+FP16_OPS = frozenset(
+    """Conv ConvTranspose Gemm MatMul Add Sub Mul Div Relu LeakyRelu PRelu Sigmoid Tanh Elu
+    InstanceNormalization BatchNormalization MaxPool AveragePool GlobalAveragePool Concat Reshape
+    Transpose Flatten Pad Slice Split Squeeze Unsqueeze Identity Clip Softmax Sqrt Neg Abs Max Min
+    Resize DepthToSpace SpaceToDepth HardSigmoid Erf""".split()
+)
+# Float inputs that keep float32 even on a float16 node (Resize's roi and scales).
+_FP32_POSITIONS = {"Resize": {1, 2}}
+
+
+def to_float16(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of `model` computing in float16 with float32 inputs and outputs kept.
+
+    Nodes in `FP16_OPS` run in float16; their float32 initializers are converted
+    in place (a copy is added when a float32 node also reads one); every other
+    float tensor crossing between the two precisions gets a Cast. Initializers
+    no node reads (such as inswapper's emap) are left untouched, in their place.
+    """
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    inferred = onnx.shape_inference.infer_shapes(model)
+    graph = inferred.graph
+    elem = {v.name: v.type.tensor_type.elem_type for v in [*graph.input, *graph.value_info, *graph.output]}
+    inits = {i.name: i for i in graph.initializer}
+    for name, init in inits.items():
+        elem[name] = init.data_type
+    is_float = {n for n, t in elem.items() if t == TensorProto.FLOAT}
+
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    g = out.graph
+    produced = {name for node in g.node for name in node.output}
+    outputs = [o.name for o in g.output if o.name in is_float and o.name in produced]
+    rename = {o: f"{o}__fp16" for o in outputs}  # internal name of each float output
+    consumers_fp16: dict[str, set[bool]] = {}
+    for node in g.node:
+        half = node.domain in ("", "ai.onnx") and node.op_type in FP16_OPS
+        for idx, name in enumerate(node.input):
+            if name in inits and name in is_float:
+                keep32 = idx in _FP32_POSITIONS.get(node.op_type, ())
+                consumers_fp16.setdefault(name, set()).add(half and not keep32)
+
+    precision: dict[str, int] = {i.name: 32 for i in g.input}
+    new_inits: dict[str, onnx.TensorProto] = {}
+    for name, uses in consumers_fp16.items():
+        if uses == {True}:
+            precision[name] = 16
+        else:
+            precision[name] = 32
+            if True in uses:
+                new_inits[f"{name}__fp16"] = name
+    casts: dict[tuple[str, int], str] = {}
+    nodes: list[onnx.NodeProto] = []
+
+    def as_precision(name: str, bits: int) -> str:
+        if not name or name not in is_float or precision.get(name, 32) == bits:
+            return name
+        if bits == 16 and f"{name}__fp16" in new_inits:
+            return f"{name}__fp16"
+        key = (name, bits)
+        if key not in casts:
+            casts[key] = f"{name}__as{bits}"
+            to = TensorProto.FLOAT16 if bits == 16 else TensorProto.FLOAT
+            nodes.append(helper.make_node("Cast", [name], [casts[key]], to=to, name=f"{casts[key]}_cast"))
+        return casts[key]
+
+    for node in g.node:
+        half = node.domain in ("", "ai.onnx") and node.op_type in FP16_OPS
+        fixed = onnx.NodeProto()
+        fixed.CopyFrom(node)
+        for idx, name in enumerate(node.input):
+            keep32 = idx in _FP32_POSITIONS.get(node.op_type, ())
+            fixed.input[idx] = as_precision(rename.get(name, name), 16 if half and not keep32 else 32)
+        for idx, name in enumerate(node.output):
+            name = rename.get(name, name)
+            fixed.output[idx] = name
+            if name in is_float or name in rename.values():
+                is_float.add(name)
+                precision[name] = 16 if half else 32
+        nodes.append(fixed)
+    for o in outputs:
+        src = rename[o]
+        if precision.get(src, 32) == 16:
+            nodes.append(helper.make_node("Cast", [src], [o], to=TensorProto.FLOAT, name=f"{o}_out_cast"))
+        else:
+            nodes.append(helper.make_node("Identity", [src], [o], name=f"{o}_out_identity"))
+
+    for init in g.initializer:
+        if precision.get(init.name) == 16 and init.data_type == TensorProto.FLOAT:
+            init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init).astype(np.float16), init.name))
+    extra = [
+        numpy_helper.from_array(numpy_helper.to_array(inits[base]).astype(np.float16), name)
+        for name, base in new_inits.items()
+    ]
+    kept = list(g.initializer)
+    del g.initializer[:]
+    g.initializer.extend(extra + kept)  # the original order, last one included, is kept at the end
+    del g.node[:]
+    g.node.extend(nodes)
+    del g.value_info[:]
+    onnx.checker.check_model(out)
+    return out

@@ -1,4 +1,5 @@
-"""Rewrite models for batching: a fixed batch dimension becomes a symbolic one.
+"""Rewrite models for batching and precision: a fixed batch dimension becomes a symbolic one;
+float16 and INT8 (explicit Q/DQ) variants of the learned models.
 
 onnxruntime refuses inputs whose batch differs from the declared shape, so a
 model published with batch 1 is rewritten once, checked (a batch of N must
@@ -9,10 +10,19 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
+
+from .catalog import Derived, ModelSpec
+from .convert import ValidationError
+
+if TYPE_CHECKING:
+    from .sources import DeriveContext
 
 BATCH_EQUALITY_ATOL = 1e-4
 
@@ -83,3 +93,303 @@ def prepare_yunet(src: Path, dst: Path) -> float:
     except Exception:
         dst.unlink(missing_ok=True)
         raise
+
+
+# --- prepared variants of learned models -------------------------------------------------
+#
+# `NAME@batch` (a dynamic batch dim), `NAME@fp16` and `NAME@int8` (both with a dynamic
+# batch) are catalogue entries made on demand by `variant_catalog`: derived by the store
+# like any other entry, validated, and recorded with their own sha256 in their sidecar,
+# beside the original in the store.
+
+VARIANTS = ("batch", "fp16", "int8")
+BATCH_RTOL = 1e-3  # |batched − single| ≤ BATCH_RTOL · max(1, max |single|)
+PROBE_BATCH = 3
+DEVIATION_ITEMS = 16  # calibration items on which a variant's deviation is measured
+
+
+def variant_name(name: str, variant: str) -> str:
+    return f"{name}@{variant}"
+
+
+def variant_catalog(
+    name: str,
+    *,
+    calibration_dir: Path | None = None,
+    catalog: Mapping[str, ModelSpec] | None = None,
+) -> Mapping[str, ModelSpec]:
+    """The catalogue plus `name`'s prepared variants (`name` may itself name a variant)."""
+    from .catalog import CATALOG
+
+    base_name = name.split("@", 1)[0]
+    cat = dict(CATALOG if catalog is None else catalog)
+    base = cat[base_name]
+    stem = base.file[: -len(".onnx")] if base.file.endswith(".onnx") else base.file
+    options = (("calibration_dir", str(Path(calibration_dir).absolute())),) if calibration_dir else ()
+    batch = variant_name(base_name, "batch")
+    common = dict(sha256=None, size=None, licence=base.licence, kind="model")
+    cat[batch] = ModelSpec(
+        name=batch,
+        file=f"{stem}.batch.onnx",
+        sources=(Derived("dynamic_batch"),),
+        derived_from=base_name,
+        validator="batch_equality",
+        note=f"{base_name} with a dynamic batch dim; a batch equals single runs (checked when made)",
+        **common,
+    )
+    for variant, recipe, how in (
+        ("fp16", "fp16", "float16 weights and compute, float32 inputs and outputs"),
+        ("int8", "int8_qdq", "INT8 with explicit Q/DQ nodes, calibrated on aligned face crops"),
+    ):
+        cat[variant_name(base_name, variant)] = ModelSpec(
+            name=variant_name(base_name, variant),
+            file=f"{stem}.batch.{variant}.onnx",
+            sources=(Derived(recipe),),
+            derived_from=batch,
+            note=f"{base_name}: {how}; its deviation from float32 is in the sidecar",
+            options=options,
+            **common,
+        )
+    return MappingProxyType(cat)
+
+
+def _fixed_batch_reshapes(model: onnx.ModelProto) -> int:
+    """Rewrite Reshape targets that pin the batch to 1 into 0 ("copy the input's dim").
+
+    Only Reshapes of tensors computed from the graph inputs are touched (a weight
+    reshaped to [1, C, 1, 1] is left alone); the batch-equality check is the judge.
+    """
+    from onnx import numpy_helper
+
+    graph = model.graph
+    inits = {i.name: i for i in graph.initializer}
+    consts = {n.output[0]: n for n in graph.node if n.op_type == "Constant"}
+    live = {i.name for i in graph.input if i.name not in inits}
+    rewritten = 0
+    for node in graph.node:
+        if any(name in live for name in node.input):
+            live.update(node.output)
+        if node.op_type != "Reshape" or node.input[0] not in live or len(node.input) < 2:
+            continue
+        shape_name = node.input[1]
+        if shape_name in inits:
+            shape = numpy_helper.to_array(inits[shape_name])
+            if shape.ndim == 1 and len(shape) >= 2 and shape[0] == 1:
+                fixed = shape.copy()
+                fixed[0] = 0
+                inits[shape_name].CopyFrom(numpy_helper.from_array(fixed, shape_name))
+                rewritten += 1
+        elif shape_name in consts:
+            attr = next(a for a in consts[shape_name].attribute if a.name == "value")
+            shape = numpy_helper.to_array(attr.t)
+            if shape.ndim == 1 and len(shape) >= 2 and shape[0] == 1:
+                fixed = shape.copy()
+                fixed[0] = 0
+                attr.t.CopyFrom(numpy_helper.from_array(fixed, attr.t.name))
+                rewritten += 1
+    return rewritten
+
+
+def make_dynamic_batch(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
+    """A copy with a symbolic batch on every input and output of rank ≥ 2, and batch-pinning
+    Reshape targets rewritten; returns it and how many Reshapes were rewritten."""
+    from .convert import _graph_inputs, make_batch_dynamic
+
+    ranked = [v.name for v in _graph_inputs(model) if len(v.type.tensor_type.shape.dim) >= 2]
+    outputs = [v.name for v in model.graph.output if len(v.type.tensor_type.shape.dim) >= 2]
+    out = make_batch_dynamic(model, "batch", inputs=ranked, outputs=outputs)
+    rewritten = _fixed_batch_reshapes(out)
+    onnx.checker.check_model(out)
+    return out, rewritten
+
+
+def _session(path: Path | str):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+_NP = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64}
+
+
+def probe_feeds(session, batch: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Seeded inputs for every graph input: values in 0–1, the batch axis `batch` long."""
+    feeds = {}
+    for i in session.get_inputs():
+        shape = list(i.shape)
+        if len(shape) <= 1:  # not batched (codeformer's fidelity weight)
+            feeds[i.name] = np.full([d if isinstance(d, int) else 1 for d in shape], 0.5, _NP[i.type])
+            continue
+        if any(not isinstance(d, int) for d in shape[1:]):
+            raise ValidationError(f"input {i.name} has a symbolic non-batch dim {shape}; cannot probe it")
+        feeds[i.name] = rng.uniform(0, 1, [batch, *shape[1:]]).astype(_NP.get(i.type, np.float32))
+    return feeds
+
+
+def check_batch_equality(path: Path, batch: int = PROBE_BATCH) -> float:
+    """Largest |batched − single| relative to max(1, max |single|); raises above BATCH_RTOL."""
+    session = _session(path)
+    feeds = probe_feeds(session, batch, np.random.default_rng(0))
+    names = [o.name for o in session.get_outputs()]
+    batched = session.run(names, feeds)
+    worst = 0.0
+    for k in range(batch):
+        single = session.run(names, {n: (v[k : k + 1] if v.ndim > 1 else v) for n, v in feeds.items()})
+        for b, s in zip(batched, single, strict=True):
+            if b.shape[0] != batch or s.shape[0] != 1:
+                raise ValidationError(f"fed a batch of {batch}, an output has batch {b.shape[0]}")
+            scale = max(1.0, float(np.abs(s).max()))
+            worst = max(worst, float(np.abs(b[k : k + 1].astype(np.float64) - s).max()) / scale)
+    if worst > BATCH_RTOL:
+        raise ValidationError(f"a batch of {batch} deviates from single runs by {worst:.3g} (relative)")
+    return worst
+
+
+def derive_dynamic_batch(ctx: DeriveContext) -> dict[str, Any]:
+    """Recipe "dynamic_batch"."""
+    from .convert import tool_versions
+
+    assert ctx.base_path is not None
+    model, rewritten = make_dynamic_batch(onnx.load(str(ctx.base_path)))
+    onnx.save(model, str(ctx.out_path))
+    return {
+        "made": "dynamic batch dim on inputs and outputs of rank >= 2 (ffbatch prepare)",
+        "reshapes_rewritten": rewritten,
+        "tools": tool_versions("onnx", "onnxruntime", "numpy"),
+    }
+
+
+def validate_batch_equality(path: Path, cached: Any = None) -> dict[str, Any]:
+    """Validator "batch_equality"."""
+    worst = check_batch_equality(Path(path))
+    return {"batch_max_rel_diff": worst, "batch_rtol": BATCH_RTOL, "probe": f"{PROBE_BATCH} seeded inputs"}
+
+
+def _calibration_dir(ctx: DeriveContext) -> Path | None:
+    value = dict(ctx.spec.options).get("calibration_dir")
+    return Path(value) if value else None
+
+
+def measure_deviation(
+    name: str, reference: Path, variant: Path, calibration_dir: Path | None, items: int = DEVIATION_ITEMS
+) -> dict[str, Any]:
+    """Largest and mean |variant − float32| over the calibration crops (or seeded probes)."""
+    from .calibration import feeds_for, load_for
+
+    ref, var = _session(reference), _session(variant)
+    crops = load_for(name, calibration_dir, items) if calibration_dir else None
+    feeds = feeds_for(name, ref, crops, np.random.default_rng(1), items)
+    names = [o.name for o in ref.get_outputs()]
+    worst, total, count = 0.0, 0.0, 0
+    n = len(next(v for v in feeds.values() if v.ndim > 1))
+    for i in range(0, n, 4):  # a few items per call keeps memory flat on large models
+        chunk = {k: (v[i : i + 4] if v.ndim > 1 else v) for k, v in feeds.items()}
+        for a, b in zip(ref.run(names, chunk), var.run(names, chunk), strict=True):
+            d = np.abs(a.astype(np.float64) - b.astype(np.float64))
+            worst = max(worst, float(d.max()))
+            total += float(d.sum())
+            count += d.size
+    probe = f"{n} crops of the calibration set {calibration_dir}" if crops is not None else ""
+    probe = probe or f"{n} seeded probes (no calibration set given)"
+    return {"max_abs_deviation": worst, "mean_abs_deviation": total / max(count, 1), "measured_on": probe}
+
+
+def derive_fp16(ctx: DeriveContext) -> dict[str, Any]:
+    """Recipe "fp16": `convert.to_float16` of the dynamic-batch model, deviation measured."""
+    from .convert import to_float16, tool_versions
+
+    assert ctx.base_path is not None
+    onnx.save(to_float16(onnx.load(str(ctx.base_path))), str(ctx.out_path))
+    info = measure_deviation(ctx.spec.name, ctx.base_path, ctx.out_path, _calibration_dir(ctx))
+    return {
+        "made": "float16 weights and compute (ffbatch cast pass), float32 inputs and outputs kept",
+        "deviation_from_fp32": info,
+        "tools": tool_versions("onnx", "onnxruntime", "numpy"),
+    }
+
+
+def derive_int8(ctx: DeriveContext) -> dict[str, Any]:
+    """Recipe "int8_qdq": onnxruntime's static quantisation to explicit Q/DQ, symmetric INT8
+    activations and per-channel weights (what TensorRT builds INT8 engines from)."""
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        CalibrationMethod,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+
+    from .calibration import feeds_for, load_for
+    from .convert import tool_versions
+
+    assert ctx.base_path is not None
+    calibration_dir = _calibration_dir(ctx)
+    if calibration_dir is None:
+        raise ValidationError(
+            f"{ctx.spec.name} needs a calibration set: "
+            "ffbatch models prepare NAME --int8 --calibration-dir DIR (see ffbatch models calibration-crops)"
+        )
+    session = _session(ctx.base_path)
+    crops = load_for(ctx.spec.name, calibration_dir, None)
+    feeds = feeds_for(ctx.spec.name, session, crops, np.random.default_rng(2), len(crops))
+    del session
+    n = len(crops)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.i = 0
+
+        def get_next(self):
+            if self.i >= n:
+                return None
+            item = {k: (v[self.i : self.i + 1] if v.ndim > 1 else v) for k, v in feeds.items()}
+            self.i += 1
+            return item
+
+    quantize_static(
+        str(ctx.base_path),
+        str(ctx.out_path),
+        Reader(),
+        quant_format=QuantFormat.QDQ,
+        per_channel=True,
+        activation_type=QuantType.QInt8,
+        weight_type=QuantType.QInt8,
+        calibrate_method=CalibrationMethod.MinMax,
+        extra_options={"ActivationSymmetric": True, "WeightSymmetric": True},
+    )
+    info = measure_deviation(ctx.spec.name, ctx.base_path, ctx.out_path, calibration_dir)
+    return {
+        "made": "onnxruntime quantize_static, QuantFormat.QDQ, symmetric QInt8 activations (MinMax) "
+        "and per-channel QInt8 weights",
+        "calibration_items": n,
+        "calibration_dir": str(calibration_dir),
+        "deviation_from_fp32": info,
+        "tools": tool_versions("onnx", "onnxruntime", "numpy"),
+    }
+
+
+def prepared_path(
+    name: str, *, models_dir: Path | None = None, catalog: Mapping[str, ModelSpec] | None = None
+) -> Path:
+    """The verified file of variant `name` (``NAME@batch`` …), made if missing and made again
+    when the file it was made from has changed since (its sidecar records that file's sha256)."""
+    import json
+
+    from . import store
+
+    catalog = catalog if catalog is not None else variant_catalog(name)
+    base = catalog[name].derived_from
+    assert base is not None
+    if "@" in base:
+        prepared_path(base, models_dir=models_dir, catalog=catalog)
+    path = store.model_path(name, models_dir=models_dir, catalog=catalog)
+    base_sha = store.verify(base, models_dir=models_dir, catalog=catalog).actual
+    try:
+        made_from = json.loads(store.sidecar_path(path).read_text(encoding="utf-8")).get("source_sha256")
+    except (OSError, ValueError):
+        made_from = None
+    if made_from != base_sha:
+        path = store.fetch(name, force=True, models_dir=models_dir, catalog=catalog)
+    return path

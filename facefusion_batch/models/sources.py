@@ -243,11 +243,17 @@ RECIPES: dict[str, str | Recipe] = {
     "face_mesh_onnx": "facefusion_batch.models.convert:derive_face_mesh",
     "face_mesh_topology": "facefusion_batch.models.topology:derive_topology",
     "yunet_batch": "facefusion_batch.models.convert:derive_yunet_batch",
+    "facefusion_download": "facefusion_batch.models.facefusion:derive_download",
+    "dynamic_batch": "facefusion_batch.models.prepare:derive_dynamic_batch",
+    "fp16": "facefusion_batch.models.prepare:derive_fp16",
+    "int8_qdq": "facefusion_batch.models.prepare:derive_int8",
 }
 VALIDATORS: dict[str, str | Validator] = {
     "face_mesh_onnx": "facefusion_batch.models.convert:validate_face_mesh",
     "face_mesh_topology": "facefusion_batch.models.topology:validate_topology_file",
     "yunet_batch": "facefusion_batch.models.convert:validate_yunet_batch",
+    "facefusion_crc32": "facefusion_batch.models.facefusion:validate_crc32",
+    "batch_equality": "facefusion_batch.models.prepare:validate_batch_equality",
 }
 
 

@@ -1,4 +1,9 @@
-"""Build the default pipeline from settings: resolve models, load sessions, prepare sources."""
+"""Build the pipeline from settings: resolve models, load sessions, prepare sources.
+
+Classical (the default on a fresh machine) or learned (FaceFusion's model files):
+`--swapper auto` takes the learned model when its files are present, else the
+classical swap, and says which in the log.
+"""
 
 from __future__ import annotations
 
@@ -9,16 +14,30 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from facefusion_batch.errors import InputError, NoFaceError
+from facefusion_batch.config import ReferenceSettings, SwapSettings, swap_settings
+from facefusion_batch.errors import InputError, ModelError, NoFaceError
 from facefusion_batch.faces.detect import DetectorSettings, YuNetDetector
+from facefusion_batch.faces.identity import (
+    EMBEDDING_FAMILIES,
+    IdentityEncoder,
+    Recogniser,
+    read_emap,
+    source_identity,
+)
 from facefusion_batch.faces.mesh import FaceMesh, MeshSettings
+from facefusion_batch.faces.table import FaceTable
 from facefusion_batch.models import store
+from facefusion_batch.models.facefusion import MODELS, RECOGNISER, learned_model
+from facefusion_batch.models.prepare import prepared_path, variant_catalog
 from facefusion_batch.models.topology import load_topology
 from facefusion_batch.pipeline.report import StageTimer
-from facefusion_batch.pipeline.stages import FaceSwapPipeline, select_faces
-from facefusion_batch.runtime.backends import select_backend
-from facefusion_batch.runtime.session import Backend
+from facefusion_batch.pipeline.stages import FaceSelector, FaceSwapPipeline, LearnedFacePipeline, select_faces
+from facefusion_batch.runtime.backends import device_pipeline_for, select_backend
+from facefusion_batch.runtime.session import Backend, Session
 from facefusion_batch.swap.classical import ClassicalSettings, ClassicalSwapper, SourceFace, prepare_source
+from facefusion_batch.swap.enhance import FaceEnhancer
+from facefusion_batch.swap.learned import AUTO_ORDER, LearnedSwapper
+from facefusion_batch.swap.masks import CropMasker, Occluder, RegionParser
 from facefusion_batch.swap.regions import FaceRegions
 
 log = logging.getLogger("ffbatch")
@@ -36,6 +55,7 @@ class Models:
     triangles: np.ndarray
     regions: FaceRegions
     paths: dict[str, str]
+    models_dir: Path | None = None
 
 
 def load_models(
@@ -58,6 +78,7 @@ def load_models(
         triangles=topology.triangles,
         regions=FaceRegions.from_topology(topology),
         paths={k: str(v) for k, v in paths.items()},
+        models_dir=models_dir,
     )
 
 
@@ -101,10 +122,180 @@ def prepare_sources(
 def build_pipeline(
     models: Models,
     source_paths: tuple[Path, ...],
-    swap: ClassicalSettings,
+    swap: ClassicalSettings | SwapSettings,
     faces_mode: str,
     timer: StageTimer | None = None,
-) -> FaceSwapPipeline:
-    sources = prepare_sources(models, source_paths, swap)
-    swapper = ClassicalSwapper(sources, models.triangles, models.regions, swap)
-    return FaceSwapPipeline(models.detector, models.mesh, swapper, faces_mode, timer)
+) -> FaceSwapPipeline | LearnedFacePipeline:
+    settings = swap_settings(swap)
+    learned = settings.learned
+    swapper_name = choose_swapper(settings, models.models_dir)
+    family = learned_model(swapper_name).family if swapper_name else None
+    recogniser = None
+    if faces_mode == "reference" or family in EMBEDDING_FAMILIES:
+        recogniser = load_recogniser(models, required_by=_recogniser_reason(faces_mode, swapper_name))
+    reference = (
+        reference_embedding(models, recogniser, settings.reference) if faces_mode == "reference" else None
+    )
+    selector = FaceSelector(faces_mode, recogniser, reference, settings.reference.distance)
+    masks = learned.masks
+    occluder = parser = None
+    if "occlusion" in masks.types and (swapper_name or learned.enhancer_model):
+        occluder = Occluder(load_learned(models, masks.occluder_model)[0], MODELS[masks.occluder_model].size)
+    if "region" in masks.types and swapper_name:
+        model = MODELS[masks.parser_model]
+        parser = RegionParser(
+            load_learned(models, masks.parser_model)[0], masks.regions, model.size, model.mean, model.std
+        )
+    enhancer = None
+    if learned.enhancer_model:
+        enhancer = FaceEnhancer(
+            load_learned(models, learned.enhancer_model)[0],
+            learned_model(learned.enhancer_model),
+            blend=learned.enhancer_blend,
+            mask_blur=masks.blur,
+            occluder=occluder,
+        )
+    if swapper_name is None:
+        sources = prepare_sources(models, source_paths, settings.classical)
+        swapper = ClassicalSwapper(sources, models.triangles, models.regions, settings.classical)
+        pipeline = FaceSwapPipeline(
+            models.detector, models.mesh, swapper, faces_mode, timer, selector=selector, enhancer=enhancer
+        )
+        # on a GPU backend: the same stages with frames kept on the device (a no-op on the CPU)
+        return device_pipeline_for(pipeline, models.backend)
+    model = learned_model(swapper_name)
+    session, base_path = load_learned(models, swapper_name)
+    identity = IdentityEncoder(
+        model,
+        learned_sources(models, source_paths, recogniser),
+        weight=learned.weight,
+        emap=read_emap(base_path) if model.family == "inswapper" else None,
+        converter=load_learned(models, model.converter)[0] if model.converter else None,
+    )
+    return LearnedFacePipeline(
+        models.detector,
+        selector,
+        LearnedSwapper(session, model, learned.pixel_boost),
+        identity,
+        CropMasker(masks, occluder, parser),
+        recogniser=recogniser,
+        enhancer=enhancer,
+        timer=timer,
+    )
+
+
+# --- learned models ------------------------------------------------------------------------
+
+
+def required_models(name: str) -> list[str]:
+    """The files a learned swapper needs: itself, the recogniser and its converter if any."""
+    model = learned_model(name)
+    needed = [name]
+    if model.family in EMBEDDING_FAMILIES:
+        needed.append(RECOGNISER)
+    if model.converter:
+        needed.append(model.converter)
+    return needed
+
+
+def is_present(name: str, models_dir: Path | None) -> bool:
+    """Whether `name`'s file is here and verifies (never fetches)."""
+    catalog = variant_catalog(name) if "@" in name else None
+    try:
+        return store.verify(name, models_dir=models_dir, catalog=catalog).ok
+    except (ModelError, OSError):
+        return False
+
+
+def choose_swapper(settings: SwapSettings, models_dir: Path | None) -> str | None:
+    """The learned swapper to run, or None for the classical swap."""
+    named = settings.learned.swapper_model
+    if settings.swapper == "classical":
+        return None
+    if settings.swapper == "learned":
+        return named or AUTO_ORDER[0]
+    for name in [named] if named else AUTO_ORDER:
+        if all(is_present(n, models_dir) for n in required_models(name)):
+            log.info("swapper auto: %s is present, using the learned swapper", name)
+            return name
+    wanted = named or " / ".join(AUTO_ORDER)
+    log.info("swapper auto: no learned swapper (%s) with its files present; using the classical swap", wanted)
+    return None
+
+
+def load_learned(models: Models, name: str) -> tuple[Session, Path]:
+    """A session over `name` that takes any batch, and the path of the original file.
+
+    A model published with a fixed batch of 1 runs from its `@batch` copy, made
+    once beside it in the store (and checked: a batch equals single runs).
+    """
+    base_name, _, variant = name.partition("@")
+    base = store.model_path(base_name, models_dir=models.models_dir)
+    catalog = variant_catalog(base_name)
+    if not variant:
+        if store.verify(f"{base_name}@batch", catalog=catalog, validate=False).ok:
+            variant = "batch"
+        else:
+            session = models.backend.load(base, label=base_name)
+            if not any(len(t.shape) >= 2 and isinstance(t.shape[0], int) for t in session.inputs):
+                models.paths[name] = str(base)
+                return session, base
+            log.info("%s declares a fixed batch; using its dynamic-batch copy (made once)", base_name)
+            variant = "batch"
+    path = prepared_path(f"{base_name}@{variant}", models_dir=models.models_dir, catalog=catalog)
+    models.paths[name] = str(path)
+    return models.backend.load(path, label=f"{base_name}@{variant}"), base
+
+
+def _recogniser_reason(faces_mode: str, swapper_name: str | None) -> str:
+    return "--faces reference" if faces_mode == "reference" else f"the learned swapper {swapper_name}"
+
+
+def load_recogniser(models: Models, *, required_by: str) -> Recogniser:
+    """The ArcFace recogniser; for reference selection it must already be here (never fetched)."""
+    if required_by == "--faces reference" and not is_present(RECOGNISER, models.models_dir):
+        raise InputError(
+            f"{required_by} needs the face recogniser {RECOGNISER}, which is not here: "
+            f"fetch it with `ffbatch models fetch {RECOGNISER}`, or point --models-dir at a "
+            f"directory holding {RECOGNISER}.onnx (FaceFusion's .assets/models)"
+        )
+    return Recogniser(load_learned(models, RECOGNISER)[0], MODELS[RECOGNISER])
+
+
+def detect_largest(models: Models, images: list[np.ndarray], paths: list[str]) -> FaceTable:
+    """One detector call over `images`; the largest face of each (error naming those without)."""
+    table = select_faces(models.detector(images), "one", len(images))
+    missing = [p for i, p in enumerate(paths) if i not in set(table.frame_index.tolist())]
+    if missing:
+        raise NoFaceError(f"no face found in source image {', '.join(missing)}")
+    return table
+
+
+def learned_sources(models: Models, source_paths: tuple[Path, ...], recogniser: Recogniser | None):
+    images = [read_image(p) for p in source_paths]
+    table = detect_largest(models, images, [str(p) for p in source_paths])
+    return source_identity(images, table, recogniser)
+
+
+def read_frame(video: Path, index: int) -> np.ndarray:
+    from facefusion_batch.video.reader import FrameReader
+
+    with FrameReader(video) as reader:
+        for i, frame in enumerate(reader):
+            if i == index:
+                return frame.image
+    raise InputError(f"--reference-frame {index}: {video} has only {index if index else 0} frames or fewer")
+
+
+def reference_embedding(models: Models, recogniser: Recogniser, reference: ReferenceSettings) -> np.ndarray:
+    """The raw embedding of the reference face: the `position`-th largest face of the picture."""
+    if reference.image is not None:
+        image, what = read_image(reference.image, "--reference-face"), f"--reference-face {reference.image}"
+    else:
+        image, what = read_frame(reference.video, reference.frame), f"frame {reference.frame} of the input"
+    table = models.detector([image])
+    if len(table) == 0:
+        raise NoFaceError(f"no face found in {what}")
+    order = np.argsort(-table.areas(), kind="stable")
+    row = order[min(reference.position, len(order) - 1)]
+    return recogniser([image], table.select(np.array([row])))[0]

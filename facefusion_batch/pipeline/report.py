@@ -70,6 +70,7 @@ class RenderReport:
     audio: str = ""
     encoder: str = ""
     models: dict[str, str] = field(default_factory=dict)
+    device: dict[str, Any] = field(default_factory=dict)  # GPU backends: NVML, device time, OOM retries
     status: str = "ok"
     message: str = ""
 

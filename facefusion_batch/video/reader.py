@@ -36,6 +36,7 @@ import numpy as np
 
 from facefusion_batch.errors import FfbatchError, InputError
 from facefusion_batch.video.probe import VideoInfo, probe
+from facefusion_batch.video.segments import FrameIndex, frame_index
 
 log = logging.getLogger("ffbatch")
 
@@ -89,11 +90,29 @@ class FrameReader:
                 ...
     """
 
-    def __init__(self, path: str | Path, *, queue_size: int = 32, info: VideoInfo | None = None) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        queue_size: int = 32,
+        info: VideoInfo | None = None,
+        frames: tuple[int, int] | None = None,
+        index: FrameIndex | None = None,
+    ) -> None:
+        """`frames=(start, end)` yields only frames start..end-1 (0-based, presentation order),
+        seeking to the keyframe before `start` when the stream's timestamps allow it (`index`,
+        computed here when not given); frames keep their absolute `index` and pts."""
         if queue_size < 1:
             raise ValueError("queue_size must be at least 1")
         self.path = Path(path)
         self.info = info if info is not None else probe(self.path)
+        self.frames = frames
+        self.index = index
+        if frames is not None and index is None:
+            self.index = frame_index(self.path, self.info.video_stream_index)
+        if frames is not None:
+            self.frames = self.index.resolve(frames[0], frames[1])
+        self.seeked = False  # whether the range was reached by seeking (for tests and logs)
         self.frames_read = 0
         self._queue: queue.Queue = queue.Queue(maxsize=queue_size)
         self._stop = threading.Event()
@@ -148,6 +167,8 @@ class FrameReader:
 
     def _check_count(self) -> None:
         """Warn when the stream ended well before the container said it would."""
+        if self.frames is not None:
+            return  # a range either delivers every frame or fails (see _run_range)
         expected = self.info.frame_count
         if not expected:
             return
@@ -214,6 +235,9 @@ class FrameReader:
                 raise InputError(f"input video {self.path} changed since it was probed")
             stream.thread_type = "AUTO"
             time_base = Fraction(stream.time_base) if stream.time_base else self.info.time_base
+            if self.frames is not None:
+                self._run_range(container, stream, time_base)
+                return
             for packet in container.demux(stream):
                 if self._stop.is_set():
                     return
@@ -228,6 +252,76 @@ class FrameReader:
             self._put(_Failure(exc, index))
         finally:
             container.close()
+
+    def _run_range(self, container, stream, time_base: Fraction) -> None:
+        """Deliver frames start..end-1 exactly."""
+        start, end = self.frames
+        seek = self.index.seek_pts(start) if self.index is not None else None
+        if seek is not None:
+            container.seek(seek, stream=stream, backward=True, any_frame=False)
+            if self._decode_range_by_pts(container, stream, time_base):
+                self.seeked = True
+                return
+            # The seek landed after the range (an index without that keyframe): count instead,
+            # from a freshly opened file so that frame 0 is the one a full decode starts with.
+            fresh = av.open(str(self.path), mode="r")
+            try:
+                stream = fresh.streams[self.info.video_stream_index]
+                stream.thread_type = "AUTO"
+                self._decode_range_by_count(fresh, stream, time_base)
+            finally:
+                fresh.close()
+            return
+        self._decode_range_by_count(container, stream, time_base)
+
+    def _emit(self, av_frame, number: int, time_base: Fraction) -> bool:
+        tb = Fraction(av_frame.time_base) if av_frame.time_base else time_base
+        image = self._to_image(av_frame)
+        return self._put(Frame(index=number, pts=av_frame.pts, time_base=tb, image=image))
+
+    def _decode_range_by_pts(self, container, stream, time_base: Fraction) -> bool:
+        """After a seek: drop frames before the range, check every pts against the index.
+        False (nothing delivered) when the first frame of the range never came."""
+        start, end = self.frames
+        wanted = self.index.pts[start:end]
+        k = 0
+        for packet in container.demux(stream):
+            if self._stop.is_set():
+                return True
+            for av_frame in packet.decode():
+                if av_frame.pts is None or av_frame.pts < wanted[0]:
+                    continue
+                if av_frame.pts != wanted[k]:
+                    if k == 0:
+                        return False
+                    raise InputError(
+                        f"input video {self.path}: frame {start + k} should have pts {wanted[k]} but the "
+                        f"decoder returned {av_frame.pts}; the file is damaged around there"
+                    )
+                if not self._emit(av_frame, start + k, time_base):
+                    return True
+                k += 1
+                if k == len(wanted):
+                    self._put(_END)
+                    return True
+        if k == 0:
+            return False
+        raise InputError(f"input video {self.path} ended at frame {start + k}, inside --frames {start}:{end}")
+
+    def _decode_range_by_count(self, container, stream, time_base: Fraction) -> None:
+        start, end = self.frames
+        number = 0
+        for packet in container.demux(stream):
+            if self._stop.is_set():
+                return
+            for av_frame in packet.decode():
+                if number >= start and not self._emit(av_frame, number, time_base):
+                    return
+                number += 1
+                if number == end:
+                    self._put(_END)
+                    return
+        raise InputError(f"input video {self.path} ended at frame {number}, inside --frames {start}:{end}")
 
     def _to_image(self, av_frame: av.VideoFrame) -> np.ndarray:
         info = self.info

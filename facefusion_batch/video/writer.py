@@ -274,11 +274,12 @@ class VideoWriter:
         self._temp = self._make_temp()
         try:
             self._open_container(audio_from)
+            thread = threading.Thread(target=self._run, name="ffbatch-encode", daemon=True)
+            thread.start()  # (a Ctrl-C can land in its wait for the thread: discard then too)
+            self._thread = thread
         except BaseException:
             self._discard()
             raise
-        self._thread = threading.Thread(target=self._run, name="ffbatch-encode", daemon=True)
-        self._thread.start()
 
     # -- setup ---------------------------------------------------------------------------------
 

@@ -1,0 +1,216 @@
+"""Who a face is: ArcFace embeddings for a batch of faces, the source identity, reference matching.
+
+Conventions (FaceFusion 3.x where it has one):
+
+- the recogniser sees an arcface_112_v2 crop, RGB, x/127.5 − 1; its raw 512-d
+  output is kept, and normalised where a unit vector is wanted;
+- several source photos: raw embeddings are averaged (what the embedding
+  converters take) and the normalised ones averaged and normalised again (the
+  identity direction the swappers take);
+- distance between faces: (1 − cos) / 2, from 0 (same direction) to 1;
+  `--reference-distance` is a threshold on it (FaceFusion's scale; default 0.3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from facefusion_batch.faces.align import align_faces
+from facefusion_batch.faces.table import FaceTable
+from facefusion_batch.models.facefusion import MODELS, RECOGNISER, LearnedModel
+from facefusion_batch.runtime.session import Session
+from facefusion_batch.swap.infer import batch_limit, run_chunked
+
+# InsightFace (inswapper's publisher) normalises the latent (e/|e|) @ emap once more before
+# feeding it; FaceFusion does not. The publisher's own inference code defines what the model
+# was built for, so its convention is followed.
+RENORMALISE_INSWAPPER_LATENT = True
+EMBEDDING_FAMILIES = ("inswapper", "hyperswap", "simswap", "ghost")
+IMAGE_SOURCE_CROPS = {"blendswap": ("arcface_112_v2", 112), "uniface": ("ffhq_512", 256)}
+
+
+def normalise(vectors: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit length (zero rows stay zero)."""
+    v = np.asarray(vectors, np.float32)
+    norm = np.linalg.norm(v, axis=-1, keepdims=True)
+    return v / np.maximum(norm, 1e-12)
+
+
+def face_distance(embeddings: np.ndarray, reference: np.ndarray) -> np.ndarray:
+    """(1 − cos) / 2 between each embedding [F,512] and `reference` [512]: 0 same, 1 opposite."""
+    return (1.0 - normalise(embeddings) @ normalise(reference)) / 2.0
+
+
+def to_model_input(crops: np.ndarray, model: LearnedModel) -> np.ndarray:
+    """BGR uint8 crops [F,S,S,3] → the model's NCHW float32: RGB, /255, then (x − mean) / std."""
+    x = crops[..., ::-1].astype(np.float32) / 255.0
+    x = (x - np.asarray(model.mean, np.float32)) / np.asarray(model.std, np.float32)
+    return np.ascontiguousarray(x.transpose(0, 3, 1, 2))
+
+
+class Recogniser:
+    """A stage: frames + face table → raw ArcFace embeddings [F,512], one model call per chunk."""
+
+    def __init__(self, session: Session, model: LearnedModel = MODELS[RECOGNISER]) -> None:
+        self.session = session
+        self.model = model
+        names = [t.name for t in session.inputs]
+        self.input_name = "input" if "input" in names else names[0]
+        self.max_batch = batch_limit(model.size, channels=64, budget_mb=512.0)
+
+    def embed_crops(self, crops: np.ndarray) -> np.ndarray:
+        if len(crops) == 0:
+            return np.zeros((0, 512), np.float32)
+        out = run_chunked(self.session, {self.input_name: to_model_input(crops, self.model)}, self.max_batch)
+        return out[0].reshape(len(crops), -1)
+
+    def crops(self, images: list[np.ndarray], table: FaceTable) -> np.ndarray:
+        crops, _ = align_faces(
+            images, table.frame_index, table.landmarks5, self.model.template, self.model.size
+        )
+        return crops
+
+    def __call__(self, images: list[np.ndarray], table: FaceTable) -> np.ndarray:
+        if len(table) == 0:
+            return np.zeros((0, 512), np.float32)
+        return self.embed_crops(self.crops(images, table))
+
+
+@dataclass(frozen=True)
+class SourceIdentity:
+    """The face to put in, from one or more photos."""
+
+    embedding: np.ndarray | None  # [512] unit: the normalised embeddings averaged, normalised again
+    raw: np.ndarray | None  # [512] the raw embeddings averaged
+    image: np.ndarray  # the first source photo (blendswap / uniface take the face itself)
+    landmarks5: np.ndarray  # [5,2] its face
+
+
+def source_identity(
+    images: list[np.ndarray], table: FaceTable, recogniser: Recogniser | None
+) -> SourceIdentity:
+    """`table` holds one face per image (row i ↔ image i); one recogniser call for all of them."""
+    first = int(np.flatnonzero(table.frame_index == 0)[0])
+    embedding = raw = None
+    if recogniser is not None:
+        raw_all = recogniser(images, table)
+        raw = raw_all.mean(axis=0)
+        embedding = normalise(normalise(raw_all).mean(axis=0))
+    return SourceIdentity(embedding=embedding, raw=raw, image=images[0], landmarks5=table.landmarks5[first])
+
+
+def read_emap(model_path: Path) -> np.ndarray:
+    """inswapper's embedding map: the graph's last initializer, 512×512."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(model_path))
+    if not model.graph.initializer:
+        raise ValueError(f"{model_path} has no initializers, so no emap")
+    emap = numpy_helper.to_array(model.graph.initializer[-1]).astype(np.float32)
+    if emap.shape != (512, 512):
+        raise ValueError(f"{model_path}: the last initializer is {emap.shape}, not the 512×512 emap")
+    return emap
+
+
+def inswapper_latent(embeddings: np.ndarray, emap: np.ndarray) -> np.ndarray:
+    """(e/‖e‖) @ emap for each row, normalised again (see RENORMALISE_INSWAPPER_LATENT)."""
+    latent = normalise(embeddings) @ emap
+    return normalise(latent) if RENORMALISE_INSWAPPER_LATENT else latent
+
+
+def weight_to_lambda(weight: float) -> float:
+    """FaceFusion's --face-swapper-weight: 0–1, 0.5 = the source alone; mapped to a target share.
+
+    λ = 0.35 − 0.7·weight: weight 0 moves 35% toward the target's own identity,
+    weight 1 moves 35% away from it (exaggerating the source).
+    """
+    return 0.35 - 0.7 * float(weight)
+
+
+class IdentityEncoder:
+    """Per target face, the swapper's identity input [F,D] (or [F,3,S,S] for image-source models).
+
+    The weight blends source and target identity as FaceFusion's swapper weight
+    does, but in the space the model's mapping starts from (the normalised or raw
+    ArcFace embedding), before emap or a converter is applied, so both sides are
+    in the same space; FaceFusion blends after the mapping.
+    """
+
+    def __init__(
+        self,
+        model: LearnedModel,
+        source: SourceIdentity,
+        *,
+        weight: float = 0.5,
+        emap: np.ndarray | None = None,
+        converter: Session | None = None,
+    ) -> None:
+        self.model = model
+        self.family = model.family
+        self.lam = weight_to_lambda(weight) if self.family in EMBEDDING_FAMILIES else 0.0
+        self.emap = emap
+        self.converter = converter
+        if self.family in EMBEDDING_FAMILIES and source.embedding is None:
+            raise ValueError(f"{model.name} needs the source's face embedding (a face recogniser)")
+        if self.family == "inswapper" and emap is None:
+            raise ValueError("inswapper needs its emap")
+        if self.family in ("simswap", "ghost") and converter is None:
+            raise ValueError(f"{model.name} needs its embedding converter {model.converter}")
+        self.source = source
+        self._source_input = (
+            self._map(self._source_side()[None])[0] if self.family in EMBEDDING_FAMILIES else None
+        )
+        if self.family in IMAGE_SOURCE_CROPS:
+            template, size = IMAGE_SOURCE_CROPS[self.family]
+            crops, _ = align_faces(
+                [source.image], np.zeros(1, np.int32), source.landmarks5[None], template, size
+            )
+            # the source face goes in as RGB 0–1, whatever the target's normalisation
+            self._source_input = np.ascontiguousarray(
+                crops[..., ::-1].astype(np.float32).transpose(0, 3, 1, 2)[0] / 255.0
+            )
+
+    @property
+    def needs_target_embeddings(self) -> bool:
+        return self.lam != 0.0
+
+    def _uses_raw(self) -> bool:
+        return self.family in ("simswap", "ghost")
+
+    def _source_side(self) -> np.ndarray:
+        return self.source.raw if self._uses_raw() else self.source.embedding
+
+    def _map(self, vectors: np.ndarray) -> np.ndarray:
+        """From the blended ArcFace-space vectors [F,512] to the swapper's source input."""
+        if self.family == "inswapper":
+            return inswapper_latent(vectors, self.emap)
+        if self.family == "hyperswap":
+            return normalise(vectors)
+        converted = run_chunked(
+            self.converter, {_input_name(self.converter): vectors.astype(np.float32)}, 4096
+        )
+        converted = converted[0].reshape(len(vectors), -1)
+        return normalise(converted) if self.family == "simswap" else converted
+
+    def __call__(self, count: int, target_embeddings: np.ndarray | None = None) -> np.ndarray:
+        if self.lam == 0.0 or target_embeddings is None:
+            return np.repeat(self._source_input[None], count, axis=0)
+        target = target_embeddings if self._uses_raw() else normalise(target_embeddings)
+        blended = (1.0 - self.lam) * self._source_side()[None] + self.lam * target
+        return self._map(blended.astype(np.float32))
+
+
+def _input_name(session: Session) -> str:
+    names = [t.name for t in session.inputs]
+    return "input" if "input" in names else names[0]
+
+
+def match_reference(embeddings: np.ndarray, reference: np.ndarray, max_distance: float) -> np.ndarray:
+    """Bool [F]: faces within `max_distance` ((1 − cos) / 2) of the reference embedding."""
+    if len(embeddings) == 0:
+        return np.zeros((0,), bool)
+    return face_distance(embeddings, reference) < max_distance

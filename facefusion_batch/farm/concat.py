@@ -1,0 +1,349 @@
+"""Join segments into one video by stream copy (no re-encode), with the input's audio.
+
+Segments are joined in pts order. They must agree on every codec parameter
+(codec, size, pixel format, time base and the encoder's headers) and each must
+start with a keyframe; otherwise a stream copy would make a file players choke
+on, so the join is refused with a message naming the segments.
+
+Continuity: segments tagged by `render --frames` say which frames they hold,
+so a missing or doubled range is found exactly (variable frame rate too).
+Untagged segments are checked by their timestamps: an overlap is any segment
+starting at or before the previous one's last pts; a gap is a jump of more than
+1.5 frame durations.
+
+The output is written to a temporary file beside it and renamed when complete.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import av.error
+
+from facefusion_batch.errors import FfbatchError, InputError, Interrupted, OutputError
+from facefusion_batch.fsutil import default_file_mode
+from facefusion_batch.video.audio import AudioMuxer
+from facefusion_batch.video.probe import check_readable_file, pick_video_stream
+from facefusion_batch.video.segments import TAG_FRAME_COUNT, TAG_FRAMES, TAG_INPUT, TAG_SETTINGS
+from facefusion_batch.video.writer import container_format_for
+
+log = logging.getLogger("ffbatch")
+
+
+@dataclass
+class SegmentInfo:
+    path: Path
+    codec: str
+    width: int
+    height: int
+    pix_fmt: str
+    time_base: Fraction
+    extradata: bytes
+    stream_index: int
+    packets: int
+    first_pts: int
+    last_pts: int  # the largest pts
+    frame_step: Fraction | None  # median pts gap, in time_base units
+    starts_with_keyframe: bool
+    frames: tuple[int, int] | None  # from the ffbatch_frames tag
+    frame_count: int | None
+    settings: str | None
+    input: str | None
+
+    def describe_codec(self) -> str:
+        return f"{self.codec} {self.width}x{self.height} {self.pix_fmt}, time base {self.time_base}"
+
+    def seconds(self, pts: int) -> float:
+        return float(pts * self.time_base)
+
+
+@dataclass
+class JoinReport:
+    output: Path
+    segments: int
+    packets: int
+    audio_packets: int
+    seconds: float
+    bytes: int
+
+
+def _tag_range(text: str | None) -> tuple[int, int] | None:
+    if not text:
+        return None
+    start, _, end = text.partition(":")
+    try:
+        return int(start), int(end)
+    except ValueError:
+        return None
+
+
+def inspect_segment(path: Path) -> SegmentInfo:
+    path = Path(path)
+    check_readable_file(path, "segment")
+    try:
+        container = av.open(str(path))
+    except av.error.FFmpegError as exc:
+        raise InputError(f"segment {path} cannot be read as a video: {exc}") from None
+    try:
+        stream = pick_video_stream(container)
+        if stream is None:
+            raise InputError(f"segment {path} has no video stream")
+        par = stream.codec_context
+        pts: list[int] = []
+        first_key = None
+        for packet in container.demux(stream):
+            if not packet.size:
+                continue
+            if first_key is None:
+                first_key = bool(packet.is_keyframe)
+            if packet.pts is not None:
+                pts.append(packet.pts)
+        tags = {k.lower(): v for k, v in container.metadata.items()}
+        if not pts:
+            raise InputError(f"segment {path} holds no video frames")
+        ordered = sorted(pts)
+        gaps = sorted(b - a for a, b in zip(ordered, ordered[1:], strict=False))
+        count = tags.get(TAG_FRAME_COUNT)
+        return SegmentInfo(
+            path=path,
+            codec=par.name,
+            width=par.width,
+            height=par.height,
+            pix_fmt=par.pix_fmt or "",
+            time_base=Fraction(stream.time_base),
+            extradata=bytes(par.extradata or b""),
+            stream_index=stream.index,
+            packets=len(pts),
+            first_pts=ordered[0],
+            last_pts=ordered[-1],
+            frame_step=Fraction(gaps[len(gaps) // 2]) if gaps else None,
+            starts_with_keyframe=bool(first_key),
+            frames=_tag_range(tags.get(TAG_FRAMES)),
+            frame_count=int(count) if count and count.isdigit() else None,
+            settings=tags.get(TAG_SETTINGS),
+            input=tags.get(TAG_INPUT),
+        )
+    except av.error.FFmpegError as exc:
+        raise InputError(f"segment {path} is damaged: {exc}") from None
+    finally:
+        container.close()
+
+
+def check_segments(segments: list[SegmentInfo]) -> list[SegmentInfo]:
+    """The segments in pts order; InputError saying what is wrong if they cannot be joined."""
+    if not segments:
+        raise InputError("concat needs at least one segment")
+    seen: dict[Path, Path] = {}
+    for seg in segments:
+        key = seg.path.resolve()
+        if key in seen:
+            raise InputError(f"segment {seg.path} is given twice")
+        seen[key] = seg.path
+    first = segments[0]
+    for seg in segments[1:]:
+        if seg.describe_codec() != first.describe_codec():
+            raise InputError(
+                f"segments {first.path} and {seg.path} differ in codec parameters "
+                f"({first.describe_codec()} vs {seg.describe_codec()}); they cannot be joined without "
+                "re-encoding"
+            )
+        if seg.extradata != first.extradata:
+            raise InputError(
+                f"segments {first.path} and {seg.path} differ in codec parameters (the encoder headers "
+                "differ: rendered with other encoder settings?); they cannot be joined without re-encoding"
+            )
+    for seg in segments:
+        if not seg.starts_with_keyframe:
+            raise InputError(f"segment {seg.path} does not start with a keyframe, so it cannot be joined")
+    tagged = all(s.frames is not None for s in segments)
+    if tagged:
+        for key, what in (("settings", "settings"), ("input", "input")):
+            values = {getattr(s, key) for s in segments}
+            if len(values) > 1:
+                a = segments[0]
+                b = next(s for s in segments if getattr(s, key) != getattr(a, key))
+                raise InputError(
+                    f"segments {a.path} and {b.path} were rendered from different {what} "
+                    f"({getattr(a, key)} vs {getattr(b, key)}); render them again with one command line"
+                )
+    ordered = sorted(segments, key=lambda s: (s.first_pts, s.last_pts))
+    for prev, seg in zip(ordered, ordered[1:], strict=False):
+        if tagged:
+            (a0, a1), (b0, b1) = prev.frames, seg.frames
+            if b0 < a1:
+                raise InputError(
+                    f"segments {prev.path} (frames {a0}:{a1}) and {seg.path} (frames {b0}:{b1}) overlap "
+                    f"by {a1 - b0} frames"
+                )
+            if b0 > a1:
+                raise InputError(
+                    f"frames {a1}:{b0} are missing: there is a gap between {prev.path} (frames {a0}:{a1}) "
+                    f"and {seg.path} (frames {b0}:{b1})"
+                )
+        if seg.first_pts <= prev.last_pts:
+            raise InputError(
+                f"segments {prev.path} and {seg.path} overlap: {seg.path} starts at "
+                f"{seg.seconds(seg.first_pts):.3f} s (pts {seg.first_pts}), before {prev.path} ends at "
+                f"{prev.seconds(prev.last_pts):.3f} s (pts {prev.last_pts})"
+            )
+        steps = [s for s in (prev.frame_step, seg.frame_step) if s]
+        if not tagged and steps:
+            step = min(steps)
+            jump = seg.first_pts - prev.last_pts
+            if jump > step * Fraction(3, 2):
+                missing = round(jump / step) - 1
+                gap_s = float((jump - step) * seg.time_base)
+                raise InputError(
+                    f"there is a gap of {gap_s:.3f} s (about {missing} frames) "
+                    f"between {prev.path} (ends at {prev.seconds(prev.last_pts):.3f} s) and {seg.path} "
+                    f"(starts at {seg.seconds(seg.first_pts):.3f} s)"
+                )
+    if tagged and ordered[0].frame_count is not None:
+        start, end, total = ordered[0].frames[0], ordered[-1].frames[1], ordered[0].frame_count
+        if start != 0 or end != total:
+            log.warning("the joined segments hold frames %d:%d of an input with %d frames", start, end, total)
+    return ordered
+
+
+def join_segments(
+    paths: list[Path],
+    output: Path,
+    *,
+    audio_from: Path | None = None,
+    overwrite: bool = False,
+    metadata: dict[str, str] | None = None,
+) -> JoinReport:
+    """Check, then stream-copy `paths` into `output` (atomically), audio copied from `audio_from`."""
+    started = time.perf_counter()
+    output = Path(output)
+    fmt = container_format_for(output)
+    infos = check_segments([inspect_segment(Path(p)) for p in paths])
+    if audio_from is not None:
+        check_readable_file(Path(audio_from), "--audio-from file")
+    for seg in infos:
+        if _same_file(seg.path, output):
+            raise InputError(f"output {output} is one of the segments; choose another output path")
+    if audio_from is not None and _same_file(Path(audio_from), output):
+        raise InputError(f"output {output} is the --audio-from file; choose another output path")
+    if output.exists() and not overwrite:
+        raise InputError(f"output {output} already exists; pass --overwrite to replace it")
+    parent = output.parent if str(output.parent) else Path(".")
+    if not parent.is_dir():
+        raise OutputError(f"cannot write {output}: the directory {parent} does not exist")
+    try:
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{output.stem}.partial-", suffix=output.suffix, dir=parent)
+        os.close(fd)
+    except OSError as exc:
+        raise OutputError(f"cannot write {output}: {exc.strerror or exc}") from None
+    tmp = Path(tmp_name)
+    try:
+        packets, audio_packets = _copy(infos, tmp, fmt, audio_from, metadata or {})
+        os.chmod(tmp, default_file_mode())  # mkstemp makes 0600
+        os.replace(tmp, output)
+    except KeyboardInterrupt:
+        raise Interrupted("interrupted (SIGINT) while joining; the partial output was removed") from None
+    except (av.error.FFmpegError, OSError) as exc:
+        raise OutputError(f"cannot write {output}: {getattr(exc, 'strerror', None) or exc}") from None
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+    elapsed = time.perf_counter() - started
+    log.info("joined %d segments (%d packets) into %s in %.2f s", len(infos), packets, output, elapsed)
+    return JoinReport(output, len(infos), packets, audio_packets, elapsed, output.stat().st_size)
+
+
+def _copy(
+    infos: list[SegmentInfo], tmp: Path, fmt: str, audio_from: Path | None, metadata: dict[str, str]
+) -> tuple[int, int]:
+    first = infos[0]
+    tb = first.time_base
+    options: dict[str, str] = {}
+    if fmt == "matroska":
+        options["avoid_negative_ts"] = "disabled"  # every pts as it was (as the writer does)
+    if fmt in ("mp4", "mov"):
+        options["movflags"] = "+faststart+use_metadata_tags" if metadata else "+faststart"
+        if tb.numerator == 1 and tb.denominator < 2**31:
+            options["video_track_timescale"] = str(tb.denominator)
+    out = av.open(str(tmp), mode="w", format=fmt, container_options=options)
+    audio: AudioMuxer | None = None
+    packets = 0
+    try:
+        out.metadata.update(metadata)
+        with av.open(str(first.path)) as template:
+            video = out.add_stream_from_template(template.streams[first.stream_index])
+        video.time_base = tb
+        if audio_from is not None:
+            audio = AudioMuxer(audio_from, out)
+            if not audio.tracks:
+                log.warning("--audio-from %s has no audio stream; the output has none", audio_from)
+        last_dts: int | None = None
+        for seg in infos:
+            with av.open(str(seg.path)) as src:
+                for packet in src.demux(src.streams[seg.stream_index]):
+                    if not packet.size:
+                        continue
+                    # Separately encoded segments each start their decode clock a few frames early;
+                    # where that reaches back past the previous segment, move it forward (dts <= pts).
+                    if packet.dts is not None and last_dts is not None and packet.dts <= last_dts:
+                        if packet.pts is not None and last_dts + 1 > packet.pts:
+                            raise FfbatchError(
+                                f"segment {seg.path} cannot follow the one before it: its first frames "
+                                "would decode after they are shown"
+                            )
+                        packet.dts = last_dts + 1
+                    if packet.dts is not None:
+                        last_dts = packet.dts
+                    packet.stream = video
+                    out.mux(packet)
+                    packets += 1
+                    if audio is not None and packet.dts is not None:
+                        audio.mux_until(float(packet.dts * tb))
+        if audio is not None:
+            audio.finish()
+        audio_packets = audio.packets_copied + audio.packets_encoded if audio is not None else 0
+    except BaseException:
+        if audio is not None:
+            audio.close()
+        with contextlib.suppress(Exception):
+            out.close()
+        raise
+    if audio is not None:
+        audio.close()
+    out.close()
+    return packets, audio_packets
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.exists() and b.exists() and os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def concat_command(
+    segments: list[Path], output: Path, *, audio_from: Path | None, overwrite: bool, clean: bool
+) -> JoinReport:
+    """`ffbatch concat`: join, then (with --clean) delete the segments and an emptied work dir."""
+    report = join_segments(segments, output, audio_from=audio_from, overwrite=overwrite)
+    if clean:
+        parents = set()
+        for seg in segments:
+            with contextlib.suppress(FileNotFoundError):
+                Path(seg).unlink()
+            parents.add(Path(seg).parent)
+        for parent in parents:
+            if parent.name.endswith(".ffbatch"):
+                for leftover in (parent / ".lock", parent / "manifest.json"):
+                    with contextlib.suppress(FileNotFoundError):
+                        leftover.unlink()
+                with contextlib.suppress(OSError):
+                    parent.rmdir()  # only when nothing else is left in it
+    return report

@@ -1,0 +1,282 @@
+"""Saved progress of a chunked render: the work directory, its manifest and its lock.
+
+A chunked render of `out.mp4` keeps its state in `.out.mp4.ffbatch/` beside the
+output: one video-only segment per chunk (`00000000-00001500.mp4`, written
+atomically) and `manifest.json`, rewritten atomically after every finished
+segment:
+
+    {"format": "ffbatch-manifest", "version": 1, "input": ..., "output": ...,
+     "settings_digest": ..., "chunk_frames": 1500, "frame_count": 7000,
+     "segments": {"0:1500": {"file": "00000000-00001500.mp4", "sha256": ..., "bytes": ...}}}
+
+A re-run with the same settings keeps every segment whose sha256 still matches
+and renders the rest; other settings (or `--force`) start over. The digest
+covers what changes pixels (see `settings_digest`), not batch sizes or workers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from facefusion_batch import __version__
+from facefusion_batch.config import RenderSettings
+from facefusion_batch.errors import InputError
+
+log = logging.getLogger("ffbatch")
+
+MANIFEST = "manifest.json"
+FORMAT = "ffbatch-manifest"
+VERSION = 1
+SEGMENT_SUFFIX = ".mp4"  # ISO-BMFF keeps the input's time base exactly (Matroska rounds to 1 ms)
+
+# RenderSettings fields that do not change a single output pixel or timestamp.
+_NOT_IN_DIGEST = frozenset(
+    {
+        "input",
+        "output",
+        "sources",  # hashed by content instead
+        "batch_size",
+        "batch_window_ms",
+        "workers",
+        "threads",
+        "models_dir",
+        "report",
+        "overwrite",
+        "quiet",
+        "frames",
+        "chunk_frames",
+        "force",
+    }
+)
+_FINGERPRINT_BYTES = 1 << 20
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def file_fingerprint(path: Path) -> str:
+    """Size plus sha256 of the first and last MiB: cheap for huge inputs, independent of the
+    path and the mtime (so a farm node that mounts the input elsewhere agrees)."""
+    size = path.stat().st_size
+    digest = hashlib.sha256(str(size).encode())
+    with open(path, "rb") as fh:
+        digest.update(fh.read(_FINGERPRINT_BYTES))
+        if size > 2 * _FINGERPRINT_BYTES:
+            fh.seek(size - _FINGERPRINT_BYTES)
+            digest.update(fh.read(_FINGERPRINT_BYTES))
+    return digest.hexdigest()
+
+
+def settings_digest(settings: RenderSettings) -> str:
+    """What decides the output's pixels and timing: the input, the source photos (by content),
+    every rendering setting, and the ffbatch version. 16 hex digits."""
+    fields = {k: v for k, v in asdict(settings).items() if k not in _NOT_IN_DIGEST}
+    data = {
+        "ffbatch": __version__,
+        "input": file_fingerprint(Path(settings.input)),
+        "sources": [sha256_file(Path(s)) for s in settings.sources],
+        "settings": fields,
+    }
+    text = json.dumps(data, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def work_dir_for(output: Path) -> Path:
+    """`.{name}.ffbatch/` beside the output (hidden, on the same file system for the renames)."""
+    output = Path(output)
+    return output.parent / f".{output.name}.ffbatch"
+
+
+def segment_name(start: int, end: int) -> str:
+    return f"{start:08d}-{end:08d}{SEGMENT_SUFFIX}"
+
+
+def range_key(start: int, end: int) -> str:
+    return f"{start}:{end}"
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+
+
+def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=2, sort_keys=True)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
+@dataclass
+class Manifest:
+    work_dir: Path
+    input: str
+    output: str
+    settings_digest: str
+    chunk_frames: int
+    frame_count: int
+    segments: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def path(self) -> Path:
+        return self.work_dir / MANIFEST
+
+    def matches(self, other: Manifest) -> bool:
+        return (self.settings_digest, self.chunk_frames, self.frame_count) == (
+            other.settings_digest,
+            other.chunk_frames,
+            other.frame_count,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "input": self.input,
+            "output": self.output,
+            "settings_digest": self.settings_digest,
+            "chunk_frames": self.chunk_frames,
+            "frame_count": self.frame_count,
+            "segments": self.segments,
+            "updated": _now(),
+        }
+
+    @classmethod
+    def read(cls, work_dir: Path) -> Manifest | None:
+        try:
+            data = json.loads((work_dir / MANIFEST).read_text(encoding="utf-8"))
+            if data.get("format") != FORMAT or data.get("version") != VERSION:
+                return None
+            return cls(
+                work_dir=work_dir,
+                input=data["input"],
+                output=data["output"],
+                settings_digest=data["settings_digest"],
+                chunk_frames=int(data["chunk_frames"]),
+                frame_count=int(data["frame_count"]),
+                segments=dict(data.get("segments") or {}),
+            )
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return None
+
+    def save(self) -> None:
+        write_json_atomic(self.path, self.to_json())
+
+    def record(self, start: int, end: int, path: Path) -> None:
+        """A segment is finished (already renamed into place): remember it, durably."""
+        self.segments[range_key(start, end)] = {
+            "file": path.name,
+            "frames": end - start,
+            "bytes": path.stat().st_size,
+            "sha256": sha256_file(path),
+            "finished": _now(),
+        }
+        self.save()
+
+    def verified(self, start: int, end: int) -> Path | None:
+        """The segment file for this range if recorded and its sha256 still matches."""
+        entry = self.segments.get(range_key(start, end))
+        if not entry:
+            return None
+        path = self.work_dir / entry.get("file", "")
+        try:
+            if path.stat().st_size == entry.get("bytes") and sha256_file(path) == entry.get("sha256"):
+                return path
+        except OSError:
+            pass
+        log.warning("%s: segment %s is missing or changed; rendering it again", self.output, path.name)
+        self.segments.pop(range_key(start, end), None)
+        with contextlib.suppress(OSError):
+            path.unlink()  # so that nothing adopts it as a finished segment either
+        return None
+
+
+def open_manifest(wanted: Manifest, force: bool) -> Manifest:
+    """The saved manifest if it belongs to the same job, else a fresh one (old work removed)."""
+    work = wanted.work_dir
+    saved = None if force else Manifest.read(work)
+    if saved is not None and saved.matches(wanted):
+        return saved
+    if force:
+        log.info("%s: --force: discarding any saved progress", wanted.output)
+        clear_work_dir(work)
+    elif saved is not None:
+        log.info(
+            "%s: the settings or the input changed since the saved progress; starting over", wanted.output
+        )
+        clear_work_dir(work)
+    # else a fresh job: segments already there (a farm's `render --frames`) are checked one by
+    # one by their tags and adopted if they belong to this job
+    wanted.save()
+    return wanted
+
+
+def clear_work_dir(work: Path) -> None:
+    """Remove segments, partial files and the manifest, keeping the directory (and its lock)."""
+    for entry in work.iterdir():
+        if entry.name == LOCK:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                entry.unlink()
+
+
+def remove_stale_partials(work: Path) -> None:
+    """Temporary files of a render that was killed outright (SIGKILL, power loss)."""
+    for entry in work.glob(".*.partial-*"):
+        with contextlib.suppress(OSError):
+            entry.unlink()
+
+
+LOCK = ".lock"
+
+
+@contextlib.contextmanager
+def job_lock(work: Path, output: Path) -> Iterator[None]:
+    """One process per output at a time: a second one fails fast instead of racing."""
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        yield
+        return
+    with open(work / LOCK, "a+") as fh:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise InputError(
+                f"another ffbatch process is rendering {output} (it holds {work / LOCK}); "
+                "wait for it to finish or stop it"
+            ) from None
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def remove_work_dir(work: Path) -> None:
+    shutil.rmtree(work, ignore_errors=True)

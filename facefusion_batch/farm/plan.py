@@ -1,0 +1,407 @@
+"""`ffbatch plan`: the commands a render farm runs, one per chunk of frames, then one join per input.
+
+Every chunk command is `ffbatch render INPUT <render options> --frames A:B -o SEGMENT`
+(idempotent: a finished segment is skipped when the task runs again), every
+join is `ffbatch concat SEGMENTS -o OUTPUT --audio-from INPUT --clean`. The
+segments go to the same hidden work directory beside the output that a local
+chunked render uses (`.{name}.ffbatch/`), so `ffbatch render ... --chunk-frames N`
+with the same N finishes a farm run that stopped half-way.
+
+Formats:
+
+- `json`: everything, for a program (argv lists and shell-quoted strings);
+- `shell`: one line per chunk, then one concat line per input;
+- `slurm`: one sbatch array script; tasks 0..C-1 render the chunks, tasks
+  C..C+J-1 the joins (submitted separately, after the chunks: see its header);
+- `opencue`: a PyOutline script; run with no argument it submits one render layer
+  (one OpenCue frame per chunk) and one join layer per input that waits for it;
+  the layers run the script itself with `--task N`.
+
+All paths are made absolute and every word is quoted with `shlex.quote`, so
+paths with spaces or quotes survive the farm's shell.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from facefusion_batch.errors import InputError
+from facefusion_batch.farm.batch import DEFAULT_PATTERN, outputs_for
+from facefusion_batch.farm.manifest import segment_name, work_dir_for
+from facefusion_batch.video.probe import probe
+from facefusion_batch.video.segments import format_range, frame_index, split_frames
+
+FORMATS = ("json", "shell", "slurm", "opencue")
+
+# render options that plan sets itself (or that make no sense per chunk)
+_NOT_PASSED = frozenset(
+    {"inputs", "output", "output_dir", "output_pattern", "frames", "chunk_frames", "ray", "ray_workers"}
+    | {"report", "force", "overwrite"}
+)
+
+
+@dataclass
+class Chunk:
+    task: int
+    frames: tuple[int, int]
+    segment: Path
+    argv: list[str]
+
+
+@dataclass
+class Job:
+    input: Path
+    output: Path
+    work_dir: Path
+    frame_count: int
+    audio: bool
+    chunks: list[Chunk] = field(default_factory=list)
+    join_task: int = 0
+    join_argv: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Plan:
+    chunk_frames: int
+    command: list[str]
+    jobs: list[Job]
+
+    @property
+    def chunk_tasks(self) -> int:
+        return sum(len(j.chunks) for j in self.jobs)
+
+    def tasks(self) -> list[list[str]]:
+        """argv of every task by task number: all chunks, then all joins."""
+        out = [c.argv for j in self.jobs for c in j.chunks]
+        return out + [j.join_argv for j in self.jobs]
+
+
+def quote(argv: list[str]) -> str:
+    return " ".join(shlex.quote(str(a)) for a in argv)
+
+
+def _abs(path: Path | str) -> str:
+    return os.path.abspath(os.fspath(path))
+
+
+def passthrough_args(command, params: dict[str, Any]) -> list[str]:
+    """The render options that differ from their defaults, written back as arguments."""
+    args: list[str] = []
+    for param in command.params:
+        name = param.name
+        if name in _NOT_PASSED or name not in params or not getattr(param, "opts", None):
+            continue
+        value = params[name]
+        if value == param.default or (value in (None, (), []) and param.default in (None, (), [])):
+            continue
+        long = next((o for o in param.opts if o.startswith("--")), param.opts[0])
+        if getattr(param, "is_flag", False) and isinstance(value, bool):
+            if value:
+                args.append(long)
+            elif param.secondary_opts:
+                args.append(param.secondary_opts[0])
+            continue
+        values = value if getattr(param, "multiple", False) else [value]
+        for v in values:
+            args += [long, _abs(v) if isinstance(v, Path) else str(v)]
+    return args
+
+
+def make_plan(
+    inputs: list[Path],
+    *,
+    chunk_frames: int,
+    render_args: list[str],
+    output: Path | None,
+    output_dir: Path | None,
+    output_pattern: str = DEFAULT_PATTERN,
+    command: list[str] | None = None,
+    overwrite: bool = False,
+) -> Plan:
+    if chunk_frames < 1:
+        raise InputError(f"--chunk-frames must be at least 1 (got {chunk_frames})")
+    if not inputs:
+        raise InputError("give at least one input video")
+    if output is not None and output_dir is not None:
+        raise InputError("give either -o/--output (one input) or --output-dir (any number), not both")
+    if output is None and output_dir is None:
+        raise InputError("missing option -o/--output: where the joined video goes (or --output-dir DIR)")
+    if output is not None and len(inputs) > 1:
+        raise InputError(f"{len(inputs)} inputs but one -o/--output; use --output-dir DIR instead")
+    outputs = [output] if output is not None else outputs_for(inputs, output_dir, output_pattern)
+    command = command or ["ffbatch"]
+    jobs: list[Job] = []
+    for inp, out in zip(inputs, outputs, strict=True):
+        info = probe(inp)
+        index = frame_index(inp, info.video_stream_index)
+        if index.count == 0:
+            raise InputError(f"input video {inp} has no frames")
+        work = Path(_abs(work_dir_for(Path(out))))
+        jobs.append(
+            Job(
+                input=Path(_abs(inp)),
+                output=Path(_abs(out)),
+                work_dir=work,
+                frame_count=index.count,
+                audio=bool(info.audio_streams),
+            )
+        )
+    task = 0
+    for job in jobs:
+        for start, end in split_frames(job.frame_count, chunk_frames):
+            segment = job.work_dir / segment_name(start, end)
+            argv = [*command, "render", str(job.input), *render_args]
+            argv += ["--frames", format_range(start, end), "-o", str(segment), "--overwrite"]
+            job.chunks.append(Chunk(task, (start, end), segment, argv))
+            task += 1
+    for job in jobs:
+        argv = [*command, "concat", *(str(c.segment) for c in job.chunks), "-o", str(job.output)]
+        if job.audio:
+            argv += ["--audio-from", str(job.input)]
+        argv += ["--clean"] + (["--overwrite"] if overwrite else [])
+        job.join_task = task
+        job.join_argv = argv
+        task += 1
+    return Plan(chunk_frames, command, jobs)
+
+
+def to_json(plan: Plan) -> str:
+    data = {
+        "format": "ffbatch-plan",
+        "version": 1,
+        "chunk_frames": plan.chunk_frames,
+        "command": plan.command,
+        "tasks": {"chunks": plan.chunk_tasks, "joins": len(plan.jobs)},
+        "jobs": [
+            {
+                "input": str(j.input),
+                "output": str(j.output),
+                "work_dir": str(j.work_dir),
+                "frame_count": j.frame_count,
+                "audio": j.audio,
+                "chunks": [
+                    {
+                        "task": c.task,
+                        "frames": list(c.frames),
+                        "segment": str(c.segment),
+                        "argv": c.argv,
+                        "command": quote(c.argv),
+                    }
+                    for c in j.chunks
+                ],
+                "join": {"task": j.join_task, "argv": j.join_argv, "command": quote(j.join_argv)},
+            }
+            for j in plan.jobs
+        ],
+    }
+    return json.dumps(data, indent=2) + "\n"
+
+
+def _summary(plan: Plan) -> str:
+    frames = sum(j.frame_count for j in plan.jobs)
+    return (
+        f"{len(plan.jobs)} input(s), {frames} frames, {plan.chunk_tasks} chunks of up to "
+        f"{plan.chunk_frames} frames, {len(plan.jobs)} join(s)"
+    )
+
+
+def to_shell(plan: Plan) -> str:
+    lines = [
+        f"# ffbatch plan: {_summary(plan)}",
+        "# Run the render lines in any order, on any machines that see these paths (each is",
+        "# idempotent: a finished segment is skipped), then the concat lines. `bash -e` runs it all.",
+    ]
+    lines += [quote(c.argv) for j in plan.jobs for c in j.chunks]
+    lines += [quote(j.join_argv) for j in plan.jobs]
+    return "\n".join(lines) + "\n"
+
+
+def to_slurm(plan: Plan, sbatch: list[str]) -> str:
+    chunks, joins = plan.chunk_tasks, len(plan.jobs)
+    last = chunks + joins - 1
+    lines = [
+        "#!/bin/bash",
+        "#SBATCH --job-name=ffbatch",
+        f"#SBATCH --array=0-{chunks - 1}",
+        *(f"#SBATCH {opt}" for opt in sbatch),
+        f"# ffbatch plan: {_summary(plan)}",
+        f"# Tasks 0-{chunks - 1} render the chunks; tasks {chunks}-{last} join them, one per input.",
+        "# Submit both, the joins after every chunk succeeded:",
+        "#   jid=$(sbatch --parsable THIS_SCRIPT)",
+        f"#   sbatch --dependency=afterok:$jid --array={chunks}-{last} THIS_SCRIPT",
+        "# A task that failed can be run again alone (sbatch --array=N THIS_SCRIPT): finished",
+        "# segments are skipped.",
+        "set -euo pipefail",
+        'case "${SLURM_ARRAY_TASK_ID:?submit this script with sbatch --array}" in',
+    ]
+    for number, argv in enumerate(plan.tasks()):
+        lines.append(f"  {number}) exec {quote(argv)} ;;")
+    lines += [
+        '  *) echo "ffbatch plan: there is no task $SLURM_ARRAY_TASK_ID" >&2; exit 2 ;;',
+        "esac",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+_OPENCUE = '''#!/usr/bin/env python3
+"""ffbatch plan for OpenCue: {summary}.
+
+    python3 THIS_SCRIPT            submit (needs PyOutline, and this file where the hosts see it)
+    python3 THIS_SCRIPT --task N   run task N here (what the layers do)
+    python3 THIS_SCRIPT --list     print the tasks
+
+One render layer whose OpenCue frames 0-{last_chunk} are the chunks, then one join layer
+per input that waits for the whole render layer.
+"""
+
+import os
+import sys
+
+JOB_NAME = "ffbatch"
+TASKS = {tasks}
+CHUNK_TASKS = {chunks}
+JOINS = {joins}  # (layer name, task number)
+
+
+def submit():
+    from outline import Outline, cuerun
+    from outline.modules.shell import Shell
+
+    here = os.path.abspath(__file__)
+    outline = Outline(JOB_NAME)
+    render = Shell(
+        "render",
+        command=[sys.executable, here, "--task", "#IFRAME#"],
+        range="0-%d" % (CHUNK_TASKS - 1),
+        chunk=1,
+    )
+    outline.add_layer(render)
+    for name, task in JOINS:
+        join = Shell(name, command=[sys.executable, here, "--task", str(task)], range="1-1", chunk=1)
+        join.depend_all(render)
+        outline.add_layer(join)
+    cuerun.launch(outline, use_pycuerun=False)
+
+
+def main(argv):
+    if argv[:1] == ["--task"] and len(argv) == 2:
+        argv_task = TASKS[int(argv[1])]
+        os.execvp(argv_task[0], argv_task)
+    if argv == ["--list"]:
+        import shlex
+
+        for number, task in enumerate(TASKS):
+            print(number, " ".join(shlex.quote(a) for a in task))
+        return 0
+    if argv:
+        print(__doc__, file=sys.stderr)
+        return 2
+    submit()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
+'''
+
+
+def to_opencue(plan: Plan) -> str:
+    joins = [(f"join-{i:03d}-{_layer_word(j.output.stem)}", j.join_task) for i, j in enumerate(plan.jobs)]
+    tasks = "[\n" + "".join(f"    {argv!r},\n" for argv in plan.tasks()) + "]"
+    return _OPENCUE.format(
+        summary=_summary(plan),
+        last_chunk=plan.chunk_tasks - 1,
+        tasks=tasks,
+        chunks=plan.chunk_tasks,
+        joins=repr(joins),
+    )
+
+
+def _layer_word(text: str) -> str:
+    word = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in text)
+    return word[:40] or "output"
+
+
+def render_plan(plan: Plan, fmt: str, sbatch: list[str] | None = None) -> str:
+    if fmt == "json":
+        return to_json(plan)
+    if fmt == "shell":
+        return to_shell(plan)
+    if fmt == "slurm":
+        return to_slurm(plan, sbatch or [])
+    if fmt == "opencue":
+        return to_opencue(plan)
+    raise InputError(f"--format must be one of {', '.join(FORMATS)} (got {fmt!r})")
+
+
+def plan_command(
+    tokens: list[str],
+    *,
+    chunk_frames: int,
+    fmt: str,
+    output: Path | None,
+    output_dir: Path | None,
+    output_pattern: str,
+    ffbatch: str,
+    sbatch: list[str] | None,
+    overwrite: bool,
+) -> str:
+    """`ffbatch plan`: `tokens` are the inputs mixed with the render options to pass through."""
+    import typer.main
+
+    from facefusion_batch import cli
+
+    if fmt not in FORMATS:
+        raise InputError(f"--format must be one of {', '.join(FORMATS)} (got {fmt!r})")
+    render_cmd = typer.main.get_command(cli.app).commands["render"]
+    try:
+        ctx = render_cmd.make_context("render", list(tokens), resilient_parsing=False)
+    except Exception as exc:  # the render command's own parse error, e.g. --crf eighteen
+        message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+        raise InputError(f"plan: {message}") from None
+    params = ctx.params
+    if params.get("frames"):
+        raise InputError("plan chooses the --frames of each chunk itself; use --chunk-frames")
+    if params.get("ray"):
+        raise InputError("plan writes farm commands; --ray is for `ffbatch render`")
+    if params.get("gpus"):
+        raise InputError("plan: every farm task renders on one GPU; leave out --gpus")
+    settings = cli._settings(**_settings_kwargs(params))
+    from facefusion_batch.config import validate_options
+
+    validate_options(settings)
+    command = shlex.split(ffbatch)
+    if not command:
+        raise InputError("--ffbatch must name the command that runs ffbatch, e.g. ffbatch")
+    plan = make_plan(
+        [Path(p) for p in params["inputs"]],
+        chunk_frames=chunk_frames,
+        render_args=passthrough_args(render_cmd, params),
+        output=output,
+        output_dir=output_dir,
+        output_pattern=output_pattern,
+        command=command,
+        overwrite=overwrite,
+    )
+    return render_plan(plan, fmt, sbatch)
+
+
+def _settings_kwargs(params: dict[str, Any]) -> dict[str, Any]:
+    """The render command's parsed options as `cli._settings` takes them."""
+    from dataclasses import fields
+
+    from facefusion_batch.config import RenderSettings
+
+    # `cli._settings` builds the nested settings from these; the rest are RenderSettings fields
+    nested = {"blend", "eyes_mouth", "colour", "encoder", "crf", "quality", "preset", "score_threshold"}
+    known = nested | {f.name for f in fields(RenderSettings)}
+    kwargs = {k: v for k, v in params.items() if k in known and k not in ("input", "output", "frames")}
+    kwargs["sources"] = tuple(params.get("source") or ())
+    kwargs["input"] = Path(params["inputs"][0])
+    kwargs["output"] = Path("plan.mp4")
+    return kwargs

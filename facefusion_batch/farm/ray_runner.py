@@ -1,0 +1,473 @@
+"""`ffbatch render ... --ray auto|ADDRESS`: the segments of every input as tasks on Ray actors.
+
+The driver (the `ffbatch` process) cuts each input into chunks exactly as a
+chunked local render does (same work directory, manifest and segment names, so
+either can finish the other's job), then hands the missing segments to a pool
+of actors. Each actor loads the models and prepares the source faces once, then
+renders segment after segment: one actor per GPU (`num_gpus=1`), or CPU actors
+when the cluster has no GPUs. When an actor dies (its node went away, it was
+killed), the segment it held goes back to the queue and another actor renders
+it; an error in the input itself fails that input only. The driver counts the
+frames of every finished segment (the progress bar), records it in the
+manifest, and joins an input's segments with its audio as soon as they are
+all there.
+
+Every host must see the inputs, the sources and the output directory at the
+same paths (a shared file system): actors write the segments straight into the
+work directory. Ray is imported only here, and only when `--ray` is given.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from facefusion_batch.config import RenderSettings, validate, validate_options
+from facefusion_batch.errors import (
+    EXIT_OK,
+    EXIT_USAGE,
+    FfbatchError,
+    InputError,
+    Interrupted,
+)
+
+log = logging.getLogger("ffbatch")
+
+MAX_ATTEMPTS = 3  # a segment whose actor died is tried this many times in all
+DEFAULT_CHUNK = 1500
+MIN_CHUNK = 25
+
+
+def import_ray():
+    try:
+        import ray
+    except ImportError:
+        raise InputError(
+            "--ray needs Ray, which is not installed here: pip install 'facefusion-batch[ray]' "
+            "(or pip install ray)"
+        ) from None
+    return ray
+
+
+# -- the actor ---------------------------------------------------------------------------------------
+
+
+class SegmentWorker:
+    """Models loaded once per actor; renders one segment per call (wrapped by `ray.remote`)."""
+
+    def __init__(self, settings: RenderSettings, threads: int) -> None:
+        from facefusion_batch.pipeline.render import Renderer
+
+        logging.getLogger("ffbatch").setLevel(logging.WARNING)
+        if settings.threads is None:
+            settings = replace(settings, threads=threads)
+        self.renderer = Renderer.load(settings)
+        self.host = socket.gethostname()
+        self._indexes: dict[str, Any] = {}
+
+    def where(self) -> str:
+        return f"{self.host}:{os.getpid()}"
+
+    def render(self, settings: RenderSettings, start: int, end: int, path: str, tags: dict) -> dict:
+        from facefusion_batch.farm.segment import write_segment
+        from facefusion_batch.pipeline.render import JobReport
+        from facefusion_batch.pipeline.report import StageTimer
+        from facefusion_batch.video.probe import probe
+        from facefusion_batch.video.segments import frame_index
+
+        started = time.perf_counter()
+        settings = replace(settings, threads=self.renderer.settings.threads)
+        if not self.renderer.serves(settings):  # e.g. a per-input reference face
+            from facefusion_batch.pipeline.render import Renderer
+
+            self.renderer = Renderer.load(settings)
+        info = probe(settings.input)
+        key = str(settings.input)
+        if key not in self._indexes:
+            self._indexes = {key: frame_index(settings.input, info.video_stream_index)}
+        report = JobReport(input=key, output=path, backend="")
+        timer = StageTimer()
+        write_segment(
+            self.renderer, settings, info, self._indexes[key], (start, end), Path(path), tags, report, timer
+        )
+        return {
+            "frames": report.frames_out,
+            "faces_swapped": report.faces_swapped,
+            "faces_found": report.faces_found,
+            "frames_with_faces": report.frames_with_faces,
+            "seconds": time.perf_counter() - started,
+            "worker": self.where(),
+            "stage_seconds": dict(timer.seconds),
+        }
+
+
+# -- the driver --------------------------------------------------------------------------------------
+
+
+@dataclass
+class SegmentTask:
+    job: int
+    frames: tuple[int, int]
+    path: Path
+    attempts: int = 0
+
+
+@dataclass
+class InputJob:
+    settings: RenderSettings
+    status: str = "pending"  # pending | rendering | ok | skipped | failed
+    message: str = ""
+    manifest: Any = None
+    info: Any = None
+    done: dict[tuple[int, int], Path] = field(default_factory=dict)
+    missing: list[tuple[int, int]] = field(default_factory=list)
+    tags_for: Callable[[int, int], dict] | None = None
+    frames: int = 0
+    faces_swapped: int = 0
+    faces_found: int = 0
+    frames_with_faces: int = 0
+    started: float = 0.0
+    join_seconds: float = 0.0
+    retries: int = 0
+    workers: set[str] = field(default_factory=set)
+    total: int = 0
+    reused: int = 0
+
+    def summary(self) -> dict[str, Any]:
+        s = self.settings
+        return {
+            "input": str(s.input),
+            "output": str(s.output),
+            "status": self.status,
+            "message": self.message,
+            "frames_out": self.frames,
+            "faces_found": self.faces_found,
+            "faces_swapped": self.faces_swapped,
+            "frames_with_faces": self.frames_with_faces,
+            "segments": {
+                "total": self.total,
+                "reused": self.reused,
+                "rendered": len(self.done) - self.reused,
+            },
+            "retries": self.retries,
+            "workers": sorted(self.workers),
+            "join_seconds": round(self.join_seconds, 3),
+        }
+
+
+def connect(address: str, ray) -> bool:
+    """Connect to (or start) Ray; True when this process started it and must shut it down."""
+    if ray.is_initialized():
+        return False
+    quiet = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.WARNING}
+    if address == "auto":
+        try:
+            ray.init(address="auto", log_to_driver=False, logging_level=logging.WARNING)
+            log.info("ray: connected to the running cluster")
+        except ConnectionError:
+            log.info("ray: no running cluster found; starting a local one on this machine")
+            ray.init(**quiet)
+        return True
+    if address == "local":
+        ray.init(**quiet)
+        return True
+    try:
+        ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+    except (ConnectionError, ValueError, RuntimeError) as exc:
+        raise InputError(f"--ray {address}: cannot connect to a Ray cluster there ({exc})") from None
+    return True
+
+
+def plan_pool(ray, workers: int | None) -> tuple[int, dict[str, float], int]:
+    """How many actors, the resources of each, and onnxruntime threads per actor."""
+    resources = ray.cluster_resources()
+    gpus = int(resources.get("GPU", 0))
+    cpus = max(1, int(resources.get("CPU", 1)))
+    if gpus:
+        count = workers or gpus
+        per_cpu = max(1, cpus // count)
+        return count, {"num_gpus": 1, "num_cpus": min(per_cpu, 2)}, per_cpu
+    count = workers or max(1, cpus // 2)
+    per_cpu = max(1, cpus // count)
+    return count, {"num_cpus": per_cpu}, per_cpu
+
+
+def render_with_ray(
+    jobs: list[RenderSettings],
+    *,
+    address: str,
+    workers: int | None = None,
+    report_path: Path | None = None,
+    batch: bool = False,
+    on_dispatch: Callable[[Any, SegmentTask], None] | None = None,
+) -> int:
+    """Render `jobs` on Ray; returns the exit status (2 if any input failed).
+
+    `batch`: several inputs (`--output-dir`): up-to-date outputs are skipped, a failed input does
+    not stop the others. Otherwise one input, whose failure raises. `on_dispatch(actor, task)`
+    is called as each segment is handed out (progress displays, tests).
+    """
+    from facefusion_batch.farm.batch import is_done, output_tags
+
+    if workers is not None and workers < 1:
+        raise InputError(f"--ray-workers must be at least 1 (got {workers})")
+    ray = import_ray()
+    validate_options(jobs[0])
+    started = time.perf_counter()
+    entries = [InputJob(settings=replace(j, report=None)) for j in jobs]
+    with contextlib.ExitStack() as stack:
+        shutdown = connect(address, ray)
+        if shutdown:
+            stack.callback(ray.shutdown)
+        count, resources, threads = plan_pool(ray, workers)
+        tasks: deque[SegmentTask] = deque()
+        for number, entry in enumerate(entries):
+            if batch and is_done(entry.settings):
+                entry.status, entry.message = "skipped", "up to date"
+                log.info("%s is up to date; skipping it", entry.settings.output)
+                continue
+            try:
+                _prepare(entry, stack, count)
+            except FfbatchError as exc:
+                if not batch:
+                    raise
+                entry.status, entry.message = "failed", str(exc)
+                log.error("%s: %s", entry.settings.input, exc)
+                continue
+            for frames in entry.missing:
+                tasks.append(SegmentTask(number, frames, entry.manifest.work_dir / _name(frames)))
+        total_frames = sum(b - a for t in tasks for a, b in [t.frames])
+        log.info(
+            "ray: %d segments (%d frames) of %d input(s) on %d actor(s) %s",
+            len(tasks),
+            total_frames,
+            len(entries),
+            count,
+            resources,
+        )
+        actors = []
+        if tasks:
+            remote = ray.remote(max_restarts=0, max_task_retries=0)(SegmentWorker)
+            template = entries[tasks[0].job].settings
+            actors = [
+                remote.options(**resources).remote(template, threads) for _ in range(min(count, len(tasks)))
+            ]
+        from facefusion_batch.progress import Progress
+
+        try:
+            with Progress(enabled=not jobs[0].quiet) as progress:
+                progress.start(total_frames)
+                _schedule(ray, actors, tasks, entries, progress, on_dispatch, batch)
+        except KeyboardInterrupt:
+            raise Interrupted(
+                "interrupted (SIGINT); finished segments are kept: run the same command to resume"
+            ) from None
+        finally:
+            for actor in actors:
+                with contextlib.suppress(Exception):
+                    ray.kill(actor)
+        for entry in entries:
+            if entry.status == "rendering":
+                _join(entry, output_tags(entry.settings) if batch else None, batch)
+    return _finish(entries, report_path, time.perf_counter() - started, batch)
+
+
+def _name(frames: tuple[int, int]) -> str:
+    from facefusion_batch.farm.manifest import segment_name
+
+    return segment_name(*frames)
+
+
+def _prepare(entry: InputJob, stack: contextlib.ExitStack, actors: int) -> None:
+    """Validate, probe, number the frames, open the manifest, find what is missing."""
+    from facefusion_batch.farm.manifest import (
+        Manifest,
+        job_lock,
+        open_manifest,
+        remove_stale_partials,
+        settings_digest,
+        work_dir_for,
+    )
+    from facefusion_batch.farm.resume import plan_segments
+    from facefusion_batch.farm.segment import segment_tags
+    from facefusion_batch.video.probe import probe
+    from facefusion_batch.video.segments import frame_index
+
+    settings = entry.settings
+    validate(settings)
+    info = probe(settings.input)
+    index = frame_index(settings.input, info.video_stream_index)
+    chunk = settings.chunk_frames or min(DEFAULT_CHUNK, max(MIN_CHUNK, -(-index.count // actors)))
+    digest = settings_digest(settings)
+    output = Path(settings.output)
+    work = work_dir_for(output)
+    stack.enter_context(job_lock(work, output))
+    remove_stale_partials(work)
+    manifest = open_manifest(
+        Manifest(
+            work_dir=work,
+            input=str(Path(settings.input).resolve()),
+            output=str(output.resolve()),
+            settings_digest=digest,
+            chunk_frames=chunk,
+            frame_count=index.count,
+        ),
+        settings.force,
+    )
+    done, missing = plan_segments(settings, index, chunk, manifest, digest)
+    entry.info, entry.manifest, entry.done, entry.missing = info, manifest, done, missing
+    entry.total, entry.reused = len(done) + len(missing), len(done)
+    entry.tags_for = lambda a, b: segment_tags(settings, a, b, index.count, digest)
+    entry.status = "rendering"
+    entry.started = time.perf_counter()
+    if done:
+        log.info(
+            "%s: %d of %d segments are done already", settings.input, len(done), len(done) + len(missing)
+        )
+
+
+def _schedule(ray, actors, tasks: deque, entries: list[InputJob], progress, on_dispatch, batch: bool) -> None:
+    from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, WorkerCrashedError
+
+    died = (RayActorError, ActorDiedError, ActorUnavailableError, WorkerCrashedError)
+    idle = list(actors)
+    alive = set(range(len(actors)))
+    running: dict[Any, tuple[int, SegmentTask]] = {}
+    while tasks or running:
+        while tasks and idle:
+            task = tasks.popleft()
+            entry = entries[task.job]
+            if entry.status != "rendering":
+                continue  # its input failed meanwhile
+            actor = idle.pop()
+            number = actors.index(actor)
+            start, end = task.frames
+            task.attempts += 1
+            ref = actor.render.remote(entry.settings, start, end, str(task.path), entry.tags_for(start, end))
+            running[ref] = (number, task)
+            if on_dispatch:
+                on_dispatch(actor, task)
+        if not running:
+            if tasks:
+                raise FfbatchError("every Ray worker died; finished segments are kept, run again to resume")
+            break
+        ready, _ = ray.wait(list(running), num_returns=1)
+        ref = ready[0]
+        number, task = running.pop(ref)
+        entry = entries[task.job]
+        try:
+            result = ray.get(ref)
+        except died as exc:
+            alive.discard(number)
+            entry.retries += 1
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            if task.attempts >= MAX_ATTEMPTS:
+                _fail(
+                    entry,
+                    f"segment {task.frames[0]}:{task.frames[1]} failed {task.attempts} times: {reason}",
+                    batch,
+                )
+                continue
+            log.warning(
+                "ray: worker %d died while rendering frames %d:%d of %s (%s); retrying on another worker",
+                number,
+                *task.frames,
+                entry.settings.input,
+                reason,
+            )
+            tasks.appendleft(task)
+            continue
+        except Exception as exc:  # the render itself failed: the input is at fault, not the worker
+            idle.append(actors[number])
+            cause = getattr(exc, "cause", None) or exc
+            _fail(entry, str(cause).strip().splitlines()[-1] if str(cause).strip() else repr(cause), batch)
+            continue
+        idle.append(actors[number])
+        entry.manifest.record(*task.frames, task.path)
+        entry.done[task.frames] = task.path
+        entry.frames += result["frames"]
+        entry.faces_swapped += result["faces_swapped"]
+        entry.faces_found += result["faces_found"]
+        entry.frames_with_faces += result["frames_with_faces"]
+        entry.workers.add(result["worker"])
+        progress.update(result["frames"])
+        log.info(
+            "ray: frames %d:%d of %s done on %s (%.1f fps)",
+            *task.frames,
+            entry.settings.input,
+            result["worker"],
+            result["frames"] / max(result["seconds"], 1e-6),
+        )
+
+
+def _fail(entry: InputJob, message: str, batch: bool) -> None:
+    entry.status, entry.message = "failed", message
+    log.error("%s: %s", entry.settings.input, message)
+    if not batch:
+        raise InputError(f"{entry.settings.input}: {message}")
+
+
+def _join(entry: InputJob, tags: dict | None, batch: bool) -> None:
+    from facefusion_batch.farm.concat import join_segments
+    from facefusion_batch.farm.manifest import remove_work_dir
+
+    settings = entry.settings
+    started = time.perf_counter()
+    try:
+        join_segments(
+            [entry.done[r] for r in sorted(entry.done)],
+            Path(settings.output),
+            audio_from=Path(settings.input) if entry.info.audio_streams else None,
+            overwrite=True,
+            metadata=tags,
+        )
+    except FfbatchError as exc:
+        _fail(entry, str(exc), batch)
+        return
+    entry.join_seconds = time.perf_counter() - started
+    remove_work_dir(entry.manifest.work_dir)
+    entry.status = "ok"
+
+
+def _finish(entries: list[InputJob], report_path: Path | None, wall: float, batch: bool) -> int:
+    import typer
+
+    from facefusion_batch.farm.manifest import write_json_atomic
+
+    counts = {k: sum(e.status == k for e in entries) for k in ("ok", "skipped", "failed")}
+    for entry in entries:
+        if entry.status in ("ok", "skipped"):
+            typer.echo(str(entry.settings.output))
+    frames = sum(e.frames for e in entries)
+    log.info(
+        "ray: %d input(s): %d rendered, %d up to date, %d failed; %d frames in %.1f s (%.1f fps)",
+        len(entries),
+        counts["ok"],
+        counts["skipped"],
+        counts["failed"],
+        frames,
+        wall,
+        frames / wall if wall > 0 else 0.0,
+    )
+    if report_path:
+        write_json_atomic(
+            Path(report_path),
+            {
+                "inputs": len(entries),
+                **counts,
+                "status": "failed" if counts["failed"] else "ok",
+                "executor": "ray",
+                "wall_seconds": round(wall, 3),
+                "fps": round(frames / wall, 3) if wall > 0 else 0.0,
+                "jobs": [e.summary() for e in entries],
+            },
+        )
+    return EXIT_USAGE if counts["failed"] else EXIT_OK

@@ -1,0 +1,129 @@
+"""`render --frames START:END`: one exact frame range of one input into a video-only segment.
+
+The segment starts with a keyframe (every encode does), keeps the input's pts
+and time base, and carries tags (`video/segments.py`) that say which frames of
+which input, rendered with which settings. That makes the command idempotent,
+as a farm needs: run again with the same settings when the segment exists, it
+says so and exits 0 without rendering (`--force` renders it again).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from facefusion_batch.config import RenderSettings
+from facefusion_batch.errors import FfbatchError, Interrupted, OutputError
+from facefusion_batch.farm.manifest import settings_digest
+from facefusion_batch.pipeline.render import JobReport, log_start, run_frames
+from facefusion_batch.video.reader import FrameReader
+from facefusion_batch.video.segments import (
+    TAG_FRAME_COUNT,
+    TAG_FRAMES,
+    TAG_INPUT,
+    TAG_SETTINGS,
+    format_range,
+    frame_index,
+    read_tags,
+)
+from facefusion_batch.video.writer import VideoWriter
+
+log = logging.getLogger("ffbatch")
+
+
+def segment_tags(settings: RenderSettings, start: int, end: int, frame_count: int, digest: str) -> dict:
+    return {
+        TAG_FRAMES: format_range(start, end),
+        TAG_FRAME_COUNT: str(frame_count),
+        TAG_SETTINGS: digest,
+        TAG_INPUT: Path(settings.input).name,
+    }
+
+
+def is_up_to_date(path: Path, digest: str, start: int, end: int | None) -> bool:
+    """Whether `path` is a finished segment of exactly this range made with these settings."""
+    tags = read_tags(path)
+    if tags.get(TAG_SETTINGS) != digest:
+        return False
+    got_start, _, got_end = tags.get(TAG_FRAMES, "").partition(":")
+    wanted_end = tags.get(TAG_FRAME_COUNT) if end is None else str(end)
+    return got_start == str(start) and got_end == wanted_end
+
+
+def prepare_segment_job(settings: RenderSettings) -> JobReport | None:
+    """Before validation: make the segment's directory, and skip a segment that is done."""
+    out = Path(settings.output)
+    parent = out.parent if str(out.parent) else Path(".")
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"cannot create the directory {parent} for {out}: {exc.strerror or exc}") from None
+    if settings.force or not out.is_file() or not Path(settings.input).is_file():
+        return None
+    if not all(Path(s).is_file() for s in settings.sources):
+        return None
+    start, end = settings.frames
+    if not is_up_to_date(out, settings_digest(settings), start, end):
+        return None
+    log.info(
+        "%s is up to date (frames %s:%s of %s); nothing to render", out, start, end or "", settings.input
+    )
+    report = JobReport(input=str(settings.input), output=str(out), backend="", status="skipped")
+    report.message = "up to date"
+    return report
+
+
+def render_segment(renderer, settings, info, report: JobReport, timer, on_progress, on_start) -> None:
+    index = frame_index(settings.input, info.video_stream_index)
+    start, end = index.resolve(*settings.frames)
+    tags = segment_tags(settings, start, end, index.count, settings_digest(settings))
+    log_start(settings, info, report, end - start)
+    log.info("frames %d:%d of %d, to a video-only segment", start, end, index.count)
+    if on_start:
+        on_start(end - start)
+    write_segment(
+        renderer, settings, info, index, (start, end), Path(settings.output), tags, report, timer, on_progress
+    )
+    report.frames = [start, end]
+    report.audio = "none (a segment; `ffbatch concat --audio-from` adds the audio)"
+
+
+def write_segment(
+    renderer,
+    settings: RenderSettings,
+    info,
+    index,
+    frames: tuple[int, int],
+    path: Path,
+    tags: dict[str, str],
+    report,
+    timer,
+    on_progress=None,
+) -> None:
+    """Render frames [start, end) of `settings.input` into `path` (atomically, video only)."""
+    start, end = frames
+    reader = FrameReader(settings.input, info=info, frames=(start, end), index=index)
+    writer = VideoWriter(path, info, settings.encoder, metadata=tags)
+    frames_before = report.frames_out
+    try:
+        run_frames(
+            renderer,
+            reader,
+            lambda frame, image: writer.write(image, frame.pts, frame.time_base),
+            settings,
+            report,
+            timer,
+            on_progress,
+        )
+        if report.frames_out - frames_before != end - start:  # the reader raises first; a guard
+            raise FfbatchError(f"{settings.input}: got {report.frames_out} frames for --frames {start}:{end}")
+        with timer.stage("finish"):
+            writer.close()
+    except KeyboardInterrupt:
+        writer.abort()
+        raise Interrupted("interrupted (SIGINT); the partial segment was removed") from None
+    except BaseException:
+        writer.abort()
+        raise
+    finally:
+        reader.close()

@@ -1,0 +1,356 @@
+"""FaceFusion 3.x's learned models, as plain data, and how their files are fetched and checked.
+
+Names and file names are FaceFusion's, so ``--models-dir`` can point at an existing
+FaceFusion ``.assets/models`` directory. Files come from the publisher's GitHub
+releases (``facefusion/facefusion-assets``, tag ``models-3.x.0``), each with a
+``<name>.hash`` sidecar holding the CRC32 of the file as 8 hex digits.
+
+Integrity: no trustworthy sha256 is published for any of these files, so none is
+pinned. Each model's catalogue entry is derived from its ``.hash`` entry: the
+recipe downloads the ``.onnx`` and refuses it unless its CRC32 matches the
+sidecar; the store then records the file's sha256 in its own
+``<file>.verified.json`` and refuses any later mismatch. A file found in
+``--models-dir`` (or put into the store by hand) is checked against the
+``.hash`` lying beside it, as FaceFusion keeps them.
+
+This module only holds data at import time (the catalogue imports it); the
+recipe and the validator import what they need when called.
+"""
+
+from __future__ import annotations
+
+import logging
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .sources import DeriveContext
+
+log = logging.getLogger(__name__)
+
+RELEASES_URL = "https://github.com/facefusion/facefusion-assets/releases/download"
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+HALF = (0.5, 0.5, 0.5)
+ZERO = (0.0, 0.0, 0.0)
+ONE = (1.0, 1.0, 1.0)
+
+ROLES = ("swapper", "recogniser", "converter", "enhancer", "occluder", "parser")
+
+
+@dataclass(frozen=True)
+class LearnedModel:
+    """What a FaceFusion model file expects and returns.
+
+    `family` says how the model is driven: for swappers inswapper, hyperswap,
+    simswap, ghost, blendswap or uniface; for enhancers gfpgan, gpen or codeformer.
+    Crops are RGB scaled to 0–1, then ``(x - mean) / std``; `output_denormalise`
+    says whether the output is mapped back by ``x * std + mean`` (else it is 0–1).
+    """
+
+    name: str
+    role: str
+    release: str
+    licence: str
+    family: str = ""
+    template: str | None = None
+    size: int = 0
+    mean: tuple[float, float, float] = ZERO
+    std: tuple[float, float, float] = ONE
+    output_denormalise: bool = False
+    converter: str | None = None  # an embedding converter model, for simswap / ghost
+    note: str = ""
+
+    @property
+    def file(self) -> str:
+        return f"{self.name}.onnx"
+
+    @property
+    def url(self) -> str:
+        return f"{RELEASES_URL}/{self.release}/{self.name}.onnx"
+
+    @property
+    def hash_name(self) -> str:
+        return f"{self.name}.hash"
+
+    @property
+    def hash_url(self) -> str:
+        return f"{RELEASES_URL}/{self.release}/{self.name}.hash"
+
+
+_INSIGHTFACE = "InsightFace: non-commercial research only"
+
+
+def _swapper(
+    name: str, release: str, licence: str, family: str, template: str, size: int, **kw
+) -> LearnedModel:
+    return LearnedModel(name, "swapper", release, licence, family, template, size, **kw)
+
+
+# Facts from FaceFusion 3.x's model sets (face_swapper, face_recognizer, face_enhancer,
+# face_masker), checked against models.md. Where they differ, FaceFusion's is kept and
+# the difference noted.
+MODELS: dict[str, LearnedModel] = {
+    m.name: m
+    for m in (
+        _swapper(
+            "inswapper_128",
+            "models-3.0.0",
+            _INSIGHTFACE,
+            "inswapper",
+            "arcface_128",
+            128,
+            note="inputs target [1,3,128,128] RGB 0-1 and source [1,512] = (e/|e|) @ emap (emap: the "
+            "graph's last initializer); output 0-1. Batch fixed at 1 in the published file.",
+        ),
+        _swapper("inswapper_128_fp16", "models-3.0.0", _INSIGHTFACE, "inswapper", "arcface_128", 128),
+        *(
+            _swapper(
+                f"hyperswap_1{v}_256",
+                "models-3.3.0",
+                "ResearchRAIL (FaceFusion)",
+                "hyperswap",
+                "arcface_128",
+                256,
+                mean=HALF,
+                std=HALF,
+                output_denormalise=True,
+                note="takes the normalised ArcFace embedding directly; FaceFusion's default swapper",
+            )
+            for v in "abc"
+        ),
+        _swapper(
+            "simswap_256",
+            "models-3.0.0",
+            "non-commercial (neuralchen)",
+            "simswap",
+            "arcface_112_v1",
+            256,
+            mean=IMAGENET_MEAN,
+            std=IMAGENET_STD,
+            converter="crossface_simswap",
+            note="input ImageNet mean/std, output 0-1 (not de-normalised)",
+        ),
+        *(
+            _swapper(
+                f"ghost_{v}_256",
+                "models-3.0.0",
+                "Apache-2.0 (ai-forever)",
+                "ghost",
+                "arcface_112_v1",
+                256,
+                mean=HALF,
+                std=HALF,
+                output_denormalise=True,
+                converter="crossface_ghost",
+            )
+            for v in "123"
+        ),
+        _swapper(
+            "blendswap_256",
+            "models-3.0.0",
+            "non-commercial (mapooon)",
+            "blendswap",
+            "ffhq_512",
+            256,
+            note="source input is the source face itself: arcface_112_v2 crop, 112 px, RGB 0-1",
+        ),
+        _swapper(
+            "uniface_256",
+            "models-3.0.0",
+            "unknown (xc-csc101)",
+            "uniface",
+            "ffhq_512",
+            256,
+            mean=HALF,
+            std=HALF,
+            output_denormalise=True,
+            note="source input is the source face itself: ffhq_512 crop, 256 px, RGB 0-1",
+        ),
+        LearnedModel(
+            "crossface_simswap",
+            "converter",
+            "models-3.4.0",
+            "see the publisher (FaceFusion)",
+            note="maps a raw ArcFace embedding [N,512] into simswap's identity space",
+        ),
+        LearnedModel(
+            "crossface_ghost",
+            "converter",
+            "models-3.4.0",
+            "see the publisher (FaceFusion)",
+            note="maps a raw ArcFace embedding [N,512] into ghost's identity space",
+        ),
+        LearnedModel(
+            "arcface_w600k_r50",
+            "recogniser",
+            "models-3.0.0",
+            _INSIGHTFACE,
+            "arcface",
+            "arcface_112_v2",
+            112,
+            mean=HALF,
+            std=HALF,
+            note="input RGB x/127.5 - 1, 112x112; output the 512-d embedding",
+        ),
+        LearnedModel(
+            "gfpgan_1.4",
+            "enhancer",
+            "models-3.0.0",
+            "Apache-2.0 (TencentARC)",
+            "gfpgan",
+            "ffhq_512",
+            512,
+            mean=HALF,
+            std=HALF,
+            output_denormalise=True,
+        ),
+        LearnedModel(
+            "gpen_bfr_256",
+            "enhancer",
+            "models-3.0.0",
+            "non-commercial (yangxy)",
+            "gpen",
+            "arcface_128",
+            256,
+            mean=HALF,
+            std=HALF,
+            output_denormalise=True,
+            note="FaceFusion crops it with arcface_128 (models.md says ffhq_512); FaceFusion's is kept",
+        ),
+        LearnedModel(
+            "gpen_bfr_512",
+            "enhancer",
+            "models-3.0.0",
+            "non-commercial (yangxy)",
+            "gpen",
+            "ffhq_512",
+            512,
+            mean=HALF,
+            std=HALF,
+            output_denormalise=True,
+        ),
+        LearnedModel(
+            "codeformer",
+            "enhancer",
+            "models-3.0.0",
+            "S-Lab-1.0 (sczhou)",
+            "codeformer",
+            "ffhq_512",
+            512,
+            mean=HALF,
+            std=HALF,
+            output_denormalise=True,
+            note="has a second input 'weight' (float64 [1], fidelity 0-1)",
+        ),
+        *(
+            LearnedModel(
+                f"xseg_{v}",
+                "occluder",
+                release,
+                "see the publisher (XSeg, DeepFaceLab)",
+                "xseg",
+                None,
+                256,
+                note="NHWC BGR /255 in, [N,256,256,1] occlusion probability out",
+            )
+            for v, release in (("1", "models-3.1.0"), ("2", "models-3.1.0"), ("3", "models-3.2.0"))
+        ),
+        *(
+            LearnedModel(
+                f"bisenet_resnet_{v}",
+                "parser",
+                release,
+                "see the publisher (face-parsing BiSeNet)",
+                "bisenet",
+                None,
+                512,
+                mean=IMAGENET_MEAN,
+                std=IMAGENET_STD,
+                note="19 face-parsing classes as logits [N,19,512,512]",
+            )
+            for v, release in (("18", "models-3.1.0"), ("34", "models-3.0.0"))
+        ),
+    )
+}
+
+SWAPPERS = tuple(n for n, m in MODELS.items() if m.role == "swapper")
+ENHANCERS = tuple(n for n, m in MODELS.items() if m.role == "enhancer")
+OCCLUDERS = tuple(n for n, m in MODELS.items() if m.role == "occluder")
+PARSERS = tuple(n for n, m in MODELS.items() if m.role == "parser")
+RECOGNISER = "arcface_w600k_r50"
+
+
+def learned_model(name: str) -> LearnedModel:
+    """The facts for `name`, also for a prepared variant such as ``inswapper_128@fp16``."""
+    base = name.split("@", 1)[0]
+    try:
+        return MODELS[base]
+    except KeyError:
+        raise KeyError(f"unknown learned model {name!r} (known: {', '.join(sorted(MODELS))})") from None
+
+
+# --- the CRC32 sidecar ---------------------------------------------------------------
+
+
+def read_crc32(path: Path) -> str:
+    """The CRC32 a ``.hash`` sidecar holds, as 8 lower-case hex digits."""
+    text = Path(path).read_text(encoding="ascii", errors="replace").strip().lower()
+    if len(text) != 8 or any(c not in "0123456789abcdef" for c in text):
+        raise ValueError(f"{path} does not hold a CRC32 (8 hex digits): {text[:40]!r}")
+    return text
+
+
+def crc32_file(path: Path) -> str:
+    crc = 0
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 22), b""):
+            crc = zlib.crc32(chunk, crc)
+    return f"{crc:08x}"
+
+
+def derive_download(ctx: DeriveContext) -> dict[str, Any]:
+    """Recipe "facefusion_download": fetch ``<name>.onnx`` and check it against its ``.hash``.
+
+    `ctx.base_path` is the verified ``.hash`` file (the entry this one is derived from).
+    """
+    from .sources import SourceError, copy_stream, open_url
+
+    model = MODELS[ctx.spec.name]
+    assert ctx.base_path is not None
+    expected = read_crc32(ctx.base_path)
+    crc = 0
+
+    def update(chunk: bytes) -> None:
+        nonlocal crc
+        crc = zlib.crc32(chunk, crc)
+
+    log.info("%s: downloading %s", model.name, model.url)
+    with open_url(model.url) as src, open(ctx.out_path, "wb") as dst:
+        size = copy_stream(src, dst, update)
+    actual = f"{crc:08x}"
+    if actual != expected:
+        raise SourceError(f"CRC32 {actual} does not match the publisher's {expected} ({model.hash_url})")
+    return {"url": model.url, "crc32": actual, "crc32_source": model.hash_url, "bytes": size}
+
+
+def validate_crc32(path: Path, cached: Any = None) -> dict[str, Any]:
+    """Validator "facefusion_crc32": the CRC32 of `path` matches the ``.hash`` beside it.
+
+    A file without a ``.hash`` beside it (a temporary file the recipe already
+    checked, or a file copied by hand without its sidecar) passes with a warning.
+    """
+    path = Path(path)
+    sidecar = path.with_suffix(".hash")
+    if not sidecar.is_file():
+        if not path.name.startswith("."):
+            log.warning("%s: no %s beside it; its integrity cannot be checked", path, sidecar.name)
+        return {"crc32": "no .hash sidecar beside the file"}
+    expected = read_crc32(sidecar)
+    actual = crc32_file(path)
+    if actual != expected:
+        raise ValueError(f"CRC32 {actual} does not match {expected} in {sidecar}")
+    return {"crc32": actual, "crc32_source": str(sidecar)}

@@ -1,0 +1,558 @@
+"""Batched image operations in torch: the GPU twins of the OpenCV/numpy path.
+
+Each function mirrors one host operation closely enough to be tested against
+it on the CPU (tests/test_gpu_device_ops.py states each tolerance):
+
+- `yuv420p_to_bgr`, `nv12_to_bgr`: the decoder's planes → BGR, BT.601/709/2020,
+  limited or full range (cv2.cvtColor's I420/NV12 for BT.601 limited).
+- `resize_area`, `resize_linear`: cv2.resize INTER_AREA / INTER_LINEAR, as two
+  small matrix products per image (exact fractional-coverage weights).
+- `letterbox`: faces.detect.letterbox for a batch of same-sized frames.
+- `warp_affine`, `remap`: cv2.warpAffine / cv2.remap (bilinear, constant-zero
+  border) through grid_sample.
+- `gaussian_blur`, `pyr_down`, `pyr_up`: cv2.GaussianBlur, cv2.pyrDown,
+  cv2.pyrUp, with OpenCV's kernels and borders.
+- `bgr_to_lab8`, `lab8_to_bgr`: OpenCV's 8-bit LAB (sRGB gamma, D65).
+- `masked_blur`, `transfer_colour`, `feather`, `multiband`: swap.colour and
+  swap.blend on device tensors.
+- `paste_affine`: a face crop warped back into its frame and blended by a mask.
+
+Images are float tensors [..., C, H, W] unless said otherwise; uint8 frames
+are [B, H, W, 3] as the decoder gives them. Imports torch at module level:
+only GPU-backend code imports this module.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+Tensor = torch.Tensor
+
+# (Kr, Kb) of each colour matrix
+YUV_MATRICES = {"bt601": (0.299, 0.114), "bt709": (0.2126, 0.0722), "bt2020": (0.2627, 0.0593)}
+
+
+# --- colour conversion from the decoder's planes -----------------------------------------------------
+
+
+def yuv_to_bgr_coefficients(matrix: str, full_range: bool) -> tuple[float, float, float, float, float, float]:
+    """(y_offset, y_scale, cr_to_r, cb_to_g, cr_to_g, cb_to_b) for 8-bit YCbCr → R'G'B'."""
+    kr, kb = YUV_MATRICES[matrix]
+    kg = 1.0 - kr - kb
+    if full_range:
+        y_off, y_scale, c_scale = 0.0, 1.0, 1.0
+    else:
+        y_off, y_scale, c_scale = 16.0, 255.0 / 219.0, 255.0 / 224.0
+    return (
+        y_off,
+        y_scale,
+        c_scale * 2 * (1 - kr),
+        -c_scale * 2 * (1 - kb) * kb / kg,
+        -c_scale * 2 * (1 - kr) * kr / kg,
+        c_scale * 2 * (1 - kb),
+    )
+
+
+def _upsample_chroma(c: Tensor, height: int, width: int, mode: str) -> Tensor:
+    """[B,h,w] chroma → [B,H,W]: nearest (each 2×2 block shares one sample, as cv2) or bilinear."""
+    if mode == "nearest":
+        up = c.repeat_interleave(2, dim=-2).repeat_interleave(2, dim=-1)
+        return up[..., :height, :width]
+    return F.interpolate(c[:, None], size=(height, width), mode="bilinear", align_corners=False)[:, 0]
+
+
+def ycbcr_to_bgr(y: Tensor, cb: Tensor, cr: Tensor, matrix: str, full_range: bool) -> Tensor:
+    """Full-resolution float planes [B,H,W] (0–255) → BGR uint8 [B,H,W,3]."""
+    y_off, y_scale, r_cr, g_cb, g_cr, b_cb = yuv_to_bgr_coefficients(matrix, full_range)
+    yy = (y - y_off) * y_scale
+    cb = cb - 128.0
+    cr = cr - 128.0
+    r = yy + r_cr * cr
+    g = yy + g_cb * cb + g_cr * cr
+    b = yy + b_cb * cb
+    bgr = torch.stack([b, g, r], dim=-1)
+    return torch.clamp(torch.round(bgr), 0, 255).to(torch.uint8)
+
+
+def yuv420p_to_bgr(
+    y: Tensor,
+    u: Tensor,
+    v: Tensor,
+    *,
+    matrix: str = "bt601",
+    full_range: bool = False,
+    chroma: str = "nearest",
+) -> Tensor:
+    """Planar 4:2:0 (y [B,H,W], u/v [B,⌈H/2⌉,⌈W/2⌉], uint8) → BGR uint8 [B,H,W,3]."""
+    height, width = y.shape[-2:]
+    cb = _upsample_chroma(u.float(), height, width, chroma)
+    cr = _upsample_chroma(v.float(), height, width, chroma)
+    return ycbcr_to_bgr(y.float(), cb, cr, matrix, full_range)
+
+
+def nv12_to_bgr(
+    y: Tensor, uv: Tensor, *, matrix: str = "bt601", full_range: bool = False, chroma: str = "nearest"
+) -> Tensor:
+    """NV12 (y [B,H,W], interleaved uv [B,⌈H/2⌉,⌈W/2⌉,2], uint8) → BGR uint8 [B,H,W,3]."""
+    return yuv420p_to_bgr(y, uv[..., 0], uv[..., 1], matrix=matrix, full_range=full_range, chroma=chroma)
+
+
+def i420_planes(buffer: Tensor, height: int, width: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Split packed I420 frames [B, H*3/2, W] (cv2's layout) into y, u, v planes."""
+    y = buffer[:, :height]
+    rest = buffer[:, height:].reshape(buffer.shape[0], -1)
+    quarter = (height // 2) * (width // 2)
+    u = rest[:, :quarter].reshape(-1, height // 2, width // 2)
+    v = rest[:, quarter : 2 * quarter].reshape(-1, height // 2, width // 2)
+    return y, u, v
+
+
+# --- resizing as matrix products -----------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=64)
+def _area_matrix(n_in: int, n_out: int) -> np.ndarray:
+    """[n_out, n_in] weights of INTER_AREA when shrinking: the fractional overlap of each
+    source pixel with the destination pixel's footprint, normalised."""
+    scale = n_in / n_out
+    m = np.zeros((n_out, n_in), np.float64)
+    for j in range(n_out):
+        lo, hi = j * scale, (j + 1) * scale
+        i0, i1 = int(math.floor(lo)), min(n_in, int(math.ceil(hi)))
+        for i in range(i0, i1):
+            m[j, i] = max(0.0, min(hi, i + 1) - max(lo, i))
+        m[j] /= m[j].sum()
+    return m
+
+
+@functools.lru_cache(maxsize=64)
+def _linear_matrix(n_in: int, n_out: int) -> np.ndarray:
+    """[n_out, n_in] weights of INTER_LINEAR: half-pixel centres, edges clamped."""
+    scale = n_in / n_out
+    m = np.zeros((n_out, n_in), np.float64)
+    for j in range(n_out):
+        x = (j + 0.5) * scale - 0.5
+        i0 = int(math.floor(x))
+        t = x - i0
+        if i0 < 0:
+            i0, t = 0, 0.0
+        if i0 >= n_in - 1:
+            i0, t = n_in - 1, 0.0
+        m[j, i0] += 1 - t
+        if t > 0:
+            m[j, i0 + 1] += t
+    return m
+
+
+@functools.lru_cache(maxsize=64)
+def _area_enlarge_matrix(n_in: int, n_out: int) -> np.ndarray:
+    """[n_out, n_in] weights of INTER_AREA when enlarging: each output takes its source pixel,
+    blending with the next one only where a source pixel boundary crosses it (OpenCV's rule)."""
+    scale, inv = n_in / n_out, n_out / n_in
+    m = np.zeros((n_out, n_in), np.float64)
+    for j in range(n_out):
+        i = int(math.floor(j * scale))
+        t = (j + 1) - (i + 1) * inv
+        t = 0.0 if t <= 0 else t - math.floor(t)
+        if i >= n_in - 1:
+            i, t = n_in - 1, 0.0
+        m[j, i] += 1 - t
+        if t > 0:
+            m[j, i + 1] += t
+    return m
+
+
+def _resize_matrix(n_in: int, n_out: int, area: bool) -> np.ndarray:
+    if not area:
+        return _linear_matrix(n_in, n_out)
+    return _area_matrix(n_in, n_out) if n_out <= n_in else _area_enlarge_matrix(n_in, n_out)
+
+
+def _resize(x: Tensor, size: tuple[int, int], area: bool) -> Tensor:
+    height, width = size
+    rows = torch.as_tensor(_resize_matrix(x.shape[-2], height, area), dtype=x.dtype, device=x.device)
+    cols = torch.as_tensor(_resize_matrix(x.shape[-1], width, area), dtype=x.dtype, device=x.device)
+    return torch.matmul(torch.matmul(rows, x), cols.t())
+
+
+def resize_area(x: Tensor, size: tuple[int, int]) -> Tensor:
+    """cv2.resize(..., INTER_AREA) on float [..., H, W] to (height, width)."""
+    return _resize(x, size, area=True)
+
+
+def resize_linear(x: Tensor, size: tuple[int, int]) -> Tensor:
+    """cv2.resize(..., INTER_LINEAR) on float [..., H, W] to (height, width)."""
+    return _resize(x, size, area=False)
+
+
+def letterbox(frames: Tensor, size: int) -> tuple[Tensor, np.ndarray]:
+    """Same-sized uint8 BGR frames [B,H,W,3] → YuNet's batch [B,3,h,w] float32 (0–255) and scales.
+
+    Matches faces.detect.letterbox: fit into size×size keeping aspect (INTER_AREA
+    when shrinking, linear when enlarging), zero padding right and bottom, canvas
+    a multiple of 32.
+    """
+    from facefusion_batch.faces.detect import canvas_size
+
+    b, h, w = frames.shape[:3]
+    canvas_h, canvas_w = canvas_size([(h, w)], size)
+    scale = min(size / w, size / h)
+    nw, nh = min(canvas_w, max(1, round(w * scale))), min(canvas_h, max(1, round(h * scale)))
+    planar = frames.permute(0, 3, 1, 2).float()
+    resized = _resize(planar, (nh, nw), area=scale < 1)
+    # the host path stores the resized picture as uint8 before the model sees it
+    resized = torch.clamp(torch.round(resized), 0, 255)
+    out = torch.zeros((b, 3, canvas_h, canvas_w), dtype=torch.float32, device=frames.device)
+    out[:, :, :nh, :nw] = resized
+    return out, np.full((b,), scale, np.float32)
+
+
+# --- warps -------------------------------------------------------------------------------------------------
+
+
+def invert_affines(m: Tensor) -> Tensor:
+    """[F,2,3] → [F,2,3] inverse affines."""
+    a = m[:, :, :2]
+    inv = torch.linalg.inv(a)
+    t = -torch.einsum("fij,fj->fi", inv, m[:, :, 2])
+    return torch.cat([inv, t[:, :, None]], dim=2)
+
+
+def _pixel_grid(height: int, width: int, device, dtype) -> Tensor:
+    ys, xs = torch.meshgrid(
+        torch.arange(height, device=device, dtype=dtype),
+        torch.arange(width, device=device, dtype=dtype),
+        indexing="ij",
+    )
+    return torch.stack([xs, ys, torch.ones_like(xs)], dim=-1)  # [h,w,3]
+
+
+def _normalise(coords: Tensor, height: int, width: int) -> Tensor:
+    """Pixel coordinates (x, y) → grid_sample's [-1, 1] with align_corners=True."""
+    scale = torch.tensor([2.0 / max(width - 1, 1), 2.0 / max(height - 1, 1)], device=coords.device)
+    return coords * scale.to(coords.dtype) - 1.0
+
+
+def remap(image: Tensor, map_x: Tensor, map_y: Tensor) -> Tensor:
+    """cv2.remap(image, map_x, map_y, INTER_LINEAR, BORDER_CONSTANT 0).
+
+    image [N,C,H,W] (or [C,H,W]); maps [N,h,w] (or [h,w]) in source pixels.
+    """
+    squeeze = image.dim() == 3
+    if squeeze:
+        image, map_x, map_y = image[None], map_x[None], map_y[None]
+    height, width = image.shape[-2:]
+    grid = _normalise(torch.stack([map_x, map_y], dim=-1), height, width)
+    out = F.grid_sample(
+        image, grid.to(image.dtype), mode="bilinear", padding_mode="zeros", align_corners=True
+    )
+    return out[0] if squeeze else out
+
+
+def warp_affine(
+    images: Tensor, frame_index: Tensor | np.ndarray, affines: Tensor, out_size: tuple[int, int]
+) -> Tensor:
+    """cv2.warpAffine for many crops: affines [F,2,3] map frame pixels → crop pixels (as cv2's M).
+
+    images [B,C,H,W] float, or [B,H,W,C] uint8 frames (converted per frame, so a
+    batch of frames is never held in float at once). Returns [F,C,h,w] float32,
+    zero outside the frame. out_size is (width, height), as cv2 takes it.
+    """
+    width, height = out_size
+    faces = affines.shape[0]
+    channels_last = images.dtype == torch.uint8
+    c = images.shape[-1] if channels_last else images.shape[1]
+    out = torch.empty((faces, c, height, width), dtype=torch.float32, device=images.device)
+    if faces == 0:
+        return out
+    inverse = invert_affines(affines.to(torch.float64)).to(torch.float32)
+    base = _pixel_grid(height, width, images.device, torch.float32)
+    src = torch.einsum("hwk,fik->fhwi", base, inverse)  # [F,h,w,2] frame pixels
+    fi = torch.as_tensor(np.asarray(frame_index), dtype=torch.int64).tolist()
+    by_frame: dict[int, list[int]] = {}
+    for row, f in enumerate(fi):
+        by_frame.setdefault(int(f), []).append(row)
+    for f, rows in by_frame.items():
+        frame = images[f]
+        frame = frame.permute(2, 0, 1).float() if channels_last else frame.float()
+        fh, fw = frame.shape[-2:]
+        # every face of this frame in one call: their grids stacked vertically
+        grid = _normalise(src[rows].reshape(1, len(rows) * height, width, 2), fh, fw)
+        sampled = F.grid_sample(frame[None], grid, mode="bilinear", padding_mode="zeros", align_corners=True)
+        out[rows] = sampled[0].reshape(c, len(rows), height, width).permute(1, 0, 2, 3)
+    return out
+
+
+def paste_affine(frame: Tensor, crop: Tensor, mask: Tensor, affine: Tensor) -> Tensor:
+    """Blend `crop` [C,h,w] back into `frame` [C,H,W] (float, in place) through `affine` (frame → crop).
+
+    Equivalent to warpAffine(crop and mask, inverse, frame size) then
+    frame·(1−m) + warped·m, but only over the crop's footprint in the frame.
+    """
+    h, w = crop.shape[-2:]
+    height, width = frame.shape[-2:]
+    inverse = invert_affines(affine[None].to(torch.float64))[0]
+    corners = torch.tensor([[0, 0, 1], [w - 1, 0, 1], [0, h - 1, 1], [w - 1, h - 1, 1]], dtype=torch.float64)
+    pts = corners.to(inverse.device) @ inverse.t()
+    x0 = max(0, int(math.floor(float(pts[:, 0].min()))) - 1)
+    y0 = max(0, int(math.floor(float(pts[:, 1].min()))) - 1)
+    x1 = min(width, int(math.ceil(float(pts[:, 0].max()))) + 2)
+    y1 = min(height, int(math.ceil(float(pts[:, 1].max()))) + 2)
+    if x1 <= x0 or y1 <= y0:
+        return frame
+    grid = _pixel_grid(y1 - y0, x1 - x0, frame.device, torch.float32)
+    grid[..., 0] += x0
+    grid[..., 1] += y0
+    src = torch.einsum("hwk,ik->hwi", grid, affine.to(torch.float32))
+    both = torch.cat([crop.float(), mask.float()[None]], dim=0)
+    warped = F.grid_sample(
+        both[None], _normalise(src, h, w)[None], mode="bilinear", padding_mode="zeros", align_corners=True
+    )[0]
+    m = warped[-1:]
+    region = frame[:, y0:y1, x0:x1]
+    frame[:, y0:y1, x0:x1] = region * (1 - m) + warped[:-1] * m
+    return frame
+
+
+# --- filters -----------------------------------------------------------------------------------------------
+
+
+def gaussian_ksize(sigma: float, uint8: bool = False) -> int:
+    """OpenCV's kernel size for ksize=0: round(sigma·(3 for 8-bit, 4 otherwise)·2 + 1) | 1."""
+    return int(round(sigma * (3 if uint8 else 4) * 2 + 1)) | 1
+
+
+@functools.lru_cache(maxsize=64)
+def gaussian_kernel(ksize: int, sigma: float) -> np.ndarray:
+    """cv2.getGaussianKernel(ksize, sigma) (float64)."""
+    x = np.arange(ksize, dtype=np.float64) - (ksize - 1) / 2
+    k = np.exp(-(x * x) / (2 * sigma * sigma))
+    return k / k.sum()
+
+
+@functools.lru_cache(maxsize=256)
+def _reflect101(n: int, pad: int) -> np.ndarray:
+    """Indices of a length-n axis padded by `pad` each side with BORDER_REFLECT_101."""
+    idx = np.arange(-pad, n + pad)
+    if n == 1:
+        return np.zeros_like(idx)
+    period = 2 * (n - 1)
+    idx = np.abs(idx) % period
+    return np.where(idx >= n, period - idx, idx)
+
+
+def _pad101(x: Tensor, pad_y: int, pad_x: int) -> Tensor:
+    h, w = x.shape[-2:]
+    if pad_y:
+        x = x.index_select(-2, torch.as_tensor(_reflect101(h, pad_y), device=x.device))
+    if pad_x:
+        x = x.index_select(-1, torch.as_tensor(_reflect101(w, pad_x), device=x.device))
+    return x
+
+
+def _separable(x: Tensor, ky: np.ndarray, kx: np.ndarray) -> Tensor:
+    """Correlate [..., H, W] with ky ⊗ kx, border reflect-101 (OpenCV's default)."""
+    shape = x.shape
+    x4 = x.reshape(-1, 1, shape[-2], shape[-1])
+    x4 = _pad101(x4, len(ky) // 2, len(kx) // 2)
+    wy = torch.as_tensor(ky, dtype=x.dtype, device=x.device).reshape(1, 1, -1, 1)
+    wx = torch.as_tensor(kx, dtype=x.dtype, device=x.device).reshape(1, 1, 1, -1)
+    y = F.conv2d(F.conv2d(x4, wy), wx)
+    return y.reshape(shape)
+
+
+def gaussian_blur(x: Tensor, sigma: float, ksize: int | None = None) -> Tensor:
+    """cv2.GaussianBlur(x, (0, 0), sigma) on float [..., H, W]."""
+    ksize = ksize or gaussian_ksize(sigma)
+    k = gaussian_kernel(ksize, float(sigma))
+    return _separable(x, k, k)
+
+
+_PYR = np.array([1, 4, 6, 4, 1], np.float64) / 16.0
+
+
+def pyr_down(x: Tensor) -> Tensor:
+    """cv2.pyrDown on float [..., H, W]: 5-tap Gaussian, reflect-101, every other pixel."""
+    blurred = _separable(x, _PYR, _PYR)
+    return blurred[..., ::2, ::2]
+
+
+def _pyr_up_axis(x: Tensor, n_out: int, dim: int) -> Tensor:
+    """One axis of cv2.pyrUp: even outputs (s[i-1] + 6 s[i] + s[i+1]) / 8, odd (s[i] + s[i+1]) / 2.
+
+    OpenCV reflects at the start (s[-1] = s[1]) and repeats the last sample at the end.
+    """
+    n = x.shape[dim]
+    if n == 1:
+        return x.repeat_interleave(n_out, dim=dim)
+    prev = torch.cat([x.narrow(dim, 1, 1), x.narrow(dim, 0, n - 1)], dim=dim)
+    nxt = torch.cat([x.narrow(dim, 1, n - 1), x.narrow(dim, n - 1, 1)], dim=dim)
+    even = (prev + 6 * x + nxt) / 8
+    odd = (x + nxt) / 2
+    inter = torch.stack([even, odd], dim=dim + 1 if dim >= 0 else dim)
+    shape = list(x.shape)
+    shape[dim] = 2 * n
+    return inter.reshape(shape).narrow(dim, 0, n_out)
+
+
+def pyr_up(x: Tensor, size: tuple[int, int]) -> Tensor:
+    """cv2.pyrUp(x, dstsize=(w, h)) on float [..., H, W]; size is (height, width)."""
+    height, width = size
+    return _pyr_up_axis(_pyr_up_axis(x, height, x.dim() - 2), width, x.dim() - 1)
+
+
+# --- LAB (OpenCV's 8-bit convention) ---------------------------------------------------------------
+
+_XYZ_FROM_RGB = np.array(
+    [[0.412453, 0.357580, 0.180423], [0.212671, 0.715160, 0.072169], [0.019334, 0.119193, 0.950227]]
+)
+_WHITE = np.array([0.950456, 1.0, 1.088754])
+
+
+def _srgb_to_linear(c: Tensor) -> Tensor:
+    return torch.where(c <= 0.04045, c / 12.92, ((c + 0.055) / 1.055) ** 2.4)
+
+
+def _linear_to_srgb(c: Tensor) -> Tensor:
+    c = torch.clamp(c, 0.0, 1.0)
+    return torch.where(c <= 0.0031308, c * 12.92, 1.055 * c ** (1 / 2.4) - 0.055)
+
+
+def bgr_to_lab8(bgr: Tensor) -> Tensor:
+    """float BGR 0–255 [..., 3, H, W] → LAB in OpenCV's 8-bit scale (L·255/100, a+128, b+128), float."""
+    b, g, r = bgr[..., 0, :, :], bgr[..., 1, :, :], bgr[..., 2, :, :]
+    rgb = torch.stack([r, g, b], dim=-1) / 255.0
+    lin = _srgb_to_linear(rgb)
+    m = torch.as_tensor(_XYZ_FROM_RGB / _WHITE[:, None], dtype=bgr.dtype, device=bgr.device)
+    xyz = lin @ m.t()
+    eps = 0.008856
+    f = torch.where(xyz > eps, torch.clamp(xyz, min=eps) ** (1 / 3), 7.787 * xyz + 16 / 116)
+    y = xyz[..., 1]
+    lum = torch.where(y > eps, 116 * f[..., 1] - 16, 903.3 * y)
+    a = 500 * (f[..., 0] - f[..., 1])
+    bb = 200 * (f[..., 1] - f[..., 2])
+    return torch.stack([lum * 255 / 100, a + 128, bb + 128], dim=-3)
+
+
+def lab8_to_bgr(lab: Tensor) -> Tensor:
+    """Inverse of `bgr_to_lab8`: float BGR 0–255 [..., 3, H, W] (not rounded)."""
+    lum = lab[..., 0, :, :] * 100 / 255
+    a = lab[..., 1, :, :] - 128
+    bb = lab[..., 2, :, :] - 128
+    fy = (lum + 16) / 116
+    fx = fy + a / 500
+    fz = fy - bb / 200
+
+    def finv(f: Tensor) -> Tensor:
+        return torch.where(f > 0.206893, f**3, (f - 16 / 116) / 7.787)
+
+    y = torch.where(lum > 903.3 * 0.008856, fy**3, lum / 903.3)
+    white = torch.as_tensor(_WHITE, dtype=lab.dtype, device=lab.device)
+    xyz = torch.stack([finv(fx) * white[0], y, finv(fz) * white[2]], dim=-1)
+    inv = torch.as_tensor(np.linalg.inv(_XYZ_FROM_RGB), dtype=lab.dtype, device=lab.device)
+    rgb = _linear_to_srgb(xyz @ inv.t()) * 255
+    return torch.stack([rgb[..., 2], rgb[..., 1], rgb[..., 0]], dim=-3)
+
+
+def to_uint8_levels(x: Tensor) -> Tensor:
+    """What `np.clip(x + 0.5, 0, 255).astype(np.uint8)` keeps, as float."""
+    return torch.floor(torch.clamp(x + 0.5, 0, 255))
+
+
+# --- colour transfer and blending ---------------------------------------------------------------------------
+
+STD_RATIO_RANGE = (0.7, 1.4)
+SHADING_LIMIT = (30.0, 6.0, 6.0)
+
+
+def masked_blur(image: Tensor, mask: Tensor, sigma: float) -> Tensor:
+    """swap.colour.masked_blur: image [C,H,W], mask [H,W] bool/float → blurred [C,H,W]."""
+    h, w = mask.shape
+    step = max(1, int(sigma // 3))
+    m = mask.to(image.dtype)
+    both = torch.cat([image * m, m[None]], dim=0)
+    if step > 1:
+        both = resize_area(both, (max(1, h // step), max(1, w // step)))
+    both = gaussian_blur(both, sigma / step)
+    if step > 1:
+        both = resize_linear(both, (h, w))
+    return both[:-1] / torch.clamp(both[-1:], min=1e-4)
+
+
+def transfer_colour(
+    swapped: Tensor,
+    target: Tensor,
+    skin: Tensor,
+    strength: float = 1.0,
+    mode: str = "local",
+    sigma: float = 8.0,
+) -> Tensor:
+    """swap.colour.transfer_colour on device: BGR float [3,H,W], skin bool [H,W] → recoloured [3,H,W]."""
+    if mode == "none" or strength <= 0:
+        return swapped
+    # the pixel count stays on the device: no host round trip per face
+    sel = skin.to(swapped.dtype)
+    count = sel.sum()
+    src = to_uint8_levels(bgr_to_lab8(to_uint8_levels(swapped)))
+    dst = to_uint8_levels(bgr_to_lab8(to_uint8_levels(target)))
+
+    n = torch.clamp(count, min=1.0)
+
+    def stats(lab: Tensor) -> tuple[Tensor, Tensor]:
+        mean = (lab * sel).sum(dim=(1, 2)) / n
+        var = (((lab - mean[:, None, None]) * sel) ** 2).sum(dim=(1, 2)) / n
+        return mean, torch.sqrt(var) + 1e-3
+
+    mu_s, sd_s = stats(src)
+    mu_t, sd_t = stats(dst)
+    ratio = torch.clamp(sd_t / sd_s, *STD_RATIO_RANGE)
+    moved = (src - mu_s[:, None, None]) * ratio[:, None, None] + mu_t[:, None, None]
+    if mode == "local":
+        shading = masked_blur(dst, skin, sigma) - masked_blur(moved, skin, sigma)
+        limit = torch.tensor(SHADING_LIMIT, dtype=src.dtype, device=src.device)[:, None, None]
+        moved = moved + torch.maximum(torch.minimum(shading, limit), -limit)
+    moved = src + strength * (moved - src)
+    # fewer than 16 skin pixels: statistics are meaningless, keep the face as it is
+    return torch.where(count >= 16, lab8_to_bgr(to_uint8_levels(moved)), swapped)
+
+
+def feather(target: Tensor, face: Tensor, alpha: Tensor) -> Tensor:
+    """[..., C, H, W] images, alpha [..., H, W] in 0–1."""
+    a = alpha.unsqueeze(-3)
+    return target * (1.0 - a) + face * a
+
+
+def _pyramid_levels(h: int, w: int, limit: int = 5) -> int:
+    levels = 0
+    while levels < limit and min(h, w) >> (levels + 1) >= 8:
+        levels += 1
+    return levels
+
+
+def multiband(target: Tensor, face: Tensor, alpha: Tensor) -> Tensor:
+    """swap.blend.multiband: Laplacian-pyramid blend of [C,H,W] images under alpha [H,W]."""
+    h, w = alpha.shape[-2:]
+    levels = _pyramid_levels(h, w)
+    if levels == 0:
+        return feather(target, face, alpha)
+    gauss_a = [alpha]
+    lap_t, lap_f = [], []
+    cur_t, cur_f = target, face
+    for _ in range(levels):
+        down_t, down_f = pyr_down(cur_t), pyr_down(cur_f)
+        size = tuple(cur_t.shape[-2:])
+        lap_t.append(cur_t - pyr_up(down_t, size))
+        lap_f.append(cur_f - pyr_up(down_f, size))
+        gauss_a.append(pyr_down(gauss_a[-1]))
+        cur_t, cur_f = down_t, down_f
+    out = feather(cur_t, cur_f, gauss_a[levels])
+    for level in range(levels - 1, -1, -1):
+        out = pyr_up(out, tuple(lap_t[level].shape[-2:])) + feather(
+            lap_t[level], lap_f[level], gauss_a[level]
+        )
+    return out

@@ -1,0 +1,300 @@
+"""The classical face pipeline with the frames resident on the device.
+
+Frames cross to the device once (one pinned staging buffer, a non-blocking
+copy) and back once. In between, on the worker's own CUDA stream:
+
+- detection: letterbox → YuNet → anchor decoding and the score threshold on
+  the device; only the candidates (a few dozen numbers per frame) go to the
+  host for NMS;
+- mesh: each face's crop is warped out of the resident frames (grid_sample)
+  and the 468 points come back (small);
+- swap: the rasteriser still runs on the host (it produces per-face warp maps,
+  not pictures); the source textures live on the device; texture sampling,
+  colour transfer, blending and the paste into the frame run on the device.
+
+It reuses the host stages' settings, sources and pure functions, so both paths
+compute the same thing; tests/test_gpu_device_pipeline.py holds them to that on
+the CPU. The Poisson blend has no device twin: for `--blend poisson` that one
+step round-trips the face region through OpenCV.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from facefusion_batch.faces.detect import STRIDES, YuNetDetector
+from facefusion_batch.faces.mesh import (
+    MESH_SIZE,
+    FaceMesh,
+    invert_affines,
+    roi_affines,
+    roi_from_detection,
+    roi_from_mesh,
+)
+from facefusion_batch.faces.table import FaceTable
+from facefusion_batch.pipeline.report import StageTimer
+from facefusion_batch.runtime import device_ops as D
+from facefusion_batch.runtime.streams import DeviceTimer, download, is_cuda, on_thread_stream
+
+
+def _run_device(session, feeds: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    run = getattr(session, "run_device", None)
+    if run is not None:
+        return run(feeds)
+    # a host session (onnxruntime): still correct, just not resident
+    out = session.run({k: v.detach().cpu().numpy() for k, v in feeds.items()})
+    device = next(iter(feeds.values())).device
+    return {k: torch.from_numpy(v).to(device) for k, v in out.items()}
+
+
+def stage_frames(images: list[np.ndarray], device) -> torch.Tensor:
+    """Same-sized BGR frames → one uint8 [B,H,W,3] device tensor: one pinned buffer, one copy."""
+    first = images[0]
+    if not is_cuda(device):
+        return torch.from_numpy(np.stack(images))
+    pinned = torch.empty((len(images), *first.shape), dtype=torch.uint8, pin_memory=True)
+    host = pinned.numpy()
+    for i, image in enumerate(images):
+        host[i] = image
+    return pinned.to(device, non_blocking=True)
+
+
+def decode_device(
+    outputs: dict[str, torch.Tensor], batch: int, height: int, width: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """faces.detect.decode on device tensors: scores [N,A], boxes [N,A,4], landmarks [N,A,5,2]."""
+    scores, boxes, landmarks = [], [], []
+    device = next(iter(outputs.values())).device
+    for stride in STRIDES:
+        rows, cols = height // stride, width // stride
+        anchors = rows * cols
+        cls = outputs[f"cls_{stride}"].reshape(batch, anchors)
+        obj = outputs[f"obj_{stride}"].reshape(batch, anchors)
+        bbox = outputs[f"bbox_{stride}"].reshape(batch, anchors, 4)
+        kps = outputs[f"kps_{stride}"].reshape(batch, anchors, 5, 2)
+        a = torch.arange(anchors, device=device)
+        grid = torch.stack([a % cols, a // cols], dim=-1).to(torch.float32)
+        scores.append(torch.sqrt(torch.clamp(cls, 0, 1) * torch.clamp(obj, 0, 1)))
+        centre = (grid + bbox[..., :2]) * stride
+        wh = torch.exp(bbox[..., 2:4]) * stride
+        boxes.append(torch.cat([centre - wh / 2, centre + wh / 2], dim=-1))
+        landmarks.append((kps + grid[None, :, None, :]) * stride)
+    return torch.cat(scores, 1), torch.cat(boxes, 1), torch.cat(landmarks, 1)
+
+
+def detect_device(detector: YuNetDetector, frames: torch.Tensor, timer: DeviceTimer) -> FaceTable:
+    """YuNetDetector.__call__ on resident frames; NMS on the host over the candidates only."""
+    import cv2
+
+    settings = detector.settings
+    n = frames.shape[0]
+    with timer.stage("device:letterbox", frames.device):
+        batch, scales = D.letterbox(frames, settings.input_size)
+    outputs = _run_device(detector.session, {detector.input_name: batch})
+    with timer.stage("device:decode", frames.device):
+        scores, boxes, landmarks = decode_device(outputs, n, batch.shape[2], batch.shape[3])
+        keep = scores >= settings.score_threshold
+        frame_of, anchor = torch.nonzero(keep, as_tuple=True)
+    found = download(
+        {
+            "frame": frame_of,
+            "score": scores[frame_of, anchor],
+            "box": boxes[frame_of, anchor],
+            "landmarks": landmarks[frame_of, anchor],
+        }
+    )
+    frame_of = found["frame"]
+    box = found["box"] / scales[frame_of][:, None]
+    lm = found["landmarks"] / scales[frame_of][:, None, None]
+    score = found["score"]
+    frame_index, rows = [], []
+    for i in range(n):
+        cand = np.flatnonzero(frame_of == i)
+        if cand.size == 0:
+            continue
+        xywh = box[cand].astype(np.float64)
+        xywh[:, 2:] -= xywh[:, :2]
+        kept = cv2.dnn.NMSBoxes(
+            xywh.tolist(), score[cand].tolist(), settings.score_threshold, settings.nms_iou
+        )
+        kept = np.asarray(kept, dtype=np.int64).reshape(-1)[: settings.max_faces_per_frame]
+        chosen = cand[kept]
+        chosen = chosen[np.argsort(-score[chosen], kind="stable")]
+        frame_index.append(np.full(chosen.shape, i, np.int32))
+        rows.append(chosen)
+    if not rows:
+        return FaceTable.empty()
+    r = np.concatenate(rows)
+    return FaceTable(
+        frame_index=np.concatenate(frame_index),
+        box=box[r].astype(np.float32),
+        landmarks5=lm[r].astype(np.float32),
+        score=score[r].astype(np.float32),
+    )
+
+
+def mesh_device(mesh: FaceMesh, frames: torch.Tensor, table: FaceTable, timer: DeviceTimer) -> FaceTable:
+    """FaceMesh.__call__ with the crops warped out of the resident frames."""
+    if len(table) == 0:
+        return table.with_columns(mesh=np.zeros((0, 468, 3), np.float32), presence=np.zeros((0,), np.float32))
+    settings = mesh.settings
+
+    def run_pass(roi: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray]:
+        affines = roi_affines(*roi)
+        with timer.stage("device:crop", frames.device):
+            m = torch.as_tensor(affines, dtype=torch.float64, device=frames.device)
+            crops = D.warp_affine(frames, table.frame_index, m, (MESH_SIZE, MESH_SIZE))
+            # the host path stores crops as uint8, RGB, then scales to [0, 1]
+            batch = torch.clamp(torch.round(crops), 0, 255).flip(1) / 255.0
+        out = download(_run_device(mesh.session, {mesh.input_name: batch}))
+        f = len(table)
+        points = out[mesh.points_name].reshape(f, 468, 3).astype(np.float64)
+        presence = out[mesh.presence_name].reshape(f).astype(np.float32)
+        inverse = invert_affines(affines)
+        xy = np.einsum("fij,fnj->fni", inverse[:, :, :2], points[:, :, :2]) + inverse[:, None, :, 2]
+        z = points[:, :, 2] * (roi[1][:, None] / MESH_SIZE)
+        return np.concatenate([xy, z[..., None]], axis=-1).astype(np.float32), presence
+
+    points, presence = run_pass(roi_from_detection(table, settings.box_scale))
+    for _ in range(settings.passes - 1):
+        points, presence = run_pass(roi_from_mesh(points, settings.mesh_scale))
+    table = table.with_columns(mesh=points, presence=presence)
+    return table.select(presence > settings.presence_threshold)
+
+
+class DeviceClassicalSwap:
+    """ClassicalSwapper.__call__ painting into resident frames."""
+
+    def __init__(self, swapper, device) -> None:
+        self.swapper = swapper
+        self.settings = swapper.settings
+        self.device = device
+        with on_thread_stream(device):
+            self.textures = [
+                torch.from_numpy(np.ascontiguousarray(s.texture.transpose(2, 0, 1))).to(device)
+                for s in swapper.sources
+            ]
+            if is_cuda(device):  # uploaded once on this thread's stream; every worker stream reads them
+                torch.cuda.current_stream(device).synchronize()
+
+    def __call__(self, frames: torch.Tensor, table: FaceTable, timer: DeviceTimer) -> None:
+        from facefusion_batch.swap.classical import eye_frame, warp_map
+        from facefusion_batch.swap.raster import rasterize
+
+        if len(table) == 0:
+            return
+        sw = self.swapper
+        choice = sw.choose_sources(table)
+        src_mesh = np.stack([sw.sources[c].mesh[:, :2] for c in choice])
+        height, width = frames.shape[1:3]
+        # the host swapper's geometry, step for step: per-face raster scale, warp maps on the host
+        scales = sw.raster_scales(table)
+        shapes = np.tile(np.array([[height, width]], np.float64), (len(table), 1))
+        bounds = np.ceil(shapes * scales[:, None]).astype(np.int64)
+        dst = table.mesh[:, :, :2] * scales[:, None, None]
+        cov = rasterize(dst, src_mesh, table.mesh[:, :, 2], sw.triangles, bounds)
+        order = np.argsort(cov.face, kind="stable")
+        bounds = np.searchsorted(cov.face[order], np.arange(len(table) + 1))
+        for f in range(len(table)):
+            rows = order[bounds[f] : bounds[f + 1]]
+            if rows.size < 16:
+                continue
+            map_x, map_y, (x0, y0) = warp_map(
+                cov.x[rows], cov.y[rows], cov.src_x[rows], cov.src_y[rows], float(scales[f]), (height, width)
+            )
+            iod = 0.7 * eye_frame(table.mesh[f])[1]
+            fi = int(table.frame_index[f])
+            with timer.stage("device:paint", frames.device):
+                self._paint(frames, fi, self.textures[choice[f]], iod, map_x, map_y, x0, y0)
+
+    def _paint(self, frames, fi, texture, iod, map_x, map_y, x0, y0) -> None:
+        settings = self.settings
+        rh, rw = map_x.shape
+        maps = torch.from_numpy(np.stack([map_x, map_y])).to(frames.device, non_blocking=True)
+        covered = ~torch.isnan(maps[0])
+        maps = torch.where(covered[None], maps, torch.full_like(maps, -1e4))
+        warped = D.remap(texture, maps[0], maps[1])
+        region = frames[fi, y0 : y0 + rh, x0 : x0 + rw]
+        target = region.permute(2, 0, 1).float()
+        face = torch.where(covered[None], warped[:3], target)
+        alpha = torch.where(covered, warped[3], torch.zeros_like(warped[3]))
+        skin = covered & (warped[4] > 0.5)
+        if settings.colour != "none":
+            sigma = max(1.0, settings.shading_scale * iod)
+            face = D.transfer_colour(face, target, skin, settings.colour_strength, settings.colour, sigma)
+            face = torch.where(covered[None], face, target)
+        if settings.blend == "multiband":
+            result = D.multiband(target, face, alpha)
+        elif settings.blend == "feather":
+            result = D.feather(target, face, alpha)
+        else:
+            result = self._host_blend(target, face, alpha)
+        region.copy_(D.to_uint8_levels(result).permute(1, 2, 0).to(torch.uint8))
+
+    def _host_blend(self, target, face, alpha):
+        from facefusion_batch.swap.blend import blend
+
+        host = download({"t": target.permute(1, 2, 0), "f": face.permute(1, 2, 0), "a": alpha})
+        out = blend(self.settings.blend, host["t"].copy(), host["f"].copy(), host["a"].copy())
+        return torch.from_numpy(np.ascontiguousarray(out)).to(target.device).permute(2, 0, 1)
+
+
+class DeviceFaceSwapPipeline:
+    """Drop-in for the classical FaceSwapPipeline (same call, same BatchResult) on a device backend."""
+
+    def __init__(self, host_pipeline, backend) -> None:
+        self.host = host_pipeline
+        self.backend = backend
+        self.device = torch.device(backend.device)
+        self.swap = DeviceClassicalSwap(host_pipeline.swapper, self.device)
+        self.device_timer: DeviceTimer = getattr(backend, "timer", None) or DeviceTimer()
+
+    @property
+    def timer(self) -> StageTimer:
+        return self.host.timer
+
+    @timer.setter
+    def timer(self, value: StageTimer) -> None:
+        self.host.timer = value
+
+    def __call__(self, images: list[np.ndarray]):
+        from facefusion_batch.pipeline.stages import BatchResult
+
+        host = self.host
+        timer = host.timer
+        if not images:
+            return BatchResult(frames=[], faces_found=0, faces_swapped=0, frames_with_faces=0)
+        with torch.inference_mode(), on_thread_stream(self.device):
+            with timer.stage("upload"):
+                frames = stage_frames(images, self.device)
+            with timer.stage("detect"):
+                table = detect_device(host.detector, frames, self.device_timer)
+            found = len(table)
+            table, _ = host.selector(images, table)
+            with timer.stage("mesh"):
+                table = mesh_device(host.mesh, frames, table, self.device_timer)
+            with timer.stage("swap"):
+                self.swap(frames, table, self.device_timer)
+            with timer.stage("download"):
+                out = download({"frames": frames})["frames"]
+        result = [out[i] for i in range(len(images))]
+        if host.enhancer is not None:
+            with timer.stage("enhance"):
+                result = host.enhancer(result, table)
+        return BatchResult(
+            frames=result,
+            faces_found=found,
+            faces_swapped=len(table),
+            frames_with_faces=int(np.count_nonzero(table.counts_per_frame(len(images)))),
+        )
+
+
+def device_pipeline_for(pipeline, backend):
+    """The device-resident twin of `pipeline` when the backend has a device and the pipeline
+    is the classical one; otherwise `pipeline` unchanged (its sessions still run on the device)."""
+    from facefusion_batch.pipeline.stages import FaceSwapPipeline
+
+    if getattr(backend, "device", None) is None or type(pipeline) is not FaceSwapPipeline:
+        return pipeline
+    return DeviceFaceSwapPipeline(pipeline, backend)

@@ -1,0 +1,170 @@
+"""`ffbatch engines build | list | verify`: the work behind the commands (cli.py only parses).
+
+`list` and the byte checks of `verify` run anywhere; `build` and the
+compatibility checks need TensorRT and an NVIDIA GPU and say so (exit 2)
+when they are missing.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from pathlib import Path
+
+from facefusion_batch.errors import InputError
+from facefusion_batch.runtime.engine_cache import EngineCache, EngineEntry, MachineKey
+from facefusion_batch.runtime.options import DeviceOptions
+
+log = logging.getLogger("ffbatch")
+
+
+def default_models() -> list[str]:
+    from facefusion_batch.pipeline.build import DETECTOR_MODEL, MESH_MODEL
+
+    return [DETECTOR_MODEL, MESH_MODEL]
+
+
+def describe_entry(entry: EngineEntry, machine: MachineKey | None) -> str:
+    if entry.key is None:
+        return f"{entry.path.name}: unusable ({entry.problem})"
+    k = entry.key
+    b = k.batch
+    where = f"{k.machine.gpu} {k.machine.sm}, TensorRT {k.machine.tensorrt}"
+    if machine is None:
+        state = "cannot check fit here (no GPU or TensorRT)"
+    else:
+        mismatch = k.machine_mismatch(machine)
+        state = "fits this machine" if not mismatch else "; ".join(mismatch)
+    size = entry.meta.get("engine_bytes", 0) / 2**20
+    what = f"{k.model} {k.precision}, batch {b[0]}–{b[2]} (opt {b[1]}), {where}, {size:.1f} MiB"
+    return f"{entry.path.name}\n    {what}: {state}"
+
+
+def current_machine(options: DeviceOptions) -> MachineKey | None:
+    """This machine's key when TensorRT and a GPU are usable, else None (nothing raised)."""
+    try:
+        import torch
+
+        from facefusion_batch.runtime.tensorrt_backend import import_tensorrt, machine_key
+
+        if not torch.cuda.is_available():
+            return None
+        return machine_key(import_tensorrt(), options.device_index)
+    except Exception:
+        return None
+
+
+def list_engines(options: DeviceOptions) -> list[str]:
+    cache = EngineCache(options.engines_dir)
+    entries = cache.entries()
+    if not entries:
+        return [f"no engines in {cache.directory}"]
+    machine = current_machine(options)
+    return [describe_entry(e, machine) for e in entries]
+
+
+def build_engines(
+    names: list[str] | None,
+    options: DeviceOptions,
+    *,
+    onnx: Path | None = None,
+    force: bool = False,
+    models_dir: Path | None = None,
+) -> list[str]:
+    """Build (or find) an engine per model for this GPU; returns one line per engine."""
+    from facefusion_batch.models import store
+    from facefusion_batch.runtime.tensorrt_backend import TensorRTBackend, TensorRTSession, engine_deviation
+
+    names = names or default_models()
+    if onnx is not None and len(names) != 1:
+        raise InputError("--onnx gives the ONNX of one model: name exactly one model")
+    backend = TensorRTBackend(replace(options, engine_policy="build"), purpose="ffbatch engines build")
+    lines = []
+    try:
+        for name in names:
+            path = store.model_path(name, models_dir=models_dir)
+            precisions = ["fp16"] if options.precision == "auto" else [options.precision]
+            for precision in precisions:
+                if force:
+                    _remove_matching(backend, path, name, precision, onnx)
+                engine, key, inputs, outputs = backend.engine_for(path, name, precision, onnx)
+                session = TensorRTSession(backend, engine, label=name, inputs=inputs, outputs=outputs)
+                deviation = engine_deviation(session, path)
+                lines.append(
+                    f"{name}: {engine} ({precision}, batch ≤ {key.batch[2]}, deviation {deviation:.3g})"
+                )
+                if options.precision == "auto" and deviation > 1e-2:
+                    engine, key, _, _ = backend.engine_for(path, name, "fp32", onnx)
+                    lines.append(f"{name}: fp16 deviates too much; also built {engine} (fp32)")
+    finally:
+        backend.close()
+    return lines
+
+
+def _remove_matching(backend, path: Path, name: str, precision: str, onnx: Path | None) -> None:
+    import onnx as onnx_lib
+
+    from facefusion_batch.runtime.engine_cache import SIDECAR_SUFFIX, EngineKey
+    from facefusion_batch.runtime.tensorrt_backend import profiles_for
+    from facefusion_batch.runtime.torch_backend import file_sha256, graph_signature
+
+    inputs, _ = graph_signature(onnx_lib.load(str(path), load_external_data=False))
+    sha = file_sha256(Path(onnx) if (onnx and precision == "int8") else path)
+    wanted = EngineKey(name, sha, precision, profiles_for(name, inputs, backend.max_batch), backend.machine)
+    for entry in backend.cache.entries():
+        if entry.key is not None and entry.key.serves(wanted):
+            entry.path.unlink(missing_ok=True)
+            entry.path.with_name(entry.path.name + SIDECAR_SUFFIX).unlink(missing_ok=True)
+
+
+def verify_engines(options: DeviceOptions) -> tuple[list[str], bool]:
+    """Check every engine: bytes against their sha256, key against this machine, and (with a GPU)
+    its outputs against onnxruntime. Returns the lines and whether all passed."""
+    cache = EngineCache(options.engines_dir)
+    entries = cache.entries()
+    if not entries:
+        return [f"no engines in {cache.directory}"], True
+    machine = current_machine(options)
+    lines, ok = [], True
+    backend = None
+    for entry in entries:
+        problems = [entry.problem] if entry.key is None else []
+        if entry.key is not None:
+            bad = entry.check_bytes()
+            if bad:
+                problems.append(bad)
+            if machine is None:
+                problems.append("cannot run here (no NVIDIA GPU or TensorRT) to check it")
+            else:
+                problems += entry.key.machine_mismatch(machine)
+        if not problems and machine is not None:
+            try:
+                if backend is None:
+                    from facefusion_batch.runtime.tensorrt_backend import TensorRTBackend
+
+                    backend = TensorRTBackend(replace(options, engine_policy="refuse"))
+                problems += _run_check(backend, entry)
+            except Exception as exc:  # a verify reports, it does not stop at the first bad engine
+                problems.append(f"{type(exc).__name__}: {exc}")
+        ok &= not problems
+        lines.append(f"{entry.path.name}: {'ok' if not problems else 'FAILED ' + '; '.join(problems)}")
+    if backend is not None:
+        backend.close()
+    return lines, ok
+
+
+def _run_check(backend, entry: EngineEntry) -> list[str]:
+    import onnx
+
+    from facefusion_batch.models import store
+    from facefusion_batch.runtime.tensorrt_backend import TensorRTSession, engine_deviation
+    from facefusion_batch.runtime.torch_backend import graph_signature
+
+    onnx_path = store.model_path(entry.key.model, fetch=False)
+    inputs, outputs = graph_signature(onnx.load(str(onnx_path), load_external_data=False))
+    session = TensorRTSession(backend, entry.path, label=entry.key.model, inputs=inputs, outputs=outputs)
+    deviation = engine_deviation(session, onnx_path)
+    limit = {"fp32": 1e-3, "fp16": 1e-2, "int8": 5e-2}.get(entry.key.precision, 1e-2)
+    return (
+        [] if deviation <= limit else [f"outputs deviate from onnxruntime by {deviation:.3g} (limit {limit})"]
+    )

@@ -1,0 +1,66 @@
+"""Device settings for the GPU backends: one frozen dataclass, validated at the edge.
+
+Imports nothing heavy, so config and CLI code can hold it on any machine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from facefusion_batch.errors import InputError
+
+PRECISIONS = ("auto", "fp32", "fp16", "int8")
+ENGINE_POLICIES = ("build", "refuse")
+
+
+@dataclass(frozen=True)
+class DeviceOptions:
+    """How the cuda and tensorrt backends use the GPU.
+
+    `precision`: auto = fp16 where the model allows it (checked against fp32 on
+    a probe input), else fp32; int8 only with a Q/DQ ONNX (TensorRT).
+    `max_batch`: largest frame batch a model call takes on the device (the
+    TensorRT optimisation profile's max; the memory guard may choose less).
+    `engine_policy`: what to do when no engine matches this GPU and TensorRT:
+    build one, or refuse with a message.
+    """
+
+    device_index: int = 0
+    precision: str = "auto"
+    max_batch: int | None = None
+    streams: int | None = None
+    engines_dir: Path | None = None
+    engine_policy: str = "build"
+    memory_fraction: float = 0.8  # share of free device memory the memory guard plans with
+
+    def validated(self) -> DeviceOptions:
+        if self.precision not in PRECISIONS:
+            raise InputError(f"--precision must be one of {', '.join(PRECISIONS)} (got {self.precision!r})")
+        if self.engine_policy not in ENGINE_POLICIES:
+            raise InputError(f"engine policy must be one of {', '.join(ENGINE_POLICIES)}")
+        if self.max_batch is not None and not 1 <= self.max_batch <= 4096:
+            raise InputError(f"--max-batch must be between 1 and 4096 (got {self.max_batch})")
+        if self.streams is not None and not 1 <= self.streams <= 64:
+            raise InputError(f"--streams must be between 1 and 64 (got {self.streams})")
+        if self.device_index < 0:
+            raise InputError(f"GPU index must not be negative (got {self.device_index})")
+        if not 0.05 <= self.memory_fraction <= 1.0:
+            raise InputError("memory fraction must be between 0.05 and 1")
+        return self
+
+
+def parse_gpu_list(text: str) -> tuple[int, ...]:
+    """`--gpus 0,1,3` → (0, 1, 3); `all` is resolved by the caller against the GPUs present."""
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not parts:
+        raise InputError("--gpus needs GPU indices such as 0 or 0,1")
+    try:
+        ids = tuple(int(p) for p in parts)
+    except ValueError:
+        raise InputError(f"--gpus must be comma-separated GPU indices such as 0,1 (got {text!r})") from None
+    if any(i < 0 for i in ids):
+        raise InputError(f"--gpus indices must not be negative (got {text!r})")
+    if len(set(ids)) != len(ids):
+        raise InputError(f"--gpus lists a GPU twice ({text!r})")
+    return ids

@@ -1,0 +1,435 @@
+"""The `tensorrt` backend: engines built per GPU from the ONNX files, run on torch's streams.
+
+Precision is explicit in the ONNX file, which works on TensorRT 10 and 11
+alike (11 has no FP16/INT8 builder flags and only strongly typed networks):
+
+- fp32: the ONNX as it is;
+- fp16: the ONNX converted to float16 compute (`models.convert.to_float16`,
+  float32 inputs and outputs kept), built strongly typed;
+- int8: an explicitly quantized ONNX (QuantizeLinear/DequantizeLinear nodes,
+  e.g. the store's `NAME@int8` variant or `--onnx FILE`), built strongly typed.
+- auto: fp16 if its engine agrees with onnxruntime's fp32 on a probe input,
+  else fp32 (decided once, when the engine is built, recorded in its sidecar).
+
+One optimisation profile covers the batch dim (1 … max batch; TensorRT tunes
+for the max, which is what full batches use) and YuNet's height and width.
+The timing cache is kept per GPU and TensorRT version beside the engines.
+
+At run time every executor worker thread has its own execution context and
+its own CUDA stream (torch's); tensors are torch tensors whose addresses go to
+`set_tensor_address`, and `execute_async_v3` runs on the thread's stream.
+There is no second CUDA context: TensorRT uses torch's.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from facefusion_batch.errors import BackendUnavailableError, ModelError
+from facefusion_batch.runtime.engine_cache import (
+    EngineCache,
+    EngineKey,
+    MachineKey,
+    input_profiles,
+    slug,
+)
+from facefusion_batch.runtime.memory import MemoryGuard, batch_of, merge_outputs, split_feeds
+from facefusion_batch.runtime.options import DeviceOptions
+from facefusion_batch.runtime.session import TensorInfo
+from facefusion_batch.runtime.streams import (
+    DeviceTimer,
+    ExclusiveGate,
+    download,
+    is_cuda,
+    on_thread_stream,
+    upload,
+)
+
+log = logging.getLogger("ffbatch")
+
+WORKSPACE_BYTES = 2 << 30
+DEFAULT_MAX_BATCH = 16  # frames; the render's default batch size fits
+# faces per frame a face-level model is profiled for (its batch is faces, not frames)
+FACES_PER_FRAME = {"face_mesh_468": 4}
+# symbolic spatial dims by name: (min, opt, max); YuNet's canvas is at most 640², 640×384 for 16:9
+SPATIAL_RANGES = {"height": (32, 384, 640), "width": (32, 640, 640)}
+FP16_TOLERANCE = 1e-2  # as the cuda backend: max |engine − onnxruntime fp32| / max(1, max |ref|)
+
+
+def import_tensorrt() -> ModuleType:
+    """The tensorrt module, or a clear exit-2 error."""
+    try:
+        import tensorrt as trt
+    except ImportError:
+        raise BackendUnavailableError(
+            "--backend tensorrt: TensorRT is not installed (pip install 'facefusion-batch[tensorrt]', "
+            "needs an NVIDIA GPU and driver); use --backend cuda or cpu"
+        ) from None
+    except Exception as exc:  # a broken install: libraries missing, wrong CUDA
+        raise BackendUnavailableError(f"--backend tensorrt: TensorRT cannot be imported: {exc}") from None
+    return trt
+
+
+def require_cuda_torch(purpose: str = "--backend tensorrt"):
+    try:
+        import torch
+    except ImportError:
+        raise BackendUnavailableError(
+            f"{purpose}: needs torch with CUDA for streams and buffers (pip install 'facefusion-batch[cuda]')"
+        ) from None
+    if not torch.cuda.is_available():
+        raise BackendUnavailableError(
+            f"{purpose}: no NVIDIA GPU available (torch.cuda.is_available() is False); "
+            "TensorRT engines are built on, and for, the GPU that runs them"
+        )
+    return torch
+
+
+def machine_key(trt: ModuleType, device_index: int) -> MachineKey:
+    import torch
+
+    p = torch.cuda.get_device_properties(device_index)
+    return MachineKey(gpu=p.name, sm=f"sm_{p.major}{p.minor}", tensorrt=str(trt.__version__))
+
+
+def tensorrt_major(trt: ModuleType) -> int:
+    try:
+        return int(str(trt.__version__).split(".")[0])
+    except ValueError:
+        return 10
+
+
+def has_qdq(path: Path) -> bool:
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    return any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in model.graph.node)
+
+
+def fp16_onnx(src: Path, sha256: str, work_dir: Path) -> Path:
+    """`src` converted to float16 compute (inputs/outputs float32), cached beside the engines."""
+    import onnx
+
+    from facefusion_batch.models.convert import to_float16
+    from facefusion_batch.models.prepare import write_model_atomically
+
+    dst = work_dir / "onnx" / f"{slug(src.stem)}-{sha256[:12]}-fp16.onnx"
+    if not dst.is_file():
+        write_model_atomically(to_float16(onnx.load(str(src))), dst)
+    return dst
+
+
+def profiles_for(label: str, inputs: tuple[TensorInfo, ...], max_batch: int):
+    factor = FACES_PER_FRAME.get(label, 1)
+    return input_profiles(inputs, max_batch * factor, dynamic=SPATIAL_RANGES)
+
+
+def build_engine(
+    trt: ModuleType,
+    onnx_path: Path,
+    key: EngineKey,
+    *,
+    timing_cache: Path,
+    workspace_bytes: int = WORKSPACE_BYTES,
+) -> tuple[bytes, dict[str, Any]]:
+    """Serialise an engine for `key` from `onnx_path`. Strongly typed (precision from the file);
+    the timing cache is read before and written back after."""
+    started = time.perf_counter()
+    logger = trt.Logger(trt.Logger.WARNING)
+    try:
+        builder = trt.Builder(logger)
+    except Exception as exc:
+        raise BackendUnavailableError(f"TensorRT cannot start a builder (no NVIDIA GPU?): {exc}") from None
+    flags = 0
+    strongly_typed = getattr(trt.NetworkDefinitionCreationFlag, "STRONGLY_TYPED", None)
+    if strongly_typed is not None:
+        flags |= 1 << int(strongly_typed)
+    network = builder.create_network(flags)
+    parser = trt.OnnxParser(network, logger)
+    if not parser.parse_from_file(str(onnx_path)):
+        errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
+        raise ModelError(f"TensorRT cannot parse {onnx_path}: {errors}")
+    config = builder.create_builder_config()
+    config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, workspace_bytes)
+    if strongly_typed is None and key.precision == "fp16":  # TensorRT before strong typing
+        config.set_flag(trt.BuilderFlag.FP16)
+    cached = timing_cache.read_bytes() if timing_cache.is_file() else b""
+    cache = config.create_timing_cache(cached)
+    config.set_timing_cache(cache, False)
+    profile = builder.create_optimization_profile()
+    for p in key.profiles:
+        profile.set_shape(p.name, p.min, p.opt, p.max)
+    config.add_optimization_profile(profile)
+    serialized = builder.build_serialized_network(network, config)
+    if serialized is None:
+        raise ModelError(f"TensorRT could not build an engine from {onnx_path} (see its log above)")
+    from facefusion_batch.runtime.engine_cache import _write_atomic
+
+    _write_atomic(timing_cache, bytes(memoryview(config.get_timing_cache().serialize())))
+    meta = {
+        "onnx": str(onnx_path),
+        "built": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "build_seconds": round(time.perf_counter() - started, 1),
+        "strongly_typed": strongly_typed is not None,
+    }
+    return bytes(memoryview(serialized)), meta
+
+
+def _torch_dtype(trt: ModuleType, dtype: Any):
+    import torch
+
+    table = {
+        trt.float32: torch.float32,
+        trt.float16: torch.float16,
+        trt.int32: torch.int32,
+        trt.int8: torch.int8,
+        trt.bool: torch.bool,
+    }
+    for name, t in (("int64", torch.int64), ("bfloat16", torch.bfloat16), ("uint8", torch.uint8)):
+        if hasattr(trt, name):
+            table[getattr(trt, name)] = t
+    return table[dtype]
+
+
+class TensorRTSession:
+    """One engine. Each thread that runs it gets its own execution context (one per stream)."""
+
+    def __init__(self, backend: TensorRTBackend, engine_path: Path, *, label: str, outputs, inputs) -> None:
+        self.backend = backend
+        self.label = label
+        self.engine_path = engine_path
+        trt = backend.trt
+        self.engine = backend.runtime.deserialize_cuda_engine(Path(engine_path).read_bytes())
+        if self.engine is None:
+            raise ModelError(
+                f"TensorRT cannot load the engine {engine_path} (rebuild it: ffbatch engines build)"
+            )
+        names = [self.engine.get_tensor_name(i) for i in range(self.engine.num_io_tensors)]
+        self.input_names = [n for n in names if self.engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT]
+        self.output_names = [n for n in names if n not in self.input_names]
+        self.dtypes = {n: _torch_dtype(trt, self.engine.get_tensor_dtype(n)) for n in names}
+        self.inputs = inputs
+        self.outputs = outputs
+        from facefusion_batch.runtime.torch_backend import output_batch_axes
+
+        self.output_axes = output_batch_axes(outputs)
+        self.max_batch = int(self.engine.get_tensor_profile_shape(self.input_names[0], 0)[2][0])
+        self.guard = MemoryGuard(self.max_batch, label=label, on_oom=backend.release_cached)
+        self._local = threading.local()
+        self.precision = ""
+
+    def _context(self):
+        ctx = getattr(self._local, "context", None)
+        if ctx is None:
+            ctx = self._local.context = self.engine.create_execution_context()
+            if ctx is None:
+                raise ModelError(
+                    f"{self.label}: TensorRT cannot create an execution context (out of memory?)"
+                )
+        return ctx
+
+    def _execute(self, feeds: dict[str, Any]) -> dict[str, Any]:
+        import torch
+
+        ctx = self._context()
+        device = self.backend.device
+        keep = []
+        for name in self.input_names:
+            t = feeds[name].to(device=device, dtype=self.dtypes[name]).contiguous()
+            keep.append(t)
+            ctx.set_input_shape(name, tuple(t.shape))
+            ctx.set_tensor_address(name, t.data_ptr())
+        out = {}
+        for name in self.output_names:
+            shape = tuple(ctx.get_tensor_shape(name))
+            t = torch.empty(shape, dtype=self.dtypes[name], device=device)
+            ctx.set_tensor_address(name, t.data_ptr())
+            out[name] = t
+        # this thread's stream (on_thread_stream made it current); 0 only for CPU fakes in tests
+        handle = torch.cuda.current_stream(device).cuda_stream if is_cuda(device) else 0
+        if not ctx.execute_async_v3(handle):
+            raise RuntimeError(f"{self.label}: TensorRT execution failed")
+        # inputs and outputs were allocated on this stream: the caching allocator will not
+        # hand their memory to other work before the engine is done with it
+        return {k: v.float() if v.is_floating_point() else v for k, v in out.items()}
+
+    def run_device(self, feeds: dict[str, Any]) -> dict[str, Any]:
+        import torch
+
+        n = batch_of(feeds)
+
+        def call(start: int, stop: int) -> dict[str, Any]:
+            part = split_feeds(feeds, start, stop) if (start, stop) != (0, n) else feeds
+            with self.backend.timer.stage(self.label, self.backend.device):
+                return self._execute(part)
+
+        with torch.inference_mode(), on_thread_stream(self.backend.device):
+            return self.guard.run(n, call, lambda parts: merge_outputs(parts, self.output_axes, _cat))
+
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        import torch
+
+        with torch.inference_mode(), on_thread_stream(self.backend.device):
+            dev = {k: upload(v, self.backend.device) for k, v in feeds.items()}
+            return download(self.run_device(dev))
+
+
+def _cat(parts: list[Any], axis: int):
+    import torch
+
+    return torch.cat(parts, dim=axis)
+
+
+class TensorRTBackend:
+    """`--backend tensorrt`."""
+
+    name = "tensorrt"
+
+    def __init__(
+        self,
+        options: DeviceOptions | None = None,
+        *,
+        trt: ModuleType | None = None,
+        purpose: str = "--backend tensorrt",
+    ) -> None:
+        self.options = (options or DeviceOptions()).validated()
+        torch = require_cuda_torch(purpose)
+        self.trt = trt or import_tensorrt()
+        index = self.options.device_index
+        if index >= torch.cuda.device_count():
+            raise BackendUnavailableError(
+                f"GPU {index} does not exist (torch sees {torch.cuda.device_count()})"
+            )
+        self.device = f"cuda:{index}"
+        torch.cuda.set_device(index)
+        torch.cuda.init()  # torch owns the CUDA context; TensorRT attaches to it
+        self.logger = self.trt.Logger(self.trt.Logger.WARNING)
+        try:
+            self.runtime = self.trt.Runtime(self.logger)
+        except Exception as exc:
+            raise BackendUnavailableError(
+                f"--backend tensorrt: TensorRT cannot start (no NVIDIA GPU?): {exc}"
+            ) from None
+        self.machine = machine_key(self.trt, index)
+        self.cache = EngineCache(self.options.engines_dir)
+        self.max_batch = self.options.max_batch or DEFAULT_MAX_BATCH
+        self.gate = ExclusiveGate()
+        self.timer = DeviceTimer()
+        self.sessions: list[TensorRTSession] = []
+        from facefusion_batch.runtime.nvml import NvmlSampler
+
+        self._sampler = NvmlSampler([index], names={index: self.machine.gpu}).start()
+
+    # -- engines ------------------------------------------------------------------------------------
+
+    def engine_for(self, model_path: Path, label: str, precision: str, onnx_override: Path | None = None):
+        """(engine path, key, inputs, outputs) for one model at one precision: found or built."""
+        import onnx
+
+        from facefusion_batch.runtime.torch_backend import file_sha256, graph_signature
+
+        model_path = Path(model_path)
+        sha = file_sha256(model_path)
+        source = model_path
+        if precision == "fp16":
+            source = fp16_onnx(model_path, sha, self.cache.directory)
+        elif precision == "int8":
+            source = Path(onnx_override) if onnx_override else int8_onnx(label)
+            if not has_qdq(source):
+                raise ModelError(
+                    f"{source} has no QuantizeLinear/DequantizeLinear nodes; INT8 engines are built from an "
+                    "explicitly quantized ONNX (onnxruntime.quantization.quantize_static, QuantFormat.QDQ)"
+                )
+            sha = file_sha256(source)
+        inputs, outputs = graph_signature(onnx.load(str(model_path), load_external_data=False))
+        key = EngineKey(
+            model=label,
+            model_sha256=sha,
+            precision=precision,
+            profiles=profiles_for(label, inputs, self.max_batch),
+            machine=self.machine,
+        )
+        path = self.cache.resolve(
+            key,
+            policy=self.options.engine_policy,
+            build=lambda: build_engine(
+                self.trt, source, key, timing_cache=self.cache.timing_cache_path(self.machine)
+            ),
+        )
+        return path, key, inputs, outputs
+
+    def load(self, model_path: Path, *, label: str) -> TensorRTSession:
+        wanted = self.options.precision
+        precision = "fp16" if wanted == "auto" else wanted
+        path, key, inputs, outputs = self.engine_for(model_path, label, precision)
+        session = TensorRTSession(self, path, label=label, inputs=inputs, outputs=outputs)
+        session.precision = precision
+        if wanted == "auto":
+            deviation = engine_deviation(session, Path(model_path))
+            if deviation > FP16_TOLERANCE:
+                log.info(
+                    "%s: the fp16 engine deviates by %.3g from fp32; using an fp32 engine", label, deviation
+                )
+                path, key, inputs, outputs = self.engine_for(model_path, label, "fp32")
+                session = TensorRTSession(self, path, label=label, inputs=inputs, outputs=outputs)
+                session.precision = "fp32"
+        self.sessions.append(session)
+        return session
+
+    def release_cached(self) -> None:
+        import torch
+
+        torch.cuda.empty_cache()
+
+    def describe(self) -> str:
+        precisions = sorted({s.precision for s in self.sessions}) or [self.options.precision]
+        m = self.machine
+        return f"tensorrt ({m.tensorrt} on {m.gpu} {m.sm}, {'/'.join(precisions)})"
+
+    def report(self) -> dict[str, Any]:
+        return {
+            "backend": self.describe(),
+            "engines": {s.label: s.engine_path.name for s in self.sessions},
+            "device_seconds": {k: round(v, 4) for k, v in sorted(self.timer.seconds().items())},
+            "memory_guard": {s.label: s.guard.summary() for s in self.sessions},
+            "nvml": self._sampler.summary(),
+        }
+
+    def close(self) -> None:
+        self._sampler.stop()
+
+
+def int8_onnx(label: str) -> Path:
+    """The store's explicitly quantized variant of `label` (`NAME@int8`), made on demand."""
+    from facefusion_batch.models import store
+    from facefusion_batch.models.prepare import variant_catalog, variant_name
+
+    try:
+        return store.model_path(variant_name(label, "int8"), catalog=variant_catalog(label))
+    except Exception as exc:
+        raise ModelError(
+            f"no INT8 (Q/DQ) ONNX for {label}: {exc}; pass one with `ffbatch engines build {label} "
+            "--precision int8 --onnx FILE`"
+        ) from exc
+
+
+def engine_deviation(session: TensorRTSession, onnx_path: Path) -> float:
+    """max |engine − onnxruntime fp32| relative to each output's range, on a seeded probe."""
+    import onnxruntime as ort
+
+    from facefusion_batch.runtime.torch_backend import probe_feeds, relative_deviation
+
+    feeds = probe_feeds(session.inputs)
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    ref_session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
+    names = [o.name for o in ref_session.get_outputs()]
+    ref = dict(zip(names, ref_session.run(names, feeds), strict=True))
+    return relative_deviation(ref, session.run(feeds))

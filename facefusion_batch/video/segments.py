@@ -1,0 +1,149 @@
+"""Frame ranges of a video: exact frame numbers, keyframe seeking, segment tags.
+
+A frame's number is its rank in presentation order: frame N is the picture with
+the N-th smallest pts among the video packets (0-based). That is the order the
+decoder returns frames in, so a full decode counting from 0 and a seek to the
+keyframe before a range agree on every number. `FrameIndex` finds the pts of
+every frame by demuxing the stream once (no decoding: fast, I/O bound).
+
+Ranges are written `START:END`, END exclusive, like a Python slice: `0:100` is
+frames 0 to 99; `100:` runs to the end.
+
+Segments (the output of `render --frames`) carry container tags so that a join
+can check them and a re-run can recognise finished work: `ffbatch_frames`
+(`START:END`), `ffbatch_frame_count` (frames of the whole input),
+`ffbatch_settings` (digest of the settings that affect pixels) and
+`ffbatch_input` (the input's file name).
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import av.error
+
+from facefusion_batch.errors import InputError
+
+TAG_FRAMES = "ffbatch_frames"
+TAG_FRAME_COUNT = "ffbatch_frame_count"
+TAG_SETTINGS = "ffbatch_settings"
+TAG_INPUT = "ffbatch_input"
+
+
+def parse_range(text: str, option: str = "--frames") -> tuple[int, int | None]:
+    """`START:END` (END exclusive), `START:` (to the end) or `:END`; InputError otherwise."""
+    start_text, sep, end_text = text.strip().partition(":")
+    if not sep:
+        raise InputError(f"{option} {text!r}: write START:END (0-based, END exclusive), e.g. 0:250")
+    try:
+        start = int(start_text) if start_text.strip() else 0
+        end = int(end_text) if end_text.strip() else None
+    except ValueError:
+        raise InputError(f"{option} {text!r}: START and END must be whole numbers") from None
+    if start < 0 or (end is not None and end <= start):
+        raise InputError(f"{option} {text!r}: need 0 <= START < END")
+    return start, end
+
+
+def format_range(start: int, end: int) -> str:
+    return f"{start}:{end}"
+
+
+def split_frames(count: int, chunk: int) -> list[tuple[int, int]]:
+    """[0, count) cut into consecutive ranges of `chunk` frames (the last may be shorter)."""
+    if chunk < 1:
+        raise ValueError("chunk must be >= 1")
+    return [(a, min(a + chunk, count)) for a in range(0, count, chunk)]
+
+
+@dataclass(frozen=True)
+class FrameIndex:
+    """The pts of every frame in presentation order, and which of them are keyframes."""
+
+    path: Path
+    stream_index: int
+    time_base: Fraction
+    count: int  # frames in the stream
+    pts: tuple[int, ...]  # sorted: pts[n] is the pts of frame n (only when `exact`)
+    keyframe_pts: tuple[int, ...]  # sorted
+    exact: bool  # every packet had a pts and no two were equal: seeking is safe
+
+    def resolve(self, start: int, end: int | None, option: str = "--frames") -> tuple[int, int]:
+        """Check a range against the video; END None means the last frame."""
+        end = self.count if end is None else end
+        if start >= self.count or end > self.count:
+            raise InputError(
+                f"{option} {start}:{end} is outside {self.path}, "
+                f"which has {self.count} frames (0:{self.count})"
+            )
+        return start, end
+
+    def seek_pts(self, start: int) -> int | None:
+        """pts of the last keyframe at or before frame `start`; None to decode from the beginning."""
+        if not self.exact or start == 0:
+            return None
+        target = self.pts[start]
+        i = bisect.bisect_right(self.keyframe_pts, target) - 1
+        return self.keyframe_pts[i] if i >= 0 else None
+
+
+def frame_index(path: str | Path, stream_index: int | None = None) -> FrameIndex:
+    """Demux (not decode) the video stream once and number its frames."""
+    path = Path(path)
+    try:
+        container = av.open(str(path))
+    except (av.error.FFmpegError, OSError) as exc:
+        raise InputError(f"input video {path} cannot be read: {exc}") from None
+    try:
+        if stream_index is None:
+            from facefusion_batch.video.probe import pick_video_stream
+
+            stream = pick_video_stream(container)
+            if stream is None:
+                raise InputError(f"input video {path} has no video stream")
+        else:
+            stream = container.streams[stream_index]
+        pts: list[int] = []
+        keys: list[int] = []
+        missing = 0
+        try:
+            for packet in container.demux(stream):
+                if not packet.size:
+                    continue
+                if packet.pts is None:
+                    missing += 1
+                    continue
+                pts.append(packet.pts)
+                if packet.is_keyframe:
+                    keys.append(packet.pts)
+        except (av.error.FFmpegError, OSError):
+            pass  # a damaged tail: number the frames that are there, as the reader would decode them
+        time_base = Fraction(stream.time_base) if stream.time_base else Fraction(1, 90000)
+    finally:
+        container.close()
+    ordered = sorted(pts)
+    # Without timestamps (or with repeated ones) a frame's number is its decode count: the
+    # reader then decodes from the beginning and counts instead of seeking.
+    exact = not missing and len(set(ordered)) == len(ordered) and bool(keys)
+    return FrameIndex(
+        path=path,
+        stream_index=stream.index,
+        time_base=time_base,
+        count=len(pts) + missing,
+        pts=tuple(ordered) if exact else (),
+        keyframe_pts=tuple(sorted(keys)),
+        exact=exact,
+    )
+
+
+def read_tags(path: str | Path) -> dict[str, str]:
+    """The container tags of a file (keys lower-cased); {} if it cannot be opened."""
+    try:
+        with av.open(str(path)) as container:
+            return {k.lower(): v for k, v in container.metadata.items()}
+    except (av.error.FFmpegError, OSError):
+        return {}

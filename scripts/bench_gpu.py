@@ -1,0 +1,343 @@
+"""GPU benchmark: one self-contained run of at most ~5 minutes on a machine with an NVIDIA GPU.
+
+On synthesised 1080p clips with 1 and 6 faces it measures, in this process:
+
+- the floor: decode + encode only, through the same reader and writer as a render;
+- the classical default on each backend: cpu (onnxruntime), cuda with host pre/post-processing,
+  cuda device-resident (frames cross to the GPU once), tensorrt (if installed);
+- batch 1 versus batched, 1 stream versus N;
+- the inswapper-architecture stand-in (scripts/make_standins.py, random weights: compute
+  only) on the cuda backend, batch 1 versus batched;
+
+and prints, per run: fps, render wall / floor wall, mean and p90 GPU utilisation (NVML),
+device time per stage (CUDA events), batch sizes achieved and OOM retries.
+
+    python scripts/bench_gpu.py [--frames 120] [--budget 290] [--out out/bench/gpu.json]
+
+Without an NVIDIA GPU (or torch with CUDA) it stops at once with exit status 2.
+TensorRT engines are built on first use (minutes); the build time is reported on its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from fractions import Fraction
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
+
+STANDIN = "stand-in with inswapper_128's layer structure and random weights (compute only)"
+
+
+def fail(message: str) -> None:
+    print(f"bench_gpu: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def require_gpu():
+    try:
+        import torch
+    except ImportError:
+        fail("needs torch with CUDA (pip install 'facefusion-batch[cuda]') and an NVIDIA GPU")
+    if not torch.cuda.is_available():
+        build = torch.version.cuda or "CPU-only build"
+        fail(f"no NVIDIA GPU visible to torch {torch.__version__} ({build}); nothing to measure")
+    return torch
+
+
+def make_clip(path: Path, faces: int, frames: int, size=(1920, 1080), fps: int = 25) -> Path:
+    """A slow pan and zoom over a real photo (t1.jpg: six faces; astronaut.png: one), AAC tone."""
+    import av
+    import cv2
+    import numpy as np
+
+    from facefusion_batch.assets import asset_path
+
+    photo = cv2.imread(str(asset_path("t1.jpg" if faces == 6 else "astronaut.png")))
+    if faces == 1:
+        photo = cv2.copyMakeBorder(photo, 0, 0, 300, 300, cv2.BORDER_REFLECT)
+    w, h = size
+    ph, pw = photo.shape[:2]
+    with av.open(str(path), "w") as out:
+        video = out.add_stream("libx264", rate=fps)
+        video.width, video.height, video.pix_fmt = w, h, "yuv420p"
+        video.options = {"crf": "18", "preset": "veryfast"}
+        audio = out.add_stream("aac", rate=48000)
+        audio.layout = "mono"
+        for i in range(frames):
+            zoom = 1.0 + 0.2 * np.sin(np.pi * i / max(frames - 1, 1))
+            scale = max(w / pw, h / ph) * zoom
+            cx, cy = pw / 2 + 0.05 * pw * np.sin(i / 20), ph / 2
+            m = np.array([[scale, 0, w / 2 - scale * cx], [0, scale, h / 2 - scale * cy]], np.float32)
+            image = cv2.warpAffine(photo, m, (w, h), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REFLECT)
+            frame = av.VideoFrame.from_ndarray(image, format="bgr24")
+            frame.pts, frame.time_base = i, Fraction(1, fps)
+            out.mux(video.encode(frame))
+        out.mux(video.encode(None))
+        samples = int(frames / fps * 48000)
+        for start in range(0, samples, 1024):
+            t = (start + np.arange(1024)) / 48000
+            af = av.AudioFrame.from_ndarray(
+                (0.2 * np.sin(2 * np.pi * 440 * t)).astype(np.float32)[None], format="fltp", layout="mono"
+            )
+            af.sample_rate, af.pts, af.time_base = 48000, start, Fraction(1, 48000)
+            out.mux(audio.encode(af))
+        out.mux(audio.encode(None))
+    return path
+
+
+def floor(clip: Path, out: Path) -> dict:
+    from facefusion_batch.video.probe import probe
+    from facefusion_batch.video.reader import FrameReader
+    from facefusion_batch.video.writer import EncoderSettings, VideoWriter
+
+    info = probe(clip)
+    t0 = time.perf_counter()
+    n = 0
+    with (
+        FrameReader(clip, info=info) as reader,
+        VideoWriter(out, info, EncoderSettings(), audio_from=clip) as writer,
+    ):
+        for frame in reader:
+            writer.write(frame.image, frame.pts, frame.time_base)
+            n += 1
+    wall = time.perf_counter() - t0
+    return {"frames": n, "wall_s": round(wall, 3), "fps": round(n / wall, 2)}
+
+
+def render_run(settings, options, *, resident: bool) -> dict:
+    """One render with `options` scoped; the device-resident pipeline when `resident`."""
+    import torch
+
+    from facefusion_batch.pipeline.render import Renderer, render
+    from facefusion_batch.runtime.backends import device_options
+    from facefusion_batch.runtime.device_pipeline import device_pipeline_for
+    from facefusion_batch.runtime.nvml import NvmlSampler
+
+    with device_options(options):
+        renderer = Renderer.load(settings)
+        backend = renderer.models.backend
+        if resident:
+            renderer.pipeline = device_pipeline_for(renderer.pipeline, backend)
+        device = torch.cuda.current_device() if torch.cuda.is_available() else 0
+        sampler = NvmlSampler([device], interval_s=0.2).start()
+        t0 = time.perf_counter()
+        report = render(settings, renderer=renderer)
+        wall = time.perf_counter() - t0
+        sampler.stop()
+    summary = report.summary()
+    out = {
+        "backend": summary["backend"],
+        "frames": report.frames_out,
+        "faces": report.faces_swapped,
+        "wall_s": round(wall, 3),
+        "load_s": round(renderer.load_seconds, 2),
+        "fps": round(report.frames_out / wall, 2),
+        "batch_size_mean": summary["batch_size_mean"],
+        "batch_latency_p50_s": summary["batch_latency_p50_s"],
+        "batch_latency_p99_s": summary["batch_latency_p99_s"],
+        "stage_seconds": summary["stage_seconds"],
+    }
+    gpu = sampler.summary()
+    if gpu.get("available"):
+        dev = next(iter(gpu["devices"].values()))
+        out["gpu_util_mean_pct"] = dev.get("utilisation_mean_pct")
+        out["gpu_util_p90_pct"] = dev.get("utilisation_p90_pct")
+        out["gpu_mem_max_mib"] = dev.get("memory_used_max_mib")
+    device_report = getattr(backend, "report", None)
+    if device_report is not None:
+        r = device_report()
+        out["device_seconds"] = r.get("device_seconds")
+        out["memory_guard"] = r.get("memory_guard")
+        out["precision"] = r.get("precision")
+    close = getattr(backend, "close", None)
+    if close:
+        close()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--frames", type=int, default=120, help="frames per GPU clip (CPU runs use a quarter)"
+    )
+    parser.add_argument("--budget", type=float, default=290.0, help="seconds; later runs are skipped past it")
+    parser.add_argument("--out", type=Path, default=ROOT / "out" / "bench" / "gpu.json")
+    args = parser.parse_args()
+    started = time.perf_counter()
+    torch = require_gpu()
+
+    from facefusion_batch.assets import asset_path
+    from facefusion_batch.config import RenderSettings
+    from facefusion_batch.runtime.gpu_cli import default_streams
+    from facefusion_batch.runtime.options import DeviceOptions
+
+    props = torch.cuda.get_device_properties(0)
+    streams = default_streams(props.total_memory)
+    results: dict = {
+        "gpu": f"{props.name} sm_{props.major}{props.minor}, {props.total_memory / 2**30:.0f} GiB",
+        "torch": torch.__version__,
+        "streams_default": streams,
+        "clips": {},
+    }
+    print(f"GPU: {results['gpu']}; torch {torch.__version__}; default streams {streams}", flush=True)
+    work = Path(tempfile.mkdtemp(prefix="ffbatch-bench-gpu-"))
+    source = asset_path("astronaut.png")
+
+    def left() -> float:
+        return args.budget - (time.perf_counter() - started)
+
+    try:
+        import tensorrt  # noqa: F401
+
+        has_trt = True
+    except Exception:
+        has_trt = False
+
+    for faces in (1, 6):
+        clip = make_clip(work / f"clip-{faces}.mp4", faces, args.frames)
+        cpu_clip = make_clip(work / f"clip-{faces}-cpu.mp4", faces, max(8, args.frames // 4))
+        runs: dict = {"floor": floor(clip, work / "floor.mp4")}
+        floor_fps = runs["floor"]["fps"]
+        print(
+            f"\n{faces} face(s), 1080p, {args.frames} frames: floor (decode+encode) {floor_fps:.1f} fps",
+            flush=True,
+        )
+        base = RenderSettings(
+            input=clip, output=work / "out.mp4", sources=(source,), overwrite=True, quiet=True, chunk_frames=0
+        )
+        plan = [
+            (
+                "cpu b8 w2",
+                replace(base, input=cpu_clip, backend="cpu", batch_size=8, workers=2),
+                DeviceOptions(),
+                False,
+            ),
+            (
+                "cuda host-pre/post b16 s1",
+                replace(base, backend="cuda", batch_size=16, workers=1),
+                DeviceOptions(streams=1),
+                False,
+            ),
+            (
+                "cuda resident b1 s1",
+                replace(base, backend="cuda", batch_size=1, workers=1),
+                DeviceOptions(streams=1),
+                True,
+            ),
+            (
+                "cuda resident b16 s1",
+                replace(base, backend="cuda", batch_size=16, workers=1),
+                DeviceOptions(streams=1),
+                True,
+            ),
+            (
+                f"cuda resident b16 s{streams}",
+                replace(base, backend="cuda", batch_size=16, workers=streams),
+                DeviceOptions(streams=streams),
+                True,
+            ),
+        ]
+        if has_trt:
+            plan.append(
+                (
+                    f"tensorrt resident b16 s{streams}",
+                    replace(base, backend="tensorrt", batch_size=16, workers=streams),
+                    DeviceOptions(streams=streams, max_batch=16),
+                    True,
+                )
+            )
+        for name, settings, options, resident in plan:
+            need = 150.0 if name.startswith("tensorrt") else 25.0
+            if left() < need:
+                runs[name] = {"skipped": f"budget: {left():.0f} s left"}
+                print(f"  {name:34s} skipped (budget)", flush=True)
+                continue
+            try:
+                r = render_run(settings, options, resident=resident)
+            except Exception as exc:  # a failed configuration is a finding; the rest still run
+                runs[name] = {"error": f"{type(exc).__name__}: {exc}"}
+                print(f"  {name:34s} FAILED {type(exc).__name__}: {exc}", flush=True)
+                continue
+            clip_floor = (
+                floor_fps if not name.startswith("cpu") else floor(cpu_clip, work / "floor-cpu.mp4")["fps"]
+            )
+            r["ratio_to_floor"] = round(clip_floor / r["fps"], 2) if r["fps"] else None
+            runs[name] = r
+            util = r.get("gpu_util_mean_pct")
+            print(
+                f"  {name:34s} {r['fps']:7.1f} fps  x{r['ratio_to_floor']:.2f} floor  "
+                f"GPU {util if util is not None else '?'}%  batch {r['batch_size_mean']}  "
+                f"p50 {r['batch_latency_p50_s']:.3f}s p99 {r['batch_latency_p99_s']:.3f}s  "
+                f"(load {r['load_s']} s)",
+                flush=True,
+            )
+        results["clips"][f"{faces}_faces"] = runs
+
+    results["learned_standin"] = learned_standin(work, args, left, source)
+    results["wall_s"] = round(time.perf_counter() - started, 1)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"\nwritten {args.out} ({results['wall_s']} s)")
+
+
+def learned_standin(work: Path, args, left, source: Path) -> dict:
+    """inswapper stand-in on the cuda backend, batch 1 versus 16 (when make_standins.py is here)."""
+    if not (ROOT / "scripts" / "make_standins.py").is_file():
+        return {"skipped": "scripts/make_standins.py not present"}
+    if left() < 60:
+        return {"skipped": f"budget: {left():.0f} s left"}
+    try:
+        from make_standins import inswapper, iresnet50, write
+
+        from facefusion_batch.config import RenderSettings, SwapSettings
+        from facefusion_batch.models.prepare import make_dynamic_batch
+        from facefusion_batch.runtime.options import DeviceOptions
+        from facefusion_batch.swap.learned import LearnedSettings
+
+        models_dir = work / "standins"
+        for name, make in (("inswapper_128", inswapper), ("arcface_w600k_r50", iresnet50)):
+            write(make_dynamic_batch(make())[0], models_dir, name)
+        frames = max(8, args.frames // 4)
+        clip = make_clip(work / "clip-learned.mp4", 1, frames)
+        swap = SwapSettings(swapper="learned", learned=LearnedSettings(swapper_model="inswapper_128"))
+        out: dict = {"stand_in": STANDIN}
+        for batch in (1, 16):
+            settings = RenderSettings(
+                input=clip,
+                output=work / "out-learned.mp4",
+                sources=(source,),
+                backend="cuda",
+                batch_size=batch,
+                workers=1,
+                swap=swap,
+                models_dir=models_dir,
+                overwrite=True,
+                quiet=True,
+                chunk_frames=0,
+            )
+            r = render_run(settings, DeviceOptions(streams=1), resident=False)
+            out[f"b{batch}"] = r
+            print(
+                f"  inswapper stand-in cuda b{batch:<2d}  {r['fps']:7.1f} fps  "
+                f"GPU {r.get('gpu_util_mean_pct')}%",
+                flush=True,
+            )
+        return out
+    except Exception as exc:
+        print(f"  inswapper stand-in FAILED {type(exc).__name__}: {exc}", flush=True)
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,129 @@
+"""`render --ray`: segments on Ray actors, a killed worker's segment retried elsewhere.
+
+Ray runs locally here (`ray.init()` on this machine, CPU actors). Without Ray
+installed the test that needs it is skipped; the message test always runs.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+from media import audio_packets, decode_all, make_clip
+
+from facefusion_batch.assets import asset_path
+from facefusion_batch.config import RenderSettings
+from facefusion_batch.pipeline.render import render
+from facefusion_batch.video.writer import EncoderSettings
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("farm ray")
+
+
+@pytest.fixture(scope="module")
+def clip(work) -> Path:
+    photo = cv2.resize(cv2.imread(str(asset_path("t1.jpg"))), (640, 443), interpolation=cv2.INTER_AREA)
+    return make_clip(work / "in.mp4", image=photo, size=(320, 240), frames=16)
+
+
+@pytest.fixture(scope="module")
+def source(work) -> Path:
+    path = work / "face.png"
+    cv2.imwrite(str(path), cv2.imread(str(asset_path("astronaut.png"))))
+    return path
+
+
+def test_ray_missing_is_a_usage_error(tmp_path, clip, source):
+    fake = tmp_path / "site" / "ray"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('No module named ray')\n")
+    out = tmp_path / "o.mp4"
+    proc = subprocess.run(
+        [sys.executable, "-m", "facefusion_batch", "render", clip, "-s", source, "-o", out, "--ray", "auto"],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(fake.parent), "PATH": "/usr/bin:/bin", "HOME": str(Path.home())},
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "pip install" in proc.stderr and "ray" in proc.stderr and "Traceback" not in proc.stderr
+    assert not out.exists()
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    yield ray
+    ray.shutdown()
+
+
+@pytest.mark.slow
+def test_ray_renders_like_a_local_render_and_retries_a_dead_worker(work, clip, source, local_ray):
+    from facefusion_batch.farm.ray_runner import render_with_ray
+
+    settings = RenderSettings(
+        input=clip, output=work / "local.mp4", sources=(source,), encoder=EncoderSettings(crf=0), quiet=True
+    )
+    render(settings)
+    out = work / "ray out.mp4"
+    report = work / "ray.json"
+    killed = []
+
+    def kill_first(actor, task) -> None:
+        if not killed:
+            killed.append(task.frames)
+            local_ray.kill(actor)  # the node "went away" while holding this segment
+
+    code = render_with_ray(
+        [replace(settings, output=out, chunk_frames=8)],
+        address="auto",
+        workers=2,
+        report_path=report,
+        on_dispatch=kill_first,
+    )
+    assert code == 0
+    job = json.loads(report.read_text())["jobs"][0]
+    assert job["status"] == "ok" and job["retries"] == 1 and killed
+    assert job["segments"] == {"total": 2, "reused": 0, "rendered": 2}
+    assert len(job["workers"]) == 1  # the survivor rendered both segments
+    got, ref = decode_all(out)[0], decode_all(settings.output)[0]
+    assert len(got) == len(ref) == 16 and [p for p, _ in got] == [p for p, _ in ref]
+    assert all(np.array_equal(a, b) for (_, a), (_, b) in zip(got, ref, strict=True))
+    assert audio_packets(out) == audio_packets(clip)
+    assert not (work / ".ray out.mp4.ffbatch").exists()
+
+
+@pytest.fixture
+def ffbatch_logger():
+    """`main()` sets up the ffbatch logger for a terminal; put it back for the tests after this one."""
+    import logging
+
+    logger = logging.getLogger("ffbatch")
+    saved = (logger.handlers[:], logger.level, logger.propagate)
+    yield
+    logger.handlers[:], logger.level, logger.propagate = saved
+
+
+@pytest.mark.slow
+def test_ray_from_the_command_line_with_many_inputs(work, clip, source, local_ray, capsys, ffbatch_logger):
+    from facefusion_batch.cli import main
+
+    broken = work / "broken.mp4"
+    broken.write_bytes(b"\0" * 100)
+    out_dir = work / "ray outputs"
+    out_dir.mkdir()
+    args = ["render", str(clip), str(broken), "-s", str(source), "--output-dir", str(out_dir)]
+    with pytest.raises(SystemExit) as exit_:
+        main([*args, "--ray", "auto", "--ray-workers", "1", "--chunk-frames", "10", "-q"])
+    assert exit_.value.code == 2  # the broken input failed, the other one is there
+    assert capsys.readouterr().out.splitlines() == [str(out_dir / "in-swapped.mp4")]
+    frames, _ = decode_all(out_dir / "in-swapped.mp4")
+    assert len(frames) == 16

@@ -1,0 +1,341 @@
+"""Backend choice, doctor, the GPU options and engine commands on a machine without a GPU,
+the TensorRT session against a fake engine (real device pointers, on the CPU), NVML sampling,
+and the per-GPU process fan-out (run with the CPU backend)."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import threading
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+from media import decode_all, frame_number, make_clip
+
+from facefusion_batch.errors import EXIT_USAGE, BackendUnavailableError, InputError
+from facefusion_batch.runtime.backends import Availability, choose_auto, nvidia_gpu_count, select_backend
+from facefusion_batch.runtime.gpu_cli import default_streams, device_plan
+from facefusion_batch.runtime.multi_gpu import split_ranges
+from facefusion_batch.runtime.nvml import NvmlSampler, nvml_gpus
+from facefusion_batch.runtime.options import DeviceOptions, parse_gpu_list
+from facefusion_batch.runtime.session import TensorInfo
+
+HAS_GPU = nvidia_gpu_count() > 0
+no_gpu = pytest.mark.skipif(HAS_GPU, reason="checks the behaviour without an NVIDIA GPU")
+
+
+def ffbatch(capsys, *args) -> tuple[int, str, str]:
+    """Run the command line in this process (no interpreter start-up per call): (code, out, err)."""
+    from facefusion_batch.cli import main
+
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return exit_.value.code, out, err
+
+
+# --- choosing a backend ------------------------------------------------------------------------------
+
+
+def avail(**kw):
+    base = dict(torch="2.13.0", torch_cuda="12.8", gpus=1, tensorrt=None, tensorrt_problem="")
+    return Availability(**{**base, "engines_ready": False, **kw})
+
+
+def test_auto_prefers_tensorrt_only_with_built_engines():
+    assert choose_auto(avail(tensorrt="10.16.1.11", engines_ready=True))[0] == "tensorrt"
+    name, why = choose_auto(avail(tensorrt="10.16.1.11", engines_ready=False))
+    assert name == "cuda" and "engines build" in why
+    assert choose_auto(avail())[0] == "cuda"
+    assert choose_auto(avail(gpus=0)) == ("cpu", "no NVIDIA GPU visible to torch")
+    name, why = choose_auto(avail(torch=None, gpus=0))
+    assert name == "cpu" and "[cuda]" in why
+
+
+@no_gpu
+@pytest.mark.parametrize("name", ["cuda", "tensorrt"])
+def test_gpu_backends_without_a_gpu_are_usage_errors(name):
+    with pytest.raises(BackendUnavailableError) as err:
+        select_backend(name)
+    assert err.value.exit_code == EXIT_USAGE
+    assert "no NVIDIA GPU" in str(err.value) and "--backend cpu" in str(err.value)
+
+
+@no_gpu
+def test_auto_without_a_gpu_is_the_cpu():
+    assert select_backend("auto", threads=1).name == "cpu"
+
+
+@no_gpu
+def test_doctor_without_a_gpu():
+    from facefusion_batch.doctor import report_lines
+
+    text = "\n".join(report_lines())
+    for words in ("torch", "tensorrt", "ort providers", "no NVIDIA GPU", "nvenc", "nvdec", "engines"):
+        assert words in text
+    assert "auto backend  cpu:" in text
+    assert "unusable here (no NVIDIA GPU)" in text
+
+
+@no_gpu
+def test_cli_gpu_commands_without_a_gpu_exit_2(tmp_path, capsys):
+    clip = make_clip(tmp_path / "in.mp4", size=(64, 48), frames=2)
+    source = tmp_path / "face.png"
+    source.write_bytes(b"not read before the backend check")
+    for extra, words in (
+        (("--backend", "tensorrt"), "--backend tensorrt: no NVIDIA GPU"),
+        (("--backend", "cuda", "--streams", "2"), "--backend cuda: no NVIDIA GPU"),
+        (("--gpus", "0,1"), "--gpus: no NVIDIA GPU"),
+        (("--backend", "cpu", "--gpus", "0"), "--gpus needs --backend cuda"),
+        (("--precision", "fp8"), "--precision must be one of"),
+    ):
+        code, out, err = ffbatch(
+            capsys, "render", clip, "-s", source, "-o", tmp_path / "out.mp4", "-q", *extra
+        )
+        assert code == 2, (extra, err)
+        assert words in err and "Traceback" not in err and out == ""
+    code, _, err = ffbatch(capsys, "engines", "build")
+    assert code == 2 and "ffbatch engines build: no NVIDIA GPU" in err
+
+
+# --- GPU options --------------------------------------------------------------------------------------
+
+
+def plan(**kw):
+    base = dict(backend="cuda", workers=2, workers_given=False, streams=None, gpus=None, max_batch=None)
+    return device_plan(**{**base, "precision": "auto", **kw})
+
+
+def test_device_plan_maps_streams_to_workers():
+    p = plan(backend="cpu", streams=3, max_batch=8, precision="fp16")
+    assert p.workers == 3 and p.options.max_batch == 8 and p.options.precision == "fp16"
+    p = plan(workers=5, workers_given=True)
+    assert p.workers == 5 and p.options.streams == 5  # the memory guard plans for 5 streams
+    with pytest.raises(InputError, match="--streams"):
+        plan(streams=99)
+    with pytest.raises(InputError, match="--max-batch"):
+        plan(max_batch=0)
+
+
+def test_gpu_list_and_default_streams():
+    assert parse_gpu_list("0, 1,3") == (0, 1, 3)
+    for bad in ("", "a", "0,0", "-1"):
+        with pytest.raises(InputError):
+            parse_gpu_list(bad)
+    assert default_streams(8 * 2**30) == 2 and default_streams(24 * 2**30) == 3
+    assert default_streams(141 * 2**30) == 4
+
+
+def test_device_options_validation():
+    DeviceOptions(precision="int8", max_batch=64, streams=4).validated()
+    with pytest.raises(InputError):
+        DeviceOptions(engine_policy="maybe").validated()
+
+
+# --- NVML ---------------------------------------------------------------------------------------------
+
+
+def test_nvml_sampler_summary_with_a_fake_reader():
+    values = iter([(10.0, 1 << 30, 8 << 30, 5.0, 0.0), (90.0, 3 << 30, 8 << 30, 15.0, 0.0)] * 10)
+    sampler = NvmlSampler([0], read=lambda d: next(values), names={0: "Fake GPU"})
+    sampler.sample_once()
+    sampler.sample_once()
+    s = sampler.summary()["devices"]["0"]
+    assert s["samples"] == 2 and s["utilisation_mean_pct"] == 50.0 and s["utilisation_max_pct"] == 90.0
+    assert s["memory_used_max_mib"] == 3072.0 and s["memory_total_mib"] == 8192.0 and s["name"] == "Fake GPU"
+    assert s["encoder_mean_pct"] == 10.0
+    with NvmlSampler([0], read=lambda d: (50.0, 1, 2, 0.0, 0.0), interval_s=0.01) as live:
+        threading.Event().wait(0.05)
+    assert live.summary()["devices"]["0"]["samples"] >= 2
+
+
+def test_nvml_sampler_without_nvml_reports_unavailable():
+    sampler = NvmlSampler([0], read=None)
+    sampler._read = None
+    assert sampler.start().summary()["available"] is False
+    sampler.stop()
+
+
+def test_nvml_inventory_from_a_fake_module():
+    mem = types.SimpleNamespace(total=80 << 30, free=70 << 30, used=10 << 30)
+    fake = types.SimpleNamespace(
+        nvmlSystemGetDriverVersion=lambda: b"580.65",
+        nvmlDeviceGetCount=lambda: 2,
+        nvmlDeviceGetHandleByIndex=lambda i: i,
+        nvmlDeviceGetMemoryInfo=lambda h: mem,
+        nvmlDeviceGetCudaComputeCapability=lambda h: (9, 0),
+        nvmlDeviceGetUUID=lambda h: f"GPU-{h}",
+        nvmlDeviceGetName=lambda h: "NVIDIA H100 80GB HBM3",
+    )
+    gpus = nvml_gpus(fake)
+    assert [g.sm_tag for g in gpus] == ["sm_90", "sm_90"] and gpus[1].uuid == "GPU-1"
+    assert gpus[0].driver == "580.65" and "80.0 GiB" in gpus[0].describe()
+
+
+# --- the TensorRT session against a fake engine -------------------------------------------------------
+
+
+class _FakeTrt:
+    float32, float16, int32, int8, bool = "f32", "f16", "i32", "i8", "b"
+    TensorIOMode = types.SimpleNamespace(INPUT="in", OUTPUT="out")
+
+
+class _FakeContext:
+    """Computes y = 2·x + 1 through the raw addresses the session hands it, like TensorRT."""
+
+    def __init__(self, log):
+        self.shapes, self.addresses, self.log = {}, {}, log
+
+    def set_input_shape(self, name, shape):
+        self.shapes[name] = tuple(shape)
+
+    def set_tensor_address(self, name, address):
+        self.addresses[name] = address
+
+    def get_tensor_shape(self, name):
+        return (self.shapes["x"][0], 3)
+
+    def execute_async_v3(self, stream_handle):
+        n = self.shapes["x"][0] * 3
+        x = np.ctypeslib.as_array((ctypes.c_float * n).from_address(self.addresses["x"]))
+        y = np.ctypeslib.as_array((ctypes.c_float * n).from_address(self.addresses["y"]))
+        y[:] = 2 * x + 1
+        self.log.append((threading.get_ident(), self.shapes["x"][0]))
+        return True
+
+
+class _FakeEngine:
+    num_io_tensors = 2
+
+    def __init__(self, log, contexts):
+        self.log, self.contexts = log, contexts
+
+    def get_tensor_name(self, i):
+        return ["x", "y"][i]
+
+    def get_tensor_mode(self, name):
+        return "in" if name == "x" else "out"
+
+    def get_tensor_dtype(self, name):
+        return "f32"
+
+    def get_tensor_profile_shape(self, name, profile):
+        return (1, 3), (4, 3), (4, 3)
+
+    def create_execution_context(self):
+        self.contexts.append(1)
+        return _FakeContext(self.log)
+
+
+def test_tensorrt_session_binds_addresses_chunks_by_profile_and_keeps_a_context_per_thread(tmp_path):
+    pytest.importorskip("torch")
+    from facefusion_batch.runtime.streams import DeviceTimer
+    from facefusion_batch.runtime.tensorrt_backend import TensorRTSession
+
+    log, contexts = [], []
+    engine_file = tmp_path / "fake.engine"
+    engine_file.write_bytes(b"fake")
+    backend = types.SimpleNamespace(
+        trt=_FakeTrt,
+        runtime=types.SimpleNamespace(deserialize_cuda_engine=lambda data: _FakeEngine(log, contexts)),
+        device="cpu",
+        timer=DeviceTimer(),
+        release_cached=lambda: None,
+    )
+    session = TensorRTSession(
+        backend,
+        engine_file,
+        label="fake",
+        inputs=(TensorInfo("x", ("batch", 3), "tensor(float)"),),
+        outputs=(TensorInfo("y", ("batch", 3), "tensor(float)"),),
+    )
+    assert session.max_batch == 4
+    x = np.arange(30, dtype=np.float32).reshape(10, 3)
+    results = {}
+
+    def run(key):
+        results[key] = session.run({"x": x})["y"]
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for y in results.values():
+        np.testing.assert_array_equal(y, 2 * x + 1)  # every row, in order
+    assert sorted(n for _, n in log) == [2, 2, 4, 4, 4, 4]  # chunks within the profile's max
+    assert len(contexts) == 2 and len({t for t, _ in log}) == 2  # one context per thread
+
+
+# --- engines list / verify on a directory of engines --------------------------------------------------------
+
+
+@no_gpu
+def test_engines_list_and_verify_without_a_gpu(tmp_path, capsys):
+    from facefusion_batch.runtime.engine_cache import EngineCache, EngineKey, MachineKey, input_profiles
+
+    cache = EngineCache(tmp_path)
+    k = EngineKey(
+        "face_mesh_468",
+        "ab" * 32,
+        "fp16",
+        input_profiles((TensorInfo("input_1", ("batch", 3, 192, 192), ""),), 16),
+        MachineKey("NVIDIA L4", "sm_89", "10.16.1.11"),
+    )
+    path = cache.write(k, b"ENGINE", {})
+    code, out, _ = ffbatch(capsys, "engines", "list", "--engines-dir", tmp_path)
+    assert code == 0 and path.name in out
+    assert "cannot check fit here" in out and "fp16, batch 1–16" in out
+    code, out, _ = ffbatch(capsys, "engines", "verify", "--engines-dir", tmp_path)
+    assert code == 2 and "cannot run here" in out
+    path.write_bytes(b"DAMAGED")
+    code, out, _ = ffbatch(capsys, "engines", "verify", "--engines-dir", tmp_path)
+    assert code == 2 and "does not match the recorded" in out
+
+
+# --- several GPUs: one process per GPU, segments joined ---------------------------------------------------
+
+
+def test_split_ranges_cover_every_frame_once():
+    assert split_ranges(10, 3) == [(0, 4), (4, 7), (7, 10)]
+    assert split_ranges(2, 4) == [(0, 1), (1, 2)]
+    for count in (1, 7, 100):
+        for parts in (1, 2, 3, 8):
+            ranges = split_ranges(count, parts)
+            assert ranges[0][0] == 0 and ranges[-1][1] == count
+            assert all(a < b for a, b in ranges)
+            assert all(r1[1] == r2[0] for r1, r2 in zip(ranges, ranges[1:], strict=False))
+
+
+def test_fan_out_over_processes_joins_losslessly(tmp_path, astronaut_path):
+    """The per-GPU fan-out, run with the CPU backend: two processes, frames 0..N-1 in order, audio kept."""
+    from facefusion_batch.config import RenderSettings
+    from facefusion_batch.runtime.multi_gpu import render_on_gpus
+
+    clip = make_clip(tmp_path / "in.mp4", size=(160, 96), frames=11, audio="aac")
+    out = tmp_path / "out.mp4"
+    report = tmp_path / "report.json"
+    settings = RenderSettings(
+        input=clip, output=out, sources=(astronaut_path,), backend="cpu", workers=1, threads=1, report=report
+    )
+    merged = render_on_gpus(settings, (0, 1), DeviceOptions())
+    assert merged["frames_out"] == 11 and merged["audio"] == "copied"
+    assert set(merged["per_gpu"]) == {"0", "1"}
+    assert json.loads(report.read_text())["frames_out"] == 11
+    frames, _ = decode_all(out)
+    assert [frame_number(image) for _, image in frames] == list(range(11))
+    assert not Path(tmp_path / ".out.mp4.ffbatch").exists()  # the segments' work dir is gone
+
+
+def test_gpu_batch_size_follows_max_batch_unless_given(monkeypatch):
+    import facefusion_batch.runtime.gpu_cli as gpu_cli
+
+    monkeypatch.setattr(gpu_cli, "_torch_cuda", lambda: True)
+    monkeypatch.setattr("facefusion_batch.runtime.nvml.list_gpus", lambda: [])
+    assert plan(batch_given=False).batch_size == gpu_cli.GPU_BATCH
+    assert plan(batch_given=False, max_batch=32).batch_size == 32
+    assert plan(batch_given=True, max_batch=32).batch_size is None  # --batch-size wins
+    assert plan(backend="cpu", batch_given=False).batch_size is None  # the CPU keeps its default

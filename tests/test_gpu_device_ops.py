@@ -1,0 +1,225 @@
+"""The torch device ops (device="cpu") against the OpenCV/numpy path they replace on a GPU.
+
+Stated tolerances (0–255 scale):
+- colour conversion I420/NV12 → BGR (BT.601 limited, cv2's convention): max 1 (OpenCV rounds in
+  fixed point); other matrices/ranges: against the float formula, max 1;
+- resize INTER_AREA / INTER_LINEAR (float): max 1e-3; letterbox: max 1 (uint8 rounding);
+- warpAffine (uint8 crops): max 1, mean 0.5; remap (float, OpenCV quantises coordinates to
+  1/32 px): mean 0.3, max 6;
+- GaussianBlur, pyrDown, pyrUp, multiband blend, masked blur (float): max 1e-2;
+- 8-bit LAB: max 2 and mean 0.2 levels each way; colour transfer: mean 1.0, 99th percentile 4;
+- paste-back of a crop: max 1, mean 0.05.
+"""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from facefusion_batch.runtime import device_ops as D  # noqa: E402
+
+rng = np.random.default_rng(7)
+
+
+def smooth(h, w, c=3):
+    """A smooth random picture (natural images are smooth; noise would only test rounding)."""
+    base = rng.uniform(0, 255, (h // 8 + 2, w // 8 + 2, c)).astype(np.float32)
+    return np.clip(cv2.resize(base, (w, h), interpolation=cv2.INTER_CUBIC), 0, 255)
+
+
+def chw(a):
+    return torch.from_numpy(np.ascontiguousarray(a)).permute(2, 0, 1)
+
+
+def hwc(t):
+    return t.permute(1, 2, 0).numpy()
+
+
+def diff(a, b):
+    return np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))
+
+
+@pytest.fixture(scope="module")
+def i420():
+    h, w = 90, 160
+    bgr = np.clip(smooth(h, w) + rng.normal(0, 8, (h, w, 3)), 0, 255).astype(np.uint8)
+    return bgr, cv2.cvtColor(bgr, cv2.COLOR_BGR2YUV_I420)
+
+
+def test_yuv420p_and_nv12_match_opencv(i420):
+    _, packed = i420
+    h, w = 90, 160
+    y, u, v = D.i420_planes(torch.from_numpy(packed)[None], h, w)
+    got = D.yuv420p_to_bgr(y, u, v)[0].numpy()
+    assert diff(got, cv2.cvtColor(packed, cv2.COLOR_YUV2BGR_I420)).max() <= 1
+    uv = torch.stack([u, v], dim=-1)
+    nv12 = np.concatenate([packed[:h], uv[0].numpy().reshape(h // 2, w)], axis=0)
+    got = D.nv12_to_bgr(y, uv)[0].numpy()
+    assert diff(got, cv2.cvtColor(nv12, cv2.COLOR_YUV2BGR_NV12)).max() <= 1
+
+
+@pytest.mark.parametrize("matrix", ["bt601", "bt709", "bt2020"])
+@pytest.mark.parametrize("full_range", [False, True])
+def test_yuv_matrices_round_trip(matrix, full_range):
+    # encode BGR with the standard's forward matrix, decode on the "device"
+    kr, kb = D.YUV_MATRICES[matrix]
+    bgr = smooth(32, 48)
+    r, g, b = bgr[..., 2] / 255, bgr[..., 1] / 255, bgr[..., 0] / 255
+    yy = kr * r + (1 - kr - kb) * g + kb * b
+    cb, cr = (b - yy) / (2 * (1 - kb)), (r - yy) / (2 * (1 - kr))
+    if full_range:
+        planes = yy * 255, cb * 255 + 128, cr * 255 + 128
+    else:
+        planes = yy * 219 + 16, cb * 224 + 128, cr * 224 + 128
+    y8, cb8, cr8 = (torch.from_numpy(np.round(p).astype(np.float32))[None] for p in planes)
+    got = D.ycbcr_to_bgr(y8, cb8, cr8, matrix, full_range)[0].numpy()
+    assert diff(got, np.round(bgr)).max() <= 2  # 8-bit YCbCr quantisation, then rounding
+
+
+@pytest.mark.parametrize("size", [(90, 160), (77, 131), (400, 700)])
+def test_resize_area_and_linear_match_opencv(size):
+    img = smooth(270, 480)
+    t = chw(img)
+    area = cv2.resize(img, size[::-1], interpolation=cv2.INTER_AREA)
+    linear = cv2.resize(img, size[::-1], interpolation=cv2.INTER_LINEAR)
+    assert diff(hwc(D.resize_area(t, size)), area).max() <= 1e-3
+    assert diff(hwc(D.resize_linear(t, size)), linear).max() <= 1e-3
+
+
+@pytest.mark.parametrize("shape", [(1080, 1920), (270, 480), (500, 375)])
+def test_letterbox_matches_the_detector(shape):
+    from facefusion_batch.faces.detect import letterbox
+
+    frames = np.stack([smooth(*shape).astype(np.uint8) for _ in range(2)])
+    got, scales = D.letterbox(torch.from_numpy(frames), 640)
+    ref, ref_scales = letterbox(list(frames), 640)
+    assert got.shape == ref.shape
+    assert diff(got.numpy(), ref).max() <= 1
+    np.testing.assert_allclose(scales, ref_scales)
+
+
+def test_warp_affine_crops_match_opencv():
+    from facefusion_batch.faces.mesh import roi_affines
+
+    frames = np.stack([smooth(200, 300).astype(np.uint8) for _ in range(2)])
+    frame_index = np.array([0, 1, 1])
+    affines = roi_affines(
+        np.array([[150.0, 100.0], [100.0, 80.0], [250.0, 190.0]]),  # the last crop runs off the frame
+        np.array([120.0, 80.0, 90.0]),
+        np.array([0.2, -0.5, 1.0]),
+    )
+    ref = np.stack(
+        [
+            cv2.warpAffine(frames[f], m, (192, 192), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT)
+            for f, m in zip(frame_index, affines, strict=True)
+        ]
+    )
+    got = D.warp_affine(torch.from_numpy(frames), frame_index, torch.from_numpy(affines), (192, 192))
+    got = np.round(got.permute(0, 2, 3, 1).numpy())
+    d = diff(got, ref)
+    assert d.max() <= 1 and d.mean() <= 0.5
+
+
+def test_remap_matches_opencv():
+    tex = smooth(100, 80, 5)
+    mx = rng.uniform(-5, 85, (60, 70)).astype(np.float32)
+    my = rng.uniform(-5, 105, (60, 70)).astype(np.float32)
+    ref = cv2.remap(tex, mx, my, cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT, borderValue=0)
+    got = hwc(D.remap(chw(tex), torch.from_numpy(mx), torch.from_numpy(my)))
+    d = diff(got, ref)
+    assert d.mean() <= 0.3 and d.max() <= 6
+
+
+@pytest.mark.parametrize("sigma", [1.0, 2.5, 7.0, 30.0])
+def test_gaussian_blur_matches_opencv(sigma):
+    img = smooth(60, 90)
+    got = hwc(D.gaussian_blur(chw(img), sigma))
+    assert diff(got, cv2.GaussianBlur(img, (0, 0), sigma)).max() <= 1e-2
+
+
+@pytest.mark.parametrize("shape", [(61, 90), (60, 91), (33, 17)])
+def test_pyramids_match_opencv(shape):
+    img = smooth(*shape)
+    down = cv2.pyrDown(img)
+    assert diff(hwc(D.pyr_down(chw(img))), down).max() <= 1e-2
+    up = hwc(D.pyr_up(chw(down), shape))
+    assert diff(up, cv2.pyrUp(down, dstsize=shape[::-1])).max() <= 1e-2
+
+
+def test_lab8_matches_opencv_both_ways():
+    img = smooth(50, 60).astype(np.uint8)
+    lab = cv2.cvtColor(img, cv2.COLOR_BGR2LAB)
+    got = np.floor(hwc(D.bgr_to_lab8(chw(img.astype(np.float32)))) + 0.5)
+    d = diff(got, lab)
+    assert d.max() <= 2 and d.mean() <= 0.2
+    back = cv2.cvtColor(lab, cv2.COLOR_LAB2BGR)
+    got = np.clip(np.floor(hwc(D.lab8_to_bgr(chw(lab.astype(np.float32)))) + 0.5), 0, 255)
+    d = diff(got, back)
+    assert d.max() <= 2 and d.mean() <= 0.2
+
+
+@pytest.fixture(scope="module")
+def face_region():
+    mask = np.zeros((120, 100), bool)
+    mask[20:100, 15:85] = True
+    return smooth(120, 100), smooth(120, 100), mask
+
+
+@pytest.mark.parametrize("sigma", [2.0, 9.0, 20.0])
+def test_masked_blur_matches_host(face_region, sigma):
+    from facefusion_batch.swap.colour import masked_blur
+
+    img, _, mask = face_region
+    got = hwc(D.masked_blur(chw(img), torch.from_numpy(mask), sigma))
+    assert diff(got, masked_blur(img, mask, sigma)).max() <= 1e-2
+
+
+@pytest.mark.parametrize("mode", ["global", "local"])
+def test_colour_transfer_matches_host(face_region, mode):
+    from facefusion_batch.swap.colour import transfer_colour
+
+    target, swapped, mask = face_region
+    ref = transfer_colour(swapped, target, mask, 1.0, mode, 9.0)
+    got = D.transfer_colour(chw(swapped), chw(target), torch.from_numpy(mask), 1.0, mode, 9.0)
+    d = diff(np.clip(np.floor(hwc(got) + 0.5), 0, 255), ref)
+    assert d.mean() <= 1.0 and np.percentile(d, 99) <= 4
+
+
+def test_colour_transfer_without_skin_keeps_the_face(face_region):
+    target, swapped, _ = face_region
+    none = torch.zeros(target.shape[:2], dtype=torch.bool)
+    got = D.transfer_colour(chw(swapped), chw(target), none, 1.0, "local", 9.0)
+    np.testing.assert_array_equal(hwc(got), swapped)
+
+
+def test_feather_and_multiband_match_host(face_region):
+    from facefusion_batch.swap.blend import feather, multiband
+
+    target, face, mask = face_region
+    alpha = np.clip(cv2.GaussianBlur(mask.astype(np.float32), (0, 0), 5), 0, 1)
+    a = torch.from_numpy(alpha)
+    assert diff(hwc(D.feather(chw(target), chw(face), a)), feather(target, face, alpha)).max() <= 1e-3
+    assert diff(hwc(D.multiband(chw(target), chw(face), a)), multiband(target, face, alpha)).max() <= 1e-2
+
+
+def test_paste_back_matches_warp_and_blend():
+    from facefusion_batch.faces.mesh import invert_affines, roi_affines
+
+    frame = smooth(240, 320)
+    crop = smooth(128, 128)
+    mask = np.zeros((128, 128), np.float32)
+    mask[16:112, 16:112] = 1
+    mask = cv2.GaussianBlur(mask, (0, 0), 6)
+    # frame → 128² crop: the mesh ROI affine (to 192²) scaled down
+    affine = roi_affines(np.array([[180.0, 120.0]]), np.array([150.0]), np.array([0.3]))[0] * (128 / 192)
+    inverse = invert_affines(affine[None])[0]
+    warped = cv2.warpAffine(crop, inverse, (320, 240), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT)
+    m = cv2.warpAffine(mask, inverse, (320, 240), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT)
+    ref = frame * (1 - m[..., None]) + warped * m[..., None]
+    got = chw(frame.copy())
+    D.paste_affine(got, chw(crop), torch.from_numpy(mask), torch.from_numpy(affine))
+    d = diff(hwc(got), ref)
+    assert d.max() <= 1 and d.mean() <= 0.05

@@ -1,0 +1,69 @@
+"""GPU-only packages are imported lazily: with torch, tensorrt, pycuda and pynvml made
+unimportable, the package, the CLI and every module that a CPU render touches still import
+and work, and asking for a GPU backend is a clear exit-2 message."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import cv2
+import numpy as np
+from media import make_clip
+
+BLOCKED = ("torch", "tensorrt", "pycuda", "pynvml", "nvidia")
+
+SCRIPT = textwrap.dedent(
+    f"""
+    import sys
+
+    BLOCKED = {BLOCKED!r}
+    for name in BLOCKED:  # `import torch` now raises ImportError; find_spec says "not installed"
+        sys.modules[name] = None
+
+    import facefusion_batch.cli
+    import facefusion_batch.doctor
+    import facefusion_batch.pipeline.render
+    import facefusion_batch.pipeline.executor
+    import facefusion_batch.runtime.backends as backends
+    import facefusion_batch.runtime.engine_cache
+    import facefusion_batch.runtime.engines_cli
+    import facefusion_batch.runtime.gpu_cli
+    import facefusion_batch.runtime.memory
+    import facefusion_batch.runtime.multi_gpu
+    import facefusion_batch.runtime.nvml
+    import facefusion_batch.runtime.options
+
+    assert backends.nvidia_gpu_count() == 0
+    cpu = backends.select_backend("auto", threads=1)
+    assert cpu.name == "cpu"
+    pipeline = object()
+    assert backends.device_pipeline_for(pipeline, cpu) is pipeline
+    lines = facefusion_batch.doctor.report_lines()
+    assert any(line.startswith("auto backend  cpu") for line in lines), lines
+    for argv in (["render", "x.mp4", "-s", "y.png", "-o", "z.mp4", "--backend", "cuda"],
+                 ["engines", "build"]):
+        try:
+            facefusion_batch.cli.main(argv)
+        except SystemExit as exit_:
+            assert exit_.code == 2, (argv, exit_.code)
+    loaded = sorted(m for m, mod in sys.modules.items() if m.split(".")[0] in BLOCKED and mod is not None)
+    assert not loaded, loaded
+    print("LAZY-OK")
+    """
+)
+
+
+def test_package_and_cli_work_without_gpu_packages(tmp_path):
+    make_clip(tmp_path / "x.mp4", size=(64, 48), frames=2)
+    cv2.imwrite(str(tmp_path / "y.png"), np.zeros((8, 8, 3), np.uint8))
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "LAZY-OK" in proc.stdout
+    # the GPU refusals are messages, not tracebacks
+    assert "Traceback" not in proc.stderr
+    assert "--backend cuda: no NVIDIA GPU" in proc.stderr
+    assert "ffbatch engines build: needs torch with CUDA" in proc.stderr
