@@ -21,15 +21,13 @@ import datetime as _dt
 import hashlib
 import json
 import logging
-import os
 import shutil
-import tempfile
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from facefusion_batch import __version__
+from facefusion_batch import __version__, fsutil
 from facefusion_batch.config import RenderSettings
 from facefusion_batch.errors import InputError
 
@@ -62,12 +60,7 @@ _NOT_IN_DIGEST = frozenset(
 _FINGERPRINT_BYTES = 1 << 20
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+sha256_file = fsutil.sha256_file
 
 
 def file_fingerprint(path: Path) -> str:
@@ -116,17 +109,7 @@ def _now() -> str:
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=2, sort_keys=True)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+    fsutil.write_json_atomically(path, data, sort_keys=True)
 
 
 @dataclass

@@ -2,22 +2,18 @@
 
 from __future__ import annotations
 
-import json
-import os
 import resource
 import sys
-import tempfile
 import threading
 import time
 from collections import defaultdict
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from facefusion_batch.fsutil import default_file_mode
+from facefusion_batch import fsutil
 
 
 class StageTimer:
@@ -91,15 +87,4 @@ class RenderReport:
         return data
 
 
-def write_json_atomically(path: Path, data: dict[str, Any]) -> None:
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or Path("."))
-    try:
-        os.fchmod(fd, default_file_mode())
-        with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh, indent=2)
-            fh.write("\n")
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+write_json_atomically = fsutil.write_json_atomically

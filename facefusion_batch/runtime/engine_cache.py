@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from facefusion_batch import fsutil
 from facefusion_batch.errors import InputError
 from facefusion_batch.runtime.session import TensorInfo
 
@@ -226,12 +227,7 @@ class EngineEntry:
         )
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+_sha256 = fsutil.sha256_file
 
 
 def _write_atomic(path: Path, data: bytes) -> None:

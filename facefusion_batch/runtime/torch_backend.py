@@ -12,7 +12,6 @@ onnxruntime on machines without a GPU.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import threading
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from facefusion_batch import fsutil
 from facefusion_batch.errors import BackendUnavailableError, ModelError
 from facefusion_batch.runtime.memory import (
     CostCache,
@@ -47,12 +47,7 @@ FP16_TOLERANCE = 1e-2  # max |fp16 − fp32| / max(1, max |fp32|) over every out
 PROBE_SPATIAL = 96  # symbolic spatial dims of the probe input (a multiple of 32)
 
 
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+file_sha256 = fsutil.sha256_file
 
 
 def _dim(value: Any) -> int | str | None:
