@@ -287,6 +287,20 @@ def render(
         float, typer.Option(help="Faces within this distance (1 − cos)/2 of the reference are swapped.")
     ] = 0.3,
     score_threshold: Annotated[float, typer.Option(help="Face detector score threshold.")] = 0.6,
+    on_decode_error: Annotated[
+        str,
+        typer.Option(
+            help="fail: a frame that cannot be decoded fails the job (exit 2); skip: it is replaced by "
+            "the last good frame (black before the first) at its own timestamp, counted in the report "
+            "(whole-file renders only)."
+        ),
+    ] = "fail",
+    source_face_index: Annotated[
+        int,
+        typer.Option(
+            help="Which face of each --source photo to use, faces ordered largest first (0: the largest)."
+        ),
+    ] = 0,
     models_dir: Annotated[Path | None, typer.Option(help="Look here for model files first.")] = None,
     report: Annotated[Path | None, typer.Option(help="Write a JSON report here.")] = None,
     overwrite: Annotated[bool, typer.Option(help="Replace an existing output file.")] = False,
@@ -347,6 +361,8 @@ def render(
         reference_face_position=reference_face_position,
         reference_distance=reference_distance,
         score_threshold=score_threshold,
+        on_decode_error=on_decode_error,
+        source_face_index=source_face_index,
         models_dir=models_dir,
         report=report,
         overwrite=overwrite or force,
@@ -504,7 +520,8 @@ def models_fetch(
     from facefusion_batch.models import store
     from facefusion_batch.pipeline.build import DETECTOR_MODEL, MESH_MODEL, TOPOLOGY
 
-    for name in names or [DETECTOR_MODEL, MESH_MODEL, TOPOLOGY]:
+    # astronaut.png first: the face mesh's conversion is validated on that real face when present
+    for name in names or ["astronaut.png", DETECTOR_MODEL, MESH_MODEL, TOPOLOGY]:
         typer.echo(f"{name}: {store.fetch(name, force=force)}")
 
 

@@ -17,6 +17,7 @@ from facefusion_batch.swap.classical import EYES_MOUTH_CHOICES, ClassicalSetting
 from facefusion_batch.swap.colour import COLOUR_MODES
 from facefusion_batch.swap.learned import LearnedSettings
 from facefusion_batch.swap.masks import MASK_TYPES, REGION_CLASSES
+from facefusion_batch.video.reader import DECODE_ERROR_MODES
 from facefusion_batch.video.writer import EncoderSettings, validate_encoder
 
 FACE_MODES = ("many", "one", "reference")
@@ -70,6 +71,9 @@ class RenderSettings:
     frames: tuple[int, int | None] | None = None
     chunk_frames: int | None = None
     force: bool = False
+    # what a frame the decoder cannot deliver does: fail the job, or skip (replaced, pts kept)
+    on_decode_error: str = "fail"
+    source_face_index: int = 0  # which face of each --source photo, largest first
 
 
 def _check_range(option: str, value: float, low: float, high: float) -> None:
@@ -102,6 +106,9 @@ def validate_options(settings: RenderSettings) -> RenderSettings:
         raise InputError(f"--threads must be at least 1 (got {settings.threads})")
     validate_choices("--faces", settings.faces, FACE_MODES)
     validate_choices("--backend", settings.backend, BACKENDS)
+    validate_choices("--on-decode-error", settings.on_decode_error, DECODE_ERROR_MODES)
+    if settings.source_face_index < 0:
+        raise InputError(f"--source-face-index must not be negative (got {settings.source_face_index})")
     validate_swap(settings.swap, settings.faces)
     _check_range("--score-threshold", settings.detector.score_threshold, 0.0, 1.0)
     validate_encoder(settings.encoder)

@@ -100,14 +100,42 @@ def read_image(path: Path, what: str = "--source") -> np.ndarray:
     return np.ascontiguousarray(image)
 
 
+def pick_source_faces(table: FaceTable, paths: list[str], face_index: int = 0) -> FaceTable:
+    """Face number `face_index` (faces ordered largest first) of each image of `table`.
+
+    No face at all: `NoFaceError`; fewer faces than `face_index + 1`: `InputError` naming
+    --source-face-index, the photo and how many faces it has."""
+    if face_index < 0:
+        raise InputError(f"--source-face-index must not be negative (got {face_index})")
+    if face_index == 0:
+        table = select_faces(table, "one", len(paths))  # the largest, as always
+    missing = [p for i, p in enumerate(paths) if i not in set(table.frame_index.tolist())]
+    if missing:
+        raise NoFaceError(f"no face found in source image {', '.join(missing)}")
+    if face_index == 0:
+        return table
+    areas = table.areas()
+    rows = []
+    for i, path in enumerate(paths):
+        mine = np.flatnonzero(table.frame_index == i)
+        if face_index >= len(mine):
+            raise InputError(
+                f"--source-face-index {face_index}: source image {path} has only {len(mine)} "
+                f"face{'s' if len(mine) != 1 else ''} (indices 0-{len(mine) - 1}, largest first)"
+            )
+        rows.append(mine[np.argsort(-areas[mine], kind="stable")][face_index])
+    return table.select(np.array(rows))
+
+
 def prepare_sources(
-    models: Models, source_paths: tuple[Path, ...], settings: ClassicalSettings
+    models: Models, source_paths: tuple[Path, ...], settings: ClassicalSettings, face_index: int = 0
 ) -> list[SourceFace]:
-    """Detect and mesh every source image in one batch; keep the largest face of each."""
+    """Detect and mesh every source image in one batch; keep face `face_index` of each
+    (faces ordered largest first: 0, the default, is the largest)."""
     images = [read_image(p) for p in source_paths]
     # the detector letterboxes each image, so photos of different sizes share one batch
     table = models.detector(images)
-    table = models.mesh(images, select_faces(table, "one", len(images)))
+    table = models.mesh(images, pick_source_faces(table, [str(p) for p in source_paths], face_index))
     found = set(table.frame_index.tolist())
     missing = [str(p) for i, p in enumerate(source_paths) if i not in found]
     if missing:
@@ -125,6 +153,7 @@ def build_pipeline(
     swap: ClassicalSettings | SwapSettings,
     faces_mode: str,
     timer: StageTimer | None = None,
+    source_face_index: int = 0,
 ) -> FaceSwapPipeline | LearnedFacePipeline:
     settings = swap_settings(swap)
     learned = settings.learned
@@ -156,7 +185,7 @@ def build_pipeline(
             occluder=occluder,
         )
     if swapper_name is None:
-        sources = prepare_sources(models, source_paths, settings.classical)
+        sources = prepare_sources(models, source_paths, settings.classical, source_face_index)
         swapper = ClassicalSwapper(sources, models.triangles, models.regions, settings.classical)
         pipeline = FaceSwapPipeline(
             models.detector, models.mesh, swapper, faces_mode, timer, selector=selector, enhancer=enhancer
@@ -167,7 +196,7 @@ def build_pipeline(
     session, base_path = load_learned(models, swapper_name)
     identity = IdentityEncoder(
         model,
-        learned_sources(models, source_paths, recogniser),
+        learned_sources(models, source_paths, recogniser, source_face_index),
         weight=learned.weight,
         emap=read_emap(base_path) if model.family == "inswapper" else None,
         converter=load_learned(models, model.converter)[0] if model.converter else None,
@@ -271,9 +300,11 @@ def detect_largest(models: Models, images: list[np.ndarray], paths: list[str]) -
     return table
 
 
-def learned_sources(models: Models, source_paths: tuple[Path, ...], recogniser: Recogniser | None):
+def learned_sources(
+    models: Models, source_paths: tuple[Path, ...], recogniser: Recogniser | None, face_index: int = 0
+):
     images = [read_image(p) for p in source_paths]
-    table = detect_largest(models, images, [str(p) for p in source_paths])
+    table = pick_source_faces(models.detector(images), [str(p) for p in source_paths], face_index)
     return source_identity(images, table, recogniser)
 
 

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from facefusion_batch.config import RenderSettings, validate
-from facefusion_batch.errors import EXIT_TERMINATED, Interrupted
+from facefusion_batch.errors import EXIT_TERMINATED, InputError, Interrupted
 from facefusion_batch.pipeline.batcher import Batch, batches
 from facefusion_batch.pipeline.build import Models, build_pipeline, load_models
 from facefusion_batch.pipeline.executor import run_ordered
@@ -134,6 +134,7 @@ _RENDERER_KEYS = (
     "faces",
     "detector",
     "mesh",
+    "source_face_index",
 )
 
 
@@ -157,7 +158,13 @@ class Renderer:
             detector=settings.detector,
             mesh=settings.mesh,
         )
-        pipeline = build_pipeline(models, settings.sources, settings.swap, settings.faces)
+        pipeline = build_pipeline(
+            models,
+            settings.sources,
+            settings.swap,
+            settings.faces,
+            source_face_index=settings.source_face_index,
+        )
         return cls(settings, models, pipeline, time.perf_counter() - started)
 
     def serves(self, settings: RenderSettings) -> bool:
@@ -205,6 +212,7 @@ def run_frames(
         report.faces_found += result.faces_found
         report.faces_swapped += result.faces_swapped
         report.frames_with_faces += result.frames_with_faces
+        report.frames_replaced += sum(frame.replaced for frame in batch.items)
         report.batches += 1
         report.batch_sizes.append(n)
         report.batch_latency_s.append(latency)
@@ -272,6 +280,15 @@ def render(
         timer.add("load", renderer.load_seconds)
     report = renderer.new_report(settings)
     chunk = chunk_size_for(settings, info.frame_count)
+    if settings.on_decode_error == "skip" and chunk and settings.chunk_frames is None:
+        log.info("--on-decode-error skip: rendering %s whole, not in resumable chunks", settings.input)
+        chunk = 0
+    if settings.on_decode_error == "skip" and (settings.frames is not None or chunk):
+        what = "--frames" if settings.frames is not None else f"a chunked render ({chunk} frames a chunk)"
+        raise InputError(
+            f"--on-decode-error skip works on whole-file renders only, not with {what}; "
+            "render the whole file with --chunk-frames 0"
+        )
     with sigterm_as_interrupt():
         if settings.frames is not None:
             from facefusion_batch.farm.segment import render_segment
@@ -310,7 +327,7 @@ def _render_plain(renderer, settings, info, report, timer, on_progress, on_start
     log_start(settings, info, report, info.frame_count)
     if on_start:
         on_start(info.frame_count)
-    reader = FrameReader(settings.input, info=info)
+    reader = FrameReader(settings.input, info=info, on_decode_error=settings.on_decode_error)
     writer = VideoWriter(
         settings.output,
         info,

@@ -57,6 +57,7 @@ class RenderReport:
     faces_found: int = 0
     faces_swapped: int = 0
     frames_with_faces: int = 0
+    frames_replaced: int = 0  # --on-decode-error skip: frames not decoded, filled with the last good one
     batches: int = 0
     batch_sizes: list[int] = field(default_factory=list)
     batch_latency_s: list[float] = field(default_factory=list)

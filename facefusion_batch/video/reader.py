@@ -17,10 +17,22 @@ the container declared (`FrameReader.frames_read` vs `VideoInfo.frame_count`).
 (An .mp4/.mov cut short before its index, the `moov` box, is refused earlier,
 by `probe`.) Damage inside a file either raises the `InputError` above or is
 concealed by the decoder, depending on where it is.
+
+`on_decode_error="skip"` (whole-file reads only, not `frames=` ranges) keeps going
+past damage instead: an error from the decoder is logged and decoding continues
+with the next packet, and every frame the stream promised but did not deliver is
+filled in with the last good picture (black before the first one), at its own pts
+and flagged `Frame.replaced`. "Promised" means: a demuxed video packet with a pts
+(not marked discard) whose pts the decoder never returned by the time it returned
+a later one, or by the end of the stream. This catches packets the decoder rejects
+with an error *and* packets it silently drops. It cannot catch damage the decoder
+conceals (a smeared picture still comes out, and is kept as is), and damage to the
+container itself (a demuxer error) still ends the read with `InputError`.
 """
 
 from __future__ import annotations
 
+import heapq
 import logging
 import queue
 import threading
@@ -57,6 +69,7 @@ class Frame:
     pts: int | None  # presentation timestamp in `time_base` units (None if the file has none)
     time_base: Fraction
     image: np.ndarray  # H x W x 3 uint8 BGR, C-contiguous, already rotated upright
+    replaced: bool = False  # on_decode_error="skip": not decoded, a copy of the last good picture
 
 
 class _End:
@@ -70,6 +83,8 @@ class _Failure:
 
 
 _END = _End()
+
+DECODE_ERROR_MODES = ("fail", "skip")
 
 
 def rotate_upright(image: np.ndarray, rotation: int) -> np.ndarray:
@@ -98,12 +113,18 @@ class FrameReader:
         info: VideoInfo | None = None,
         frames: tuple[int, int] | None = None,
         index: FrameIndex | None = None,
+        on_decode_error: str = "fail",
     ) -> None:
         """`frames=(start, end)` yields only frames start..end-1 (0-based, presentation order),
         seeking to the keyframe before `start` when the stream's timestamps allow it (`index`,
         computed here when not given); frames keep their absolute `index` and pts."""
         if queue_size < 1:
             raise ValueError("queue_size must be at least 1")
+        if on_decode_error not in DECODE_ERROR_MODES:
+            raise ValueError(f"on_decode_error must be one of {DECODE_ERROR_MODES}")
+        if on_decode_error == "skip" and frames is not None:
+            raise ValueError('on_decode_error="skip" reads whole files only, not frame ranges')
+        self.on_decode_error = on_decode_error
         self.path = Path(path)
         self.info = info if info is not None else probe(self.path)
         self.frames = frames
@@ -114,6 +135,8 @@ class FrameReader:
             self.frames = self.index.resolve(frames[0], frames[1])
         self.seeked = False  # whether the range was reached by seeking (for tests and logs)
         self.frames_read = 0
+        self.frames_replaced = 0  # frames filled in by on_decode_error="skip"
+        self.decode_errors = 0  # errors the decoder raised and "skip" stepped over
         self._queue: queue.Queue = queue.Queue(maxsize=queue_size)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -146,10 +169,19 @@ class FrameReader:
                     continue
                 if item is _END:
                     self._check_count()
+                    if self.frames_replaced:
+                        log.warning(
+                            "%s: %d frame(s) could not be decoded (%d decoder error(s)); each was replaced "
+                            "by the last good frame (black before the first) at its own timestamp",
+                            self.path,
+                            self.frames_replaced,
+                            self.decode_errors,
+                        )
                     return
                 if isinstance(item, _Failure):
                     raise self._translate(item) from item.exc
                 self.frames_read += 1
+                self.frames_replaced += item.replaced
                 yield item
         finally:
             self.close()
@@ -238,6 +270,9 @@ class FrameReader:
             if self.frames is not None:
                 self._run_range(container, stream, time_base)
                 return
+            if self.on_decode_error == "skip":
+                self._run_skipping(container, stream, time_base)
+                return
             for packet in container.demux(stream):
                 if self._stop.is_set():
                     return
@@ -252,6 +287,59 @@ class FrameReader:
             self._put(_Failure(exc, index))
         finally:
             container.close()
+
+    def _run_skipping(self, container, stream, time_base: Fraction) -> None:
+        """Decode the whole stream; step over decoder errors and fill every promised frame."""
+        pending: list[int] = []  # pts of demuxed packets not yet seen decoded (a min-heap)
+        decoded: set[int] = set()
+        last: np.ndarray | None = None
+        number = 0
+
+        def fill(up_to: int | None) -> bool:
+            """Emit a replacement for every pending pts below `up_to` (all of them if None)."""
+            nonlocal last, number
+            while pending and (up_to is None or pending[0] < up_to):
+                pts = heapq.heappop(pending)
+                if pts in decoded:
+                    decoded.discard(pts)
+                    continue
+                if last is None:
+                    last = np.zeros((self.info.height, self.info.width, 3), np.uint8)
+                log.debug("%s: frame %d (pts %d) was not decoded; replaced", self.path, number, pts)
+                frame = Frame(index=number, pts=pts, time_base=time_base, image=last.copy(), replaced=True)
+                if not self._put(frame):
+                    return False
+                number += 1
+            return True
+
+        for packet in container.demux(stream):
+            if self._stop.is_set():
+                return
+            if packet.pts is not None and not packet.is_discard and packet.size:
+                heapq.heappush(pending, packet.pts)
+            try:
+                av_frames = packet.decode()
+            except av.error.FFmpegError as exc:
+                self.decode_errors += 1
+                log.warning("%s: decode error near pts %s, skipped: %s", self.path, packet.pts, exc)
+                continue
+            for av_frame in av_frames:
+                pts = av_frame.pts
+                if pts is not None:
+                    if not fill(pts):
+                        return
+                    if pending and pending[0] == pts:
+                        heapq.heappop(pending)
+                    else:
+                        decoded.add(pts)  # its packet is still to come, or had no pts
+                image = self._to_image(av_frame)
+                last = image
+                tb = Fraction(av_frame.time_base) if av_frame.time_base else time_base
+                if not self._put(Frame(index=number, pts=pts, time_base=tb, image=image)):
+                    return
+                number += 1
+        if fill(None):
+            self._put(_END)
 
     def _run_range(self, container, stream, time_base: Fraction) -> None:
         """Deliver frames start..end-1 exactly."""
