@@ -1,0 +1,189 @@
+"""Hostile input the job survives on request: undecodable frames (`--on-decode-error skip`),
+which face of a many-face source photo is used (`--source-face-index`)."""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+from media import decode_all, frame_number, make_clip
+from test_cli import assert_usage_error, ffbatch, leftovers
+
+from facefusion_batch.errors import InputError
+from facefusion_batch.pipeline.build import pick_source_faces
+from facefusion_batch.video.reader import FrameReader
+
+# -- --on-decode-error ------------------------------------------------------------------------
+
+
+def packet_times(path: Path) -> list[Fraction]:
+    """Presentation times of every video packet the container holds, in order: what the stream promised."""
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        tb = Fraction(stream.time_base)
+        return sorted(Fraction(p.pts) * tb for p in container.demux(stream) if p.pts is not None and p.size)
+
+
+@pytest.fixture(scope="module")
+def corrupt_clip(tmp_path_factory) -> Path:
+    """60 synthetic frames (numbered, 320x240, no audio) whose middle bytes are overwritten: the
+    decoder rejects one packet there with an error (and conceals the damage in the frames after)."""
+    directory = tmp_path_factory.mktemp("corrupt")
+    data = bytearray(make_clip(directory / "good.mp4", frames=60, audio=None).read_bytes())
+    start = int(len(data) * 0.4)
+    data[start : start + 20_000] = np.random.default_rng(1).bytes(20_000)
+    bad = directory / "bad.mp4"
+    bad.write_bytes(bytes(data))
+    return bad
+
+
+def test_decode_error_fail_is_the_default_and_writes_nothing(tmp_path, corrupt_clip, astronaut_path):
+    out = tmp_path / "out.mp4"
+    proc = ffbatch("render", corrupt_clip, "-s", astronaut_path, "-o", out, "-q")
+    assert_usage_error(proc, "truncated or corrupt at frame", str(corrupt_clip))
+    assert not out.exists() and leftovers(tmp_path) == []
+
+
+def test_decode_error_skip_keeps_every_timestamp_and_counts_the_replaced_frames(
+    tmp_path, corrupt_clip, astronaut_path
+):
+    promised = packet_times(corrupt_clip)
+    assert len(promised) == 60
+    with FrameReader(corrupt_clip) as reader:  # what a plain decode gets: fewer frames
+        with pytest.raises(Exception, match="corrupt"):
+            list(reader)
+    out, report = tmp_path / "out.mp4", tmp_path / "r.json"
+    proc = ffbatch(
+        "render",
+        corrupt_clip,
+        "-s",
+        astronaut_path,
+        "-o",
+        out,
+        "--on-decode-error",
+        "skip",
+        "--report",
+        report,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == str(out)
+    assert "could not be decoded" in proc.stderr and "Traceback" not in proc.stderr
+    frames, tb = decode_all(out)
+    assert [Fraction(p) * tb for p, _ in frames] == promised  # every promised frame, at its own time
+    data = json.loads(report.read_text())
+    assert data["frames_replaced"] >= 1
+    assert data["frames_out"] == 60
+    # which frames were replaced: the reader flags them; each repeats the picture before it
+    with FrameReader(corrupt_clip, on_decode_error="skip") as reader:
+        replaced = [f.index for f in reader if f.replaced]
+    assert len(replaced) == data["frames_replaced"]
+    assert replaced and 20 < replaced[0] < 40
+    # the frames before the damage are there in order (the decoder may smear a few around the
+    # replaced one, which it does not report: that is concealment, not a dropped frame)
+    numbers = [frame_number(image) for _, image in frames]
+    assert numbers[:20] == list(range(20))
+    for i in replaced:  # a copy of the frame before it (moving content differs by ~10 grey levels)
+        before, after = frames[i - 1][1].astype(np.int16), frames[i][1].astype(np.int16)
+        assert np.abs(after - before).mean() < 1.0
+    assert numbers[-1] == 59  # and decoding went on to the end
+
+
+def test_decode_error_skip_on_a_clean_file_replaces_nothing(tmp_path, astronaut_path):
+    clip = make_clip(tmp_path / "clean.mp4", frames=12, audio=None)
+    with FrameReader(clip, on_decode_error="skip") as reader:
+        frames = list(reader)
+    assert [f.pts for f in frames] == [i * 512 for i in range(12)]
+    assert [frame_number(f.image) for f in frames] == list(range(12))
+    assert reader.frames_replaced == 0 and not any(f.replaced for f in frames)
+
+
+def test_decode_error_skip_refuses_frame_ranges_and_unknown_modes(tmp_path, corrupt_clip, astronaut_path):
+    seg = tmp_path / "seg.mp4"
+    proc = ffbatch(
+        "render",
+        corrupt_clip,
+        "-s",
+        astronaut_path,
+        "-o",
+        seg,
+        "--frames",
+        "0:10",
+        "--on-decode-error",
+        "skip",
+    )
+    assert_usage_error(proc, "--on-decode-error skip", "--frames")
+    proc = ffbatch(
+        "render",
+        corrupt_clip,
+        "-s",
+        astronaut_path,
+        "-o",
+        seg,
+        "--chunk-frames",
+        "20",
+        "--on-decode-error",
+        "skip",
+    )
+    assert_usage_error(proc, "--on-decode-error skip", "chunk")
+    proc = ffbatch("render", corrupt_clip, "-s", astronaut_path, "-o", seg, "--on-decode-error", "ignore")
+    assert_usage_error(proc, "--on-decode-error", "fail, skip")
+    assert leftovers(tmp_path) == [] and not seg.exists()
+
+
+# -- --source-face-index ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def one_face_clip(tmp_path_factory, astronaut_image) -> Path:
+    """4 frames of the astronaut's face (one face), 384x384, still camera."""
+    directory = tmp_path_factory.mktemp("one_face")
+    return make_clip(directory / "astronaut.mp4", image=astronaut_image, size=(384, 384), frames=4, pan=False)
+
+
+def test_source_face_index_picks_the_nth_largest_face(models, t1_image, t1_path):
+    table = models.detector([t1_image])
+    assert len(table) == 6
+    areas = np.sort(table.areas())[::-1]
+    for k in (0, 3, 5):
+        picked = pick_source_faces(table, [str(t1_path)], k)
+        assert len(picked) == 1 and picked.areas()[0] == pytest.approx(areas[k])
+    with pytest.raises(InputError, match=r"--source-face-index 6: source image .*t1\.jpg has only 6 faces"):
+        pick_source_faces(table, [str(t1_path)], 6)
+
+
+def test_source_face_index_changes_the_swapped_face(tmp_path, one_face_clip, t1_path, models):
+    outs = {}
+    for k in (0, 3):
+        outs[k] = tmp_path / f"face{k}.mp4"
+        proc = ffbatch(
+            "render", one_face_clip, "-s", t1_path, "-o", outs[k], "-q", "--swapper", "classical",
+            "--source-face-index", k,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+    before = [image for _, image in decode_all(one_face_clip)[0]]
+    a = [image for _, image in decode_all(outs[0])[0]]
+    b = [image for _, image in decode_all(outs[3])[0]]
+    assert len(a) == len(b) == 4
+    box = models.detector(before[:1]).box[0].astype(int)
+    x1, y1, x2, y2 = max(box[0], 0), max(box[1], 0), box[2], box[3]
+
+    def face_diff(p, q):
+        return float(np.abs(p[y1:y2, x1:x2].astype(np.int16) - q[y1:y2, x1:x2].astype(np.int16)).mean())
+
+    assert face_diff(a[0], before[0]) > 5 and face_diff(b[0], before[0]) > 5  # both swapped
+    assert face_diff(a[0], b[0]) > 5  # with different faces of the source photo
+    far = np.abs(a[0][:40].astype(np.int16) - b[0][:40].astype(np.int16)).mean()
+    assert far < 3  # away from the face they agree
+
+
+def test_source_face_index_out_of_range_is_a_usage_error(tmp_path, one_face_clip, t1_path):
+    out = tmp_path / "out.mp4"
+    proc = ffbatch("render", one_face_clip, "-s", t1_path, "-o", out, "--source-face-index", 9)
+    assert_usage_error(proc, "--source-face-index 9", str(t1_path), "only 6 faces")
+    proc = ffbatch("render", one_face_clip, "-s", t1_path, "-o", out, "--source-face-index", -1)
+    assert_usage_error(proc, "--source-face-index", "negative")
+    assert not out.exists() and leftovers(tmp_path) == []
