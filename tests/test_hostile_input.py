@@ -4,10 +4,13 @@ which face of a many-face source photo is used (`--source-face-index`)."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from fractions import Fraction
 from pathlib import Path
 
 import av
+import cv2
 import numpy as np
 import pytest
 from media import decode_all, frame_number, make_clip
@@ -187,3 +190,70 @@ def test_source_face_index_out_of_range_is_a_usage_error(tmp_path, one_face_clip
     proc = ffbatch("render", one_face_clip, "-s", t1_path, "-o", out, "--source-face-index", -1)
     assert_usage_error(proc, "--source-face-index", "negative")
     assert not out.exists() and leftovers(tmp_path) == []
+
+
+# --- a still image as the target ----------------------------------------------------------------
+
+
+def test_a_still_image_target_is_rendered_as_an_image(tmp_path, t1_path, astronaut_path, t1_faces):
+    out = tmp_path / "swapped photo.png"
+    report = tmp_path / "r.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "facefusion_batch",
+            "render",
+            str(t1_path),
+            "-s",
+            str(astronaut_path),
+            "-o",
+            str(out),
+            "-q",
+            "--report",
+            str(report),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    before = cv2.imread(str(t1_path))
+    after = cv2.imread(str(out))
+    assert after is not None and after.shape == before.shape
+    diff = np.abs(after.astype(np.int16) - before.astype(np.int16)).max(axis=2)
+    for x1, y1, x2, y2 in t1_faces.box.astype(int):
+        assert diff[y1:y2, x1:x2].mean() > 3.0  # every face swapped
+    # PNG is lossless: far from the faces the photo is bit-identical
+    far = np.ones(diff.shape, bool)
+    for x1, y1, x2, y2 in t1_faces.box.astype(int):
+        w, h = x2 - x1, y2 - y1
+        far[max(0, y1 - h) : y2 + h, max(0, x1 - w) : x2 + w] = False
+    assert diff[far].max() == 0
+    data = json.loads(report.read_text())
+    assert data["frames_in"] == data["frames_out"] == 1 and data["faces_swapped"] == len(t1_faces.box)
+
+
+def test_a_still_image_cannot_become_a_video(tmp_path, t1_path, astronaut_path):
+    out = tmp_path / "out.mp4"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "facefusion_batch",
+            "render",
+            str(t1_path),
+            "-s",
+            str(astronaut_path),
+            "-o",
+            str(out),
+            "-q",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 2 and "still image" in proc.stderr and "Traceback" not in proc.stderr
+    assert not out.exists() and list(tmp_path.iterdir()) == []

@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -271,6 +272,8 @@ def render(
         if skipped is not None:
             return skipped
     validate(settings)
+    if is_still_image(settings.input):
+        return render_still(settings, renderer, started)
     info = probe(settings.input)
     timer = StageTimer()
     if renderer is not None and not renderer.serves(settings):
@@ -309,6 +312,51 @@ def render(
         report.device = backend_report()
     if settings.report:
         write_json_atomically(settings.report, report.summary())
+    return report
+
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
+
+
+def is_still_image(path: Path) -> bool:
+    return Path(path).suffix.lower() in IMAGE_SUFFIXES
+
+
+def render_still(settings: RenderSettings, renderer: Renderer | None, started: float) -> JobReport:
+    """A photo as the target: one frame through the same pipeline, written as an image."""
+    from facefusion_batch.pipeline.build import read_image
+    from facefusion_batch.pipeline.preview import write_image_atomically
+
+    if not is_still_image(settings.output):
+        raise InputError(
+            f"input {settings.input} is a still image: write the result to an image file "
+            f"({', '.join(IMAGE_SUFFIXES)}), not {settings.output.suffix or 'a file without extension'}"
+        )
+    if settings.frames is not None or settings.chunk_frames:
+        raise InputError(f"input {settings.input} is a still image: --frames and --chunk-frames need a video")
+    image = read_image(settings.input, what="input")
+    timer = StageTimer()
+    if renderer is None:
+        renderer = Renderer.load(settings)
+        timer.add("load", renderer.load_seconds)
+    report = renderer.new_report(settings)
+    with timer.stage("swap_image"):
+        result = renderer.pipeline([image])
+    write_image_atomically(settings.output, result.frames[0])
+    report.frames_in = report.frames_out = 1
+    report.faces_found = result.faces_found
+    report.faces_swapped = result.faces_swapped
+    report.frames_with_faces = result.frames_with_faces
+    report.batches = 1
+    report.batch_sizes.append(1)
+    report.audio = "none"
+    report.encoder = "image"
+    report.stage_seconds = dict(timer.seconds)
+    report.wall_seconds = time.perf_counter() - started
+    report.peak_rss_mb = peak_rss_mb()
+    if settings.report:
+        write_json_atomically(settings.report, report.summary())
+    log.info("swapped %d face(s) in the still image %s", result.faces_swapped, settings.input)
     return report
 
 
