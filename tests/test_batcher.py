@@ -97,3 +97,16 @@ def test_in_flight_is_bounded():
     for _ in run_ordered((Batch(i, [i]) for i in range(30)), process, workers=2, max_in_flight=3):
         consumed += 1
     assert consumed == 30 and peak[0] <= 3
+
+
+def test_batch_size_adapts_to_very_large_frames():
+    from facefusion_batch.pipeline.batcher import frames_for_pixels
+
+    assert frames_for_pixels((1080, 1920, 3), 8, 8 * 1920 * 1080) == 8
+    assert frames_for_pixels((2160, 3840, 3), 8, 8 * 1920 * 1080) == 2  # 4K
+    assert frames_for_pixels((4320, 7680, 3), 8, 8 * 1920 * 1080) == 1  # 8K
+    assert frames_for_pixels((8640, 15360, 3), 8, 8 * 1920 * 1080) == 1  # never zero
+    small = [np.zeros((4, 4, 3), np.uint8)] * 6
+    big = [np.zeros((40, 40, 3), np.uint8)] * 6
+    out = list(batches(small + big, max_batch=4, window_ms=10_000, max_pixels=2 * 40 * 40))
+    assert [len(b.items) for b in out] == [4, 2, 2, 2, 2]

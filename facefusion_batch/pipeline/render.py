@@ -202,7 +202,8 @@ def run_frames(
         result = pipeline([frame.image for frame in batch.items])
         return result, time.perf_counter() - t0
 
-    stream = batches(frames, settings.batch_size, settings.batch_window_ms)
+    max_pixels = getattr(renderer.models.backend, "max_batch_pixels", CPU_BATCH_PIXELS)
+    stream = batches(frames, settings.batch_size, settings.batch_window_ms, max_pixels=max_pixels)
     for batch, (result, latency) in run_ordered(stream, process, workers=settings.workers):
         with timer.stage("write"):
             for frame, image in zip(batch.items, result.frames, strict=True):
@@ -314,6 +315,9 @@ def render(
         write_json_atomically(settings.report, report.summary())
     return report
 
+
+# the pixels of 8 1080p frames: 4K gets batches of 2, 8K of 1 on the CPU; memory stays bounded
+CPU_BATCH_PIXELS = 8 * 1920 * 1080
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
 
