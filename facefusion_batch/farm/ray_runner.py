@@ -289,14 +289,12 @@ def _name(frames: tuple[int, int]) -> str:
 def _prepare(entry: InputJob, stack: contextlib.ExitStack, actors: int) -> None:
     """Validate, probe, number the frames, open the manifest, find what is missing."""
     from facefusion_batch.farm.manifest import (
-        Manifest,
         job_lock,
-        open_manifest,
         remove_stale_partials,
         settings_digest,
         work_dir_for,
     )
-    from facefusion_batch.farm.resume import plan_segments
+    from facefusion_batch.farm.resume import open_job_manifest, plan_segments
     from facefusion_batch.farm.segment import segment_tags
     from facefusion_batch.video.probe import probe
     from facefusion_batch.video.segments import frame_index
@@ -311,17 +309,7 @@ def _prepare(entry: InputJob, stack: contextlib.ExitStack, actors: int) -> None:
     work = work_dir_for(output)
     stack.enter_context(job_lock(work, output))
     remove_stale_partials(work)
-    manifest = open_manifest(
-        Manifest(
-            work_dir=work,
-            input=str(Path(settings.input).resolve()),
-            output=str(output.resolve()),
-            settings_digest=digest,
-            chunk_frames=chunk,
-            frame_count=index.count,
-        ),
-        settings.force,
-    )
+    manifest = open_job_manifest(settings, output, work, digest, chunk, index.count)
     done, missing = plan_segments(settings, index, chunk, manifest, digest)
     entry.info, entry.manifest, entry.done, entry.missing = info, manifest, done, missing
     entry.total, entry.reused = len(done) + len(missing), len(done)

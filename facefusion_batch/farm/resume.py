@@ -132,17 +132,7 @@ def render_chunked(
     work = work_dir_for(output)
     with job_lock(work, output):
         remove_stale_partials(work)
-        manifest = open_manifest(
-            Manifest(
-                work_dir=work,
-                input=str(Path(settings.input).resolve()),
-                output=str(output.resolve()),
-                settings_digest=digest,
-                chunk_frames=chunk,
-                frame_count=index.count,
-            ),
-            settings.force,
-        )
+        manifest = open_job_manifest(settings, output, work, digest, chunk, index.count)
         done, missing = plan_segments(settings, index, chunk, manifest, digest)
         total = len(done) + len(missing)
         report.segments = {"total": total, "reused": len(done), "rendered": len(missing)}
@@ -197,3 +187,20 @@ def render_chunked(
 
 def _resume_hint(done: dict, total: int, work: Path) -> str:
     return f"{len(done)} of {total} segments are saved in {work}; run the same command again to resume"
+
+
+def open_job_manifest(
+    settings: RenderSettings, output: Path, work: Path, digest: str, chunk: int, frame_count: int
+) -> Manifest:
+    """The job's manifest: the one on disk when it matches these settings (else a fresh one)."""
+    return open_manifest(
+        Manifest(
+            work_dir=work,
+            input=str(Path(settings.input).resolve()),
+            output=str(output.resolve()),
+            settings_digest=digest,
+            chunk_frames=chunk,
+            frame_count=frame_count,
+        ),
+        settings.force,
+    )
