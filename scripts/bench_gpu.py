@@ -26,7 +26,6 @@ import sys
 import tempfile
 import time
 from dataclasses import replace
-from fractions import Fraction
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,44 +51,10 @@ def require_gpu():
 
 
 def make_clip(path: Path, faces: int, frames: int, size=(1920, 1080), fps: int = 25) -> Path:
-    """A slow pan and zoom over a real photo (t1.jpg: six faces; astronaut.png: one), AAC tone."""
-    import av
-    import cv2
-    import numpy as np
+    """The CPU benchmark's synthesised clip (a pan over a real photo, tone audio)."""
+    from bench import make_clip as make_bench_clip
 
-    from facefusion_batch.assets import asset_path
-
-    photo = cv2.imread(str(asset_path("t1.jpg" if faces == 6 else "astronaut.png")))
-    if faces == 1:
-        photo = cv2.copyMakeBorder(photo, 0, 0, 300, 300, cv2.BORDER_REFLECT)
-    w, h = size
-    ph, pw = photo.shape[:2]
-    with av.open(str(path), "w") as out:
-        video = out.add_stream("libx264", rate=fps)
-        video.width, video.height, video.pix_fmt = w, h, "yuv420p"
-        video.options = {"crf": "18", "preset": "veryfast"}
-        audio = out.add_stream("aac", rate=48000)
-        audio.layout = "mono"
-        for i in range(frames):
-            zoom = 1.0 + 0.2 * np.sin(np.pi * i / max(frames - 1, 1))
-            scale = max(w / pw, h / ph) * zoom
-            cx, cy = pw / 2 + 0.05 * pw * np.sin(i / 20), ph / 2
-            m = np.array([[scale, 0, w / 2 - scale * cx], [0, scale, h / 2 - scale * cy]], np.float32)
-            image = cv2.warpAffine(photo, m, (w, h), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REFLECT)
-            frame = av.VideoFrame.from_ndarray(image, format="bgr24")
-            frame.pts, frame.time_base = i, Fraction(1, fps)
-            out.mux(video.encode(frame))
-        out.mux(video.encode(None))
-        samples = int(frames / fps * 48000)
-        for start in range(0, samples, 1024):
-            t = (start + np.arange(1024)) / 48000
-            af = av.AudioFrame.from_ndarray(
-                (0.2 * np.sin(2 * np.pi * 440 * t)).astype(np.float32)[None], format="fltp", layout="mono"
-            )
-            af.sample_rate, af.pts, af.time_base = 48000, start, Fraction(1, 48000)
-            out.mux(audio.encode(af))
-        out.mux(audio.encode(None))
-    return path
+    return make_bench_clip(path, faces, size, frames, fps)
 
 
 def floor(clip: Path, out: Path) -> dict:
