@@ -257,3 +257,42 @@ def test_a_still_image_cannot_become_a_video(tmp_path, t1_path, astronaut_path):
     )
     assert proc.returncode == 2 and "still image" in proc.stderr and "Traceback" not in proc.stderr
     assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+# --- the report says what happened to the audio --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("audio", "suffix", "expected"),
+    [("aac", ".mp4", "copied"), ("pcm_s16le", ".mp4", "re-encoded to AAC"), ("pcm_s16le", ".mkv", "copied")],
+)
+def test_report_says_whether_the_audio_was_copied(
+    tmp_path, t1_small, astronaut_path, audio, suffix, expected
+):
+    clip = make_clip(tmp_path / f"in{suffix}", frames=6, size=(320, 180), image=t1_small, audio=audio)
+    out = tmp_path / f"out{suffix}"
+    report = tmp_path / "r.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "facefusion_batch",
+            "render",
+            str(clip),
+            "-s",
+            str(astronaut_path),
+            "-o",
+            str(out),
+            "-q",
+            "--report",
+            str(report),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(report.read_text())["audio"] == expected
+    with av.open(str(out)) as container:
+        assert container.streams.audio[0].codec_context.name == ("aac" if expected != "copied" else audio)

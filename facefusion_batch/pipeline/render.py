@@ -399,6 +399,7 @@ def _render_plain(renderer, settings, info, report, timer, on_progress, on_start
         )
         with timer.stage("finish"):
             writer.close()
+        report.audio = writer.audio_summary
     except KeyboardInterrupt:
         writer.abort()
         raise Interrupted("interrupted (SIGINT); the partial output was removed") from None

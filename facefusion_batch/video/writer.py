@@ -265,6 +265,7 @@ class VideoWriter:
         self._state = "open"  # open -> closed | aborted
         self._container = None
         self._audio: AudioMuxer | None = None
+        self.audio_summary = "none"  # what happened to the audio: none | copied | re-encoded to AAC
         self._last_pts: int | None = None
         self._last_delta: int | None = None
         self._pending = None
@@ -356,6 +357,8 @@ class VideoWriter:
         self._stream = stream
         if audio_from is not None:
             self._audio = AudioMuxer(audio_from, self._container, mux=self._mux, cancel=self._abort)
+            if self._audio.tracks:
+                self.audio_summary = "re-encoded to AAC" if self._audio.reencoded else "copied"
 
     # -- producer side -------------------------------------------------------------------------
 
