@@ -58,22 +58,15 @@ def make_clip(path: Path, faces: int, frames: int, size=(1920, 1080), fps: int =
 
 
 def floor(clip: Path, out: Path) -> dict:
-    from facefusion_batch.video.probe import probe
-    from facefusion_batch.video.reader import FrameReader
-    from facefusion_batch.video.writer import EncoderSettings, VideoWriter
+    """Decode + encode only: the CPU benchmark's floor job."""
+    from bench import job_floor
 
-    info = probe(clip)
-    t0 = time.perf_counter()
-    n = 0
-    with (
-        FrameReader(clip, info=info) as reader,
-        VideoWriter(out, info, EncoderSettings(), audio_from=clip) as writer,
-    ):
-        for frame in reader:
-            writer.write(frame.image, frame.pts, frame.time_base)
-            n += 1
-    wall = time.perf_counter() - t0
-    return {"frames": n, "wall_s": round(wall, 3), "fps": round(n / wall, 2)}
+    result = job_floor(clip, out)
+    return {
+        "frames": result["frames"],
+        "wall_s": round(result["wall_s"], 3),
+        "fps": round(result["frames"] / result["wall_s"], 2),
+    }
 
 
 def render_run(settings, options, *, resident: bool) -> dict:

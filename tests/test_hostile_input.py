@@ -4,8 +4,6 @@ which face of a many-face source photo is used (`--source-face-index`)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from fractions import Fraction
 from pathlib import Path
 
@@ -198,25 +196,17 @@ def test_source_face_index_out_of_range_is_a_usage_error(tmp_path, one_face_clip
 def test_a_still_image_target_is_rendered_as_an_image(tmp_path, t1_path, astronaut_path, t1_faces):
     out = tmp_path / "swapped photo.png"
     report = tmp_path / "r.json"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "facefusion_batch",
-            "render",
-            str(t1_path),
-            "-s",
-            str(astronaut_path),
-            "-o",
-            str(out),
-            "-q",
-            "--report",
-            str(report),
-        ],
-        capture_output=True,
-        text=True,
+    proc = ffbatch(
+        "render",
+        str(t1_path),
+        "-s",
+        str(astronaut_path),
+        "-o",
+        str(out),
+        "-q",
+        "--report",
+        str(report),
         timeout=300,
-        check=False,
     )
     assert proc.returncode == 0, proc.stderr
     before = cv2.imread(str(t1_path))
@@ -237,23 +227,15 @@ def test_a_still_image_target_is_rendered_as_an_image(tmp_path, t1_path, astrona
 
 def test_a_still_image_cannot_become_a_video(tmp_path, t1_path, astronaut_path):
     out = tmp_path / "out.mp4"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "facefusion_batch",
-            "render",
-            str(t1_path),
-            "-s",
-            str(astronaut_path),
-            "-o",
-            str(out),
-            "-q",
-        ],
-        capture_output=True,
-        text=True,
+    proc = ffbatch(
+        "render",
+        str(t1_path),
+        "-s",
+        str(astronaut_path),
+        "-o",
+        str(out),
+        "-q",
         timeout=120,
-        check=False,
     )
     assert proc.returncode == 2 and "still image" in proc.stderr and "Traceback" not in proc.stderr
     assert not out.exists() and list(tmp_path.iterdir()) == []
@@ -272,25 +254,17 @@ def test_report_says_whether_the_audio_was_copied(
     clip = make_clip(tmp_path / f"in{suffix}", frames=6, size=(320, 180), image=t1_small, audio=audio)
     out = tmp_path / f"out{suffix}"
     report = tmp_path / "r.json"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "facefusion_batch",
-            "render",
-            str(clip),
-            "-s",
-            str(astronaut_path),
-            "-o",
-            str(out),
-            "-q",
-            "--report",
-            str(report),
-        ],
-        capture_output=True,
-        text=True,
+    proc = ffbatch(
+        "render",
+        str(clip),
+        "-s",
+        str(astronaut_path),
+        "-o",
+        str(out),
+        "-q",
+        "--report",
+        str(report),
         timeout=300,
-        check=False,
     )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(report.read_text())["audio"] == expected
