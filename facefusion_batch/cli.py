@@ -102,7 +102,13 @@ def _swap_settings(classical, kw):
     def listed(value: str | None) -> tuple[str, ...]:
         return tuple(v.strip() for v in (value or "").split(",") if v.strip())
 
-    padding = tuple(int(p) for p in listed(kw.pop("mask_padding")))
+    raw_padding = kw.pop("mask_padding")
+    try:
+        padding = tuple(int(p) for p in listed(raw_padding))
+    except ValueError:
+        raise InputError(
+            f"--mask-padding takes 1 or 4 whole percentages: TOP,RIGHT,BOTTOM,LEFT (got {raw_padding!r})"
+        ) from None
     if len(padding) == 1:
         padding = padding * 4
     if len(padding) != 4:
@@ -461,38 +467,152 @@ def plan(
     typer.echo(text, nl=False)
 
 
+def _preview_settings(**kw):
+    """render's settings for a preview, built by `_settings` so that the swap, detector and
+    source options mean and check the same; nothing is encoded, so the encoder keeps its defaults."""
+    from facefusion_batch.config import validate_options
+    from facefusion_batch.video.writer import EncoderSettings
+
+    encoder = EncoderSettings()
+    settings = _settings(
+        encoder=encoder.codec, crf=encoder.crf, quality=encoder.quality, preset=encoder.preset, **kw
+    )
+    return validate_options(settings)
+
+
 @app.command()
 def preview(
     input: Annotated[Path, typer.Argument(help="Input video.")],
     source: SourceOpt,
     output: Annotated[Path, typer.Option("--output", "-o", help="Contact sheet image (.png).")],
     frames: Annotated[int, typer.Option(help="How many frames to sample.")] = 4,
-    faces: Annotated[str, typer.Option(help="many | one.")] = "many",
+    faces: Annotated[
+        str,
+        typer.Option(
+            help="many: every face; one: the largest face of each frame; "
+            "reference: the faces of the person in --reference-face / --reference-frame."
+        ),
+    ] = "many",
     blend: Annotated[str, typer.Option(help="multiband | feather | poisson.")] = "multiband",
-    eyes_mouth: Annotated[str, typer.Option(help="target | source.")] = "target",
-    colour: Annotated[str, typer.Option("--colour", help="local | global | none.")] = "local",
+    eyes_mouth: Annotated[
+        str,
+        typer.Option(
+            help="target: keep the target's eyes and mouth (its expression); source: paint the source's."
+        ),
+    ] = "target",
+    colour: Annotated[
+        str,
+        typer.Option(
+            "--colour",
+            help="local | global | none: how the face is recoloured to the target's skin and light.",
+        ),
+    ] = "local",
+    swapper: Annotated[
+        str,
+        typer.Option(
+            help="auto: the learned swapper when its model files are present, else classical; "
+            "classical; learned (fetched if missing)."
+        ),
+    ] = "auto",
+    swapper_model: Annotated[
+        str | None,
+        typer.Option(
+            help="Learned swapper, FaceFusion's name: inswapper_128, hyperswap_1a_256, simswap_256, "
+            "ghost_1_256, blendswap_256, uniface_256, ... (a prepared variant: NAME@fp16)."
+        ),
+    ] = None,
+    swapper_weight: Annotated[
+        float, typer.Option(help="0–1; 0.5 the source identity alone, lower keeps more of the target's.")
+    ] = 0.5,
+    pixel_boost: Annotated[
+        int | None,
+        typer.Option(help="Learned swapper crop size, a multiple of its input (128-px models: 256, 512)."),
+    ] = None,
+    enhancer_model: Annotated[
+        str | None, typer.Option(help="Face enhancer after the swap: gfpgan_1.4, gpen_bfr_512, codeformer...")
+    ] = None,
+    enhancer_blend: Annotated[int, typer.Option(help="Percent of the enhanced face kept, 0–100.")] = 80,
+    mask: Annotated[
+        str, typer.Option(help="Learned swap masks, comma-separated: box, occlusion (xseg), region (parser).")
+    ] = "box",
+    mask_blur: Annotated[float, typer.Option(help="Box mask blur, 0–1.")] = 0.3,
+    mask_padding: Annotated[str, typer.Option(help="Box mask padding, percent: T,R,B,L or one value.")] = "0",
+    mask_regions: Annotated[
+        str | None, typer.Option(help="Region mask classes, comma-separated (default: all face regions).")
+    ] = None,
+    occluder_model: Annotated[str, typer.Option(help="xseg_1 | xseg_2 | xseg_3.")] = "xseg_1",
+    parser_model: Annotated[str, typer.Option(help="bisenet_resnet_34 | bisenet_resnet_18.")] = (
+        "bisenet_resnet_34"
+    ),
+    reference_face: Annotated[
+        Path | None, typer.Option(help="--faces reference: a photo of the person whose faces are swapped.")
+    ] = None,
+    reference_frame: Annotated[
+        int | None, typer.Option(help="--faces reference: take the person from this frame of the input.")
+    ] = None,
+    reference_face_position: Annotated[
+        int, typer.Option(help="Which face of the reference picture, 0 = the largest.")
+    ] = 0,
+    reference_distance: Annotated[
+        float, typer.Option(help="Faces within this distance (1 − cos)/2 of the reference are swapped.")
+    ] = 0.3,
+    score_threshold: Annotated[float, typer.Option(help="Face detector score threshold.")] = 0.6,
+    source_face_index: Annotated[
+        int,
+        typer.Option(
+            help="Which face of each --source photo to use, faces ordered largest first (0: the largest)."
+        ),
+    ] = 0,
     backend: Annotated[str, typer.Option(help="auto | cpu | cuda | tensorrt.")] = "auto",
     models_dir: Annotated[Path | None, typer.Option(help="Look here for model files first.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
 ) -> None:
-    """Write a before/after contact sheet of a few frames of INPUT."""
+    """Write a before/after contact sheet of a few frames of INPUT.
+
+    The swap options are render's (same names, defaults and checks), so a preview shows
+    what `ffbatch render` with the same options would write.
+    """
     setup_logging(quiet, False)
-    from facefusion_batch.config import FACE_MODES, validate_choices
-    from facefusion_batch.pipeline.build import build_pipeline, load_models
     from facefusion_batch.pipeline.preview import contact_sheet, sample_frames, write_image_atomically
-    from facefusion_batch.swap.classical import ClassicalSettings
+    from facefusion_batch.pipeline.render import Renderer
     from facefusion_batch.video.probe import probe
 
     if not 1 <= frames <= 32:
         raise InputError(f"--frames must be between 1 and 32 (got {frames})")
-    validate_choices("--faces", faces, FACE_MODES)
-    try:
-        swap = ClassicalSettings(blend=blend, eyes_mouth=eyes_mouth, colour=colour)
-    except ValueError as exc:
-        raise InputError(str(exc)) from None
+    settings = _preview_settings(
+        input=input,
+        output=output,
+        sources=tuple(source),
+        faces=faces,
+        workers=1,
+        backend=backend,
+        blend=blend,
+        eyes_mouth=eyes_mouth,
+        colour=colour,
+        swapper=swapper,
+        swapper_model=swapper_model,
+        swapper_weight=swapper_weight,
+        pixel_boost=pixel_boost,
+        enhancer_model=enhancer_model,
+        enhancer_blend=enhancer_blend,
+        mask=mask,
+        mask_blur=mask_blur,
+        mask_padding=mask_padding,
+        mask_regions=mask_regions,
+        occluder_model=occluder_model,
+        parser_model=parser_model,
+        reference_face=reference_face,
+        reference_frame=reference_frame,
+        reference_face_position=reference_face_position,
+        reference_distance=reference_distance,
+        score_threshold=score_threshold,
+        source_face_index=source_face_index,
+        models_dir=models_dir,
+        quiet=quiet,
+    )
     info = probe(input)
-    models = load_models(backend, threads=None, models_dir=models_dir)
-    pipeline = build_pipeline(models, tuple(source), swap, faces)
+    # the models and sources exactly as a render loads them (one worker: all cores per model)
+    pipeline = Renderer.load(settings).pipeline
     sampled = sample_frames(info, frames)
     result = pipeline([image for _, image in sampled])
     rows = [(f"t={t:.2f}s", before, after) for (t, before), after in zip(sampled, result.frames, strict=True)]

@@ -8,7 +8,7 @@ classical swap, and says which in the log.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import cv2
@@ -29,7 +29,7 @@ from facefusion_batch.faces.table import FaceTable
 from facefusion_batch.models import store
 from facefusion_batch.models.facefusion import MODELS, RECOGNISER, learned_model
 from facefusion_batch.models.prepare import prepared_path, variant_catalog
-from facefusion_batch.models.topology import load_topology
+from facefusion_batch.models.topology import Topology, load_topology
 from facefusion_batch.pipeline.report import StageTimer
 from facefusion_batch.pipeline.stages import FaceSelector, FaceSwapPipeline, LearnedFacePipeline, select_faces
 from facefusion_batch.runtime.backends import device_pipeline_for, select_backend
@@ -47,15 +47,57 @@ MESH_MODEL = "face_mesh_468"
 TOPOLOGY = "face_mesh_topology"
 
 
-@dataclass
 class Models:
-    backend: Backend
-    detector: YuNetDetector
-    mesh: FaceMesh
-    triangles: np.ndarray
-    regions: FaceRegions
-    paths: dict[str, str]
-    models_dir: Path | None = None
+    """The sessions every pipeline shares, loaded once.
+
+    The face mesh and its topology are loaded on first use: only the classical swap needs
+    them (the learned path aligns faces on the detector's five landmarks), so a learned
+    render neither fetches nor loads them. A caller may hand them in ready-made instead
+    (sessions of another backend, say).
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        detector: YuNetDetector,
+        mesh: FaceMesh | None = None,
+        triangles: np.ndarray | None = None,
+        regions: FaceRegions | None = None,
+        paths: dict[str, str] | None = None,
+        models_dir: Path | None = None,
+        mesh_settings: MeshSettings | None = None,
+    ) -> None:
+        self.backend = backend
+        self.detector = detector
+        self.paths = paths if paths is not None else {}
+        self.models_dir = models_dir
+        self.mesh_settings = mesh_settings or MeshSettings()
+        # what is given fills the cached properties below, which then never load
+        for name, value in (("mesh", mesh), ("triangles", triangles), ("regions", regions)):
+            if value is not None:
+                self.__dict__[name] = value
+
+    @cached_property
+    def mesh(self) -> FaceMesh:
+        path = self._resolve(MESH_MODEL)
+        return FaceMesh(self.backend.load(path, label=MESH_MODEL), self.mesh_settings)
+
+    @cached_property
+    def topology(self) -> Topology:
+        return load_topology(self._resolve(TOPOLOGY))
+
+    @cached_property
+    def triangles(self) -> np.ndarray:
+        return self.topology.triangles
+
+    @cached_property
+    def regions(self) -> FaceRegions:
+        return FaceRegions.from_topology(self.topology)
+
+    def _resolve(self, name: str) -> Path:
+        path = store.model_path(name, models_dir=self.models_dir)
+        self.paths[name] = str(path)
+        return path
 
 
 def load_models(
@@ -66,19 +108,15 @@ def load_models(
     detector: DetectorSettings = DetectorSettings(),
     mesh: MeshSettings = MeshSettings(),
 ) -> Models:
+    """The backend and the detector; the face mesh and topology follow when first used."""
     backend = select_backend(backend_name, threads=threads)
-    paths = {
-        name: store.model_path(name, models_dir=models_dir) for name in (DETECTOR_MODEL, MESH_MODEL, TOPOLOGY)
-    }
-    topology = load_topology(paths[TOPOLOGY])
+    path = store.model_path(DETECTOR_MODEL, models_dir=models_dir)
     return Models(
         backend=backend,
-        detector=YuNetDetector(backend.load(paths[DETECTOR_MODEL], label=DETECTOR_MODEL), detector),
-        mesh=FaceMesh(backend.load(paths[MESH_MODEL], label=MESH_MODEL), mesh),
-        triangles=topology.triangles,
-        regions=FaceRegions.from_topology(topology),
-        paths={k: str(v) for k, v in paths.items()},
+        detector=YuNetDetector(backend.load(path, label=DETECTOR_MODEL), detector),
+        paths={DETECTOR_MODEL: str(path)},
         models_dir=models_dir,
+        mesh_settings=mesh,
     )
 
 
