@@ -127,3 +127,28 @@ def test_ray_from_the_command_line_with_many_inputs(work, clip, source, local_ra
     assert capsys.readouterr().out.splitlines() == [str(out_dir / "in-swapped.mp4")]
     frames, _ = decode_all(out_dir / "in-swapped.mp4")
     assert len(frames) == 16
+
+
+def test_actors_load_their_models_under_the_drivers_gpu_options(monkeypatch, clip, source):
+    """--streams/--max-batch/--precision live in a context variable in the driver; an actor is
+    another process, so they are handed to it and scoped around its model loading."""
+    from facefusion_batch.farm.ray_runner import SegmentWorker
+    from facefusion_batch.pipeline import build
+    from facefusion_batch.runtime.backends import scoped_options
+    from facefusion_batch.runtime.onnxruntime_backend import OnnxRuntimeCpuBackend
+    from facefusion_batch.runtime.options import DeviceOptions
+
+    seen = []
+
+    def select(name, *, threads=None, options=None):
+        seen.append(scoped_options())
+        return OnnxRuntimeCpuBackend(threads)
+
+    monkeypatch.setattr(build, "select_backend", select)
+    options = DeviceOptions(streams=3, max_batch=24, precision="fp16")
+    settings = RenderSettings(input=clip, output=clip.with_name("x.mp4"), sources=(source,), backend="cpu")
+    worker = SegmentWorker(settings, 1, options)
+    assert seen == [options] and scoped_options() == DeviceOptions()  # scoped to the load only
+    # a segment whose settings the loaded models do not serve (another reference face) reloads
+    worker.render(replace(settings, faces="one"), 0, 4, str(clip.with_name("seg.mp4")), {})
+    assert seen == [options, options]

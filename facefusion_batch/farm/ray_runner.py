@@ -38,6 +38,8 @@ from facefusion_batch.errors import (
     InputError,
     Interrupted,
 )
+from facefusion_batch.runtime.backends import scoped_options
+from facefusion_batch.runtime.options import DeviceOptions
 
 log = logging.getLogger("ffbatch")
 
@@ -63,15 +65,23 @@ def import_ray():
 class SegmentWorker:
     """Models loaded once per actor; renders one segment per call (wrapped by `ray.remote`)."""
 
-    def __init__(self, settings: RenderSettings, threads: int) -> None:
-        from facefusion_batch.pipeline.render import Renderer
-
+    def __init__(self, settings: RenderSettings, threads: int, options: DeviceOptions | None = None) -> None:
+        """`options`: the driver's GPU settings (--streams, --max-batch, --precision); they live in a
+        context variable there, which does not cross to the actor's process."""
         logging.getLogger("ffbatch").setLevel(logging.WARNING)
         if settings.threads is None:
             settings = replace(settings, threads=threads)
-        self.renderer = Renderer.load(settings)
+        self.options = options or DeviceOptions()
+        self.renderer = self._load(settings)
         self.host = socket.gethostname()
         self._indexes: dict[str, Any] = {}
+
+    def _load(self, settings: RenderSettings):
+        from facefusion_batch.pipeline.render import Renderer
+        from facefusion_batch.runtime.backends import device_options
+
+        with device_options(self.options):
+            return Renderer.load(settings)
 
     def where(self) -> str:
         return f"{self.host}:{os.getpid()}"
@@ -86,9 +96,7 @@ class SegmentWorker:
         started = time.perf_counter()
         settings = replace(settings, threads=self.renderer.settings.threads)
         if not self.renderer.serves(settings):  # e.g. a per-input reference face
-            from facefusion_batch.pipeline.render import Renderer
-
-            self.renderer = Renderer.load(settings)
+            self.renderer = self._load(settings)
         info = probe(settings.input)
         key = str(settings.input)
         if key not in self._indexes:
@@ -208,8 +216,12 @@ def render_with_ray(
     report_path: Path | None = None,
     batch: bool = False,
     on_dispatch: Callable[[Any, SegmentTask], None] | None = None,
+    options: DeviceOptions | None = None,
 ) -> int:
     """Render `jobs` on Ray; returns the exit status (2 if any input failed).
+
+    `options`: GPU settings for the actors (default: those the CLI scoped around this call). An
+    actor with a GPU sees only its own, as device 0 (Ray sets CUDA_VISIBLE_DEVICES).
 
     `batch`: several inputs (`--output-dir`): up-to-date outputs are skipped, a failed input does
     not stop the others. Otherwise one input, whose failure raises. `on_dispatch(actor, task)`
@@ -228,6 +240,9 @@ def render_with_ray(
         if shutdown:
             stack.callback(ray.shutdown)
         count, resources, threads = plan_pool(ray, workers)
+        options = options or scoped_options()
+        if resources.get("num_gpus"):
+            options = replace(options, device_index=0)
         tasks: deque[SegmentTask] = deque()
         for number, entry in enumerate(entries):
             if batch and is_done(entry.settings):
@@ -258,7 +273,8 @@ def render_with_ray(
             remote = ray.remote(max_restarts=0, max_task_retries=0)(SegmentWorker)
             template = entries[tasks[0].job].settings
             actors = [
-                remote.options(**resources).remote(template, threads) for _ in range(min(count, len(tasks)))
+                remote.options(**resources).remote(template, threads, options)
+                for _ in range(min(count, len(tasks)))
             ]
         from facefusion_batch.progress import Progress
 
