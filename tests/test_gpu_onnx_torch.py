@@ -314,3 +314,40 @@ def test_int8_precision_is_refused_on_the_cuda_backend(real_models):
     backend = TorchBackend(DeviceOptions(precision="int8"), device="cpu")
     with pytest.raises(BackendUnavailableError, match="tensorrt"):
         backend.load(real_models["face_mesh_468"], label="face_mesh_468")
+
+
+def test_bucketed_batch_sizes():
+    from facefusion_batch.runtime.torch_backend import bucket_batch
+
+    assert [bucket_batch(n) for n in (1, 2, 3, 5, 8, 9, 16, 17, 90, 96)] == [
+        1,
+        2,
+        4,
+        8,
+        8,
+        16,
+        16,
+        32,
+        96,
+        96,
+    ]
+    assert bucket_batch(20, limit=24) == 24 and bucket_batch(30, limit=24) == 30  # the guard's limit caps
+    assert len({bucket_batch(n) for n in range(1, 257)}) == 4 + 16  # few shapes for cuDNN to tune
+
+
+@pytest.mark.parametrize("name", ["yunet_2023mar_batch", "face_mesh_468"])
+def test_padded_batches_give_the_unpadded_outputs(real_models, name):
+    """On a GPU a call of 3 items runs as 4 (the last repeated) and is trimmed back: same outputs,
+    also where the batch is folded into another axis (YuNet)."""
+    plain = TorchBackend(device="cpu")
+    padded = TorchBackend(device="cpu")
+    padded.pad_batches = True
+    feeds = _real_feeds(name)
+    feeds = {k: v[:3] for k, v in feeds.items()}
+    a = plain.load(real_models[name], label=name).run(feeds)
+    b = padded.load(real_models[name], label=name).run(feeds)
+    assert a.keys() == b.keys()
+    for key in a:
+        assert a[key].shape == b[key].shape
+        np.testing.assert_allclose(b[key], a[key], rtol=1e-4, atol=1e-4)
+    assert padded.sessions[0].guard.sizes == {3: 1}  # the guard counts the real items

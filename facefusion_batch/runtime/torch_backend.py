@@ -191,8 +191,13 @@ class TorchSession:
 
         def call(start: int, stop: int) -> dict[str, Any]:
             part = split_feeds(feeds, start, stop) if (start, stop) != (0, n) else feeds
+            rows = stop - start
+            padded = bucket_batch(rows, self.guard.limit) if self.backend.pad_batches else rows
+            if padded != rows:
+                part = pad_feeds(part, rows, padded)
             with self.backend.gate.shared(), self.backend.timer.stage(self.label, self.device):
-                return self.module(**part)
+                out = self.module(**part)
+            return out if padded == rows else trim_outputs(out, self.output_axes, rows, padded)
 
         with torch.inference_mode(), on_thread_stream(self.device):
             return self.guard.run(n, call, lambda parts: merge_outputs(parts, self.output_axes, _cat))
@@ -210,6 +215,39 @@ class TorchSession:
             limit = self.backend.plan_batch(self, feeds, key)
             self.guard.set_limit(limit)
             self._measured.add(key)
+
+
+def bucket_batch(rows: int, limit: int | None = None) -> int:
+    """The batch a call of `rows` items runs at on a GPU: 1, 2, 4, 8, then multiples of 16 (never
+    above the memory guard's `limit`). Face counts vary from batch to batch; with cuDNN's autotuner
+    on, each new shape is tuned once, so few distinct shapes keep tuning out of the steady state."""
+    if rows <= 0:
+        return rows
+    padded = 1 << (rows - 1).bit_length() if rows <= 8 else -(-rows // 16) * 16
+    return max(rows, min(padded, limit)) if limit else padded
+
+
+def pad_feeds(feeds: dict[str, Any], rows: int, padded: int) -> dict[str, Any]:
+    """Repeat the last item of every per-item input up to `padded` rows (real data: no NaNs)."""
+    import torch
+
+    out = {}
+    for name, v in feeds.items():
+        if v.shape[0] == rows:
+            v = torch.cat([v, v[-1:].expand(padded - rows, *v.shape[1:])], dim=0)
+        out[name] = v
+    return out
+
+
+def trim_outputs(outputs: dict[str, Any], axes: dict[str, int], rows: int, padded: int) -> dict[str, Any]:
+    """Drop the padding rows again, along each output's batch axis (which may fold the batch with
+    another axis, as YuNet's [1, batch*anchors, C] does)."""
+    out = {}
+    for name, v in outputs.items():
+        axis = axes.get(name, 0)
+        size = v.shape[axis] if v.dim() > axis else 0
+        out[name] = v.narrow(axis, 0, size // padded * rows) if size and size % padded == 0 else v
+    return out
 
 
 def _cat(parts: list[Any], axis: int):
@@ -240,6 +278,8 @@ class TorchBackend:
                 )
             device = f"cuda:{self.options.device_index}"
         self.device = device
+        # bucketed batch shapes (bucket_batch) where cuDNN autotunes each new shape: on a GPU
+        self.pad_batches = is_cuda(device)
         self.gate = ExclusiveGate()
         self.timer = DeviceTimer()
         self.sessions: list[TorchSession] = []
