@@ -33,7 +33,8 @@ from facefusion_batch.farm.manifest import (
     work_dir_for,
 )
 from facefusion_batch.farm.segment import is_up_to_date, segment_tags
-from facefusion_batch.pipeline.render import JobReport, log_start, read_ranges, run_frames
+from facefusion_batch.pipeline.render import JobReport, log_start, pixel_format_of, read_ranges, run_frames
+from facefusion_batch.video.planes import BGR24
 from facefusion_batch.video.probe import VideoInfo
 from facefusion_batch.video.reader import Frame
 from facefusion_batch.video.segments import FrameIndex, frame_index, split_frames
@@ -45,8 +46,18 @@ log = logging.getLogger("ffbatch")
 class SegmentSink:
     """Routes frames (in order) to one atomic writer per range; calls `on_done` per finished one."""
 
-    def __init__(self, work: Path, ranges, info: VideoInfo, settings: RenderSettings, tags_for, on_done):
+    def __init__(
+        self,
+        work: Path,
+        ranges,
+        info: VideoInfo,
+        settings: RenderSettings,
+        tags_for,
+        on_done,
+        pixel_format=BGR24,
+    ):
         self.work = work
+        self.pixel_format = pixel_format
         self.ranges = sorted(ranges)
         self.info = info
         self.settings = settings
@@ -66,7 +77,11 @@ class SegmentSink:
             path = self.work / segment_name(start, end)
             try:
                 self._writer = VideoWriter(
-                    path, self.info, self.settings.encoder, metadata=self.tags_for(start, end)
+                    path,
+                    self.info,
+                    self.settings.encoder,
+                    metadata=self.tags_for(start, end),
+                    pixel_format=self.pixel_format,
                 )
             except BaseException:
                 # an interrupt between the writer's temporary file and its return: the file is ours
@@ -151,6 +166,7 @@ def render_chunked(
             log.debug("segment %d:%d done", start, end)
 
         if missing:
+            layout = renderer.frame_layout(info, report)
             sink = SegmentSink(
                 work,
                 missing,
@@ -158,10 +174,11 @@ def render_chunked(
                 settings,
                 lambda a, b: segment_tags(settings, a, b, index.count, digest),
                 finished,
+                pixel_format_of(layout),
             )
             try:
-                frames = read_ranges(settings, info, missing, index)
-                run_frames(renderer, frames, sink, settings, report, timer, on_progress)
+                frames = read_ranges(settings, info, missing, index, layout)
+                run_frames(renderer, frames, sink, settings, report, timer, on_progress, layout)
                 sink.check_finished()
             except KeyboardInterrupt:
                 sink.abort()

@@ -15,7 +15,7 @@ from pathlib import Path
 from facefusion_batch.config import RenderSettings
 from facefusion_batch.errors import FfbatchError, Interrupted, OutputError
 from facefusion_batch.farm.manifest import settings_digest
-from facefusion_batch.pipeline.render import JobReport, log_start, run_frames
+from facefusion_batch.pipeline.render import JobReport, log_start, pixel_format_of, run_frames
 from facefusion_batch.video.reader import FrameReader
 from facefusion_batch.video.segments import (
     TAG_FRAME_COUNT,
@@ -102,8 +102,10 @@ def write_segment(
 ) -> None:
     """Render frames [start, end) of `settings.input` into `path` (atomically, video only)."""
     start, end = frames
-    reader = FrameReader(settings.input, info=info, frames=(start, end), index=index)
-    writer = VideoWriter(path, info, settings.encoder, metadata=tags)
+    layout = renderer.frame_layout(info, report)
+    pixels = pixel_format_of(layout)
+    reader = FrameReader(settings.input, info=info, frames=(start, end), index=index, pixel_format=pixels)
+    writer = VideoWriter(path, info, settings.encoder, metadata=tags, pixel_format=pixels)
     frames_before = report.frames_out
     try:
         run_frames(
@@ -114,6 +116,7 @@ def write_segment(
             report,
             timer,
             on_progress,
+            layout,
         )
         if report.frames_out - frames_before != end - start:  # the reader raises first; a guard
             raise FfbatchError(f"{settings.input}: got {report.frames_out} frames for --frames {start}:{end}")

@@ -39,6 +39,7 @@ from facefusion_batch.pipeline.build import Models, build_pipeline, load_models
 from facefusion_batch.pipeline.executor import run_ordered
 from facefusion_batch.pipeline.report import RenderReport, StageTimer, peak_rss_mb, write_json_atomically
 from facefusion_batch.pipeline.stages import FaceSwapPipeline
+from facefusion_batch.video.planes import BGR24, YUV420P, PlaneLayout, plane_layout_for
 from facefusion_batch.video.probe import VideoInfo, probe
 from facefusion_batch.video.reader import Frame, FrameReader
 from facefusion_batch.video.writer import VideoWriter
@@ -171,6 +172,24 @@ class Renderer:
     def serves(self, settings: RenderSettings) -> bool:
         return all(getattr(settings, k) == getattr(self.settings, k) for k in _RENDERER_KEYS)
 
+    def frame_layout(self, info: VideoInfo, report: RenderReport | None = None) -> PlaneLayout | None:
+        """The planar layout a job's frames keep from decoder to encoder, or None for BGR frames.
+
+        Planes only where the pipeline converts colour on the device (`accepts_planes`) and the
+        input and output allow it exactly (video/planes.py); said in the log and the report."""
+        if not getattr(self.pipeline, "accepts_planes", False):
+            return None
+        layout, why_not = plane_layout_for(info, self.settings.encoder.pix_fmt)
+        if layout is None:
+            log.info("frames cross to the device as BGR: %s", why_not)
+            return None
+        log.info(
+            "frames stay yuv420p planes (%s) from decoder to encoder; the device converts", layout.matrix
+        )
+        if report is not None:
+            report.frames_as = f"{YUV420P} ({layout.matrix})"
+        return layout
+
     def new_report(self, settings: RenderSettings) -> JobReport:
         return JobReport(
             input=str(settings.input),
@@ -192,17 +211,21 @@ def run_frames(
     report: RenderReport,
     timer: StageTimer,
     on_progress: Callable[[int], None] | None = None,
+    layout: PlaneLayout | None = None,
 ) -> None:
-    """Swap every frame of `frames` in batches and hand each result to `sink`, in order."""
+    """Swap every frame of `frames` in batches and hand each result to `sink`, in order.
+
+    `layout`: the frames are yuv420p planes of this layout (Renderer.frame_layout), not BGR."""
     pipeline = renderer.pipeline
     pipeline.timer = timer
+    kwargs = {} if layout is None else {"planes": layout}
 
     def process(batch: Batch):
         t0 = time.perf_counter()
-        result = pipeline([frame.image for frame in batch.items])
+        result = pipeline([frame.image for frame in batch.items], **kwargs)
         return result, time.perf_counter() - t0
 
-    max_pixels = getattr(renderer.models.backend, "max_batch_pixels", CPU_BATCH_PIXELS)
+    max_pixels = batch_pixel_budget(renderer.models.backend, settings.batch_size)
     stream = batches(frames, settings.batch_size, settings.batch_window_ms, max_pixels=max_pixels)
     for batch, (result, latency) in run_ordered(stream, process, workers=settings.workers):
         with timer.stage("write"):
@@ -223,8 +246,16 @@ def run_frames(
         raise_if_signalled()
 
 
+def pixel_format_of(layout: PlaneLayout | None) -> str:
+    return BGR24 if layout is None else YUV420P
+
+
 def read_ranges(
-    settings: RenderSettings, info: VideoInfo, ranges: list[tuple[int, int]], index=None
+    settings: RenderSettings,
+    info: VideoInfo,
+    ranges: list[tuple[int, int]],
+    index=None,
+    layout: PlaneLayout | None = None,
 ) -> Iterator[Frame]:
     """The frames of several ranges of one input, one reader per run of adjacent ranges."""
     runs: list[list[int]] = []
@@ -234,7 +265,9 @@ def read_ranges(
         else:
             runs.append([start, end])
     for start, end in runs:
-        reader = FrameReader(settings.input, info=info, frames=(start, end), index=index)
+        reader = FrameReader(
+            settings.input, info=info, frames=(start, end), index=index, pixel_format=pixel_format_of(layout)
+        )
         try:
             yield from reader
         finally:
@@ -318,6 +351,21 @@ def render(
 
 # the pixels of 8 1080p frames: 4K gets batches of 2, 8K of 1 on the CPU; memory stays bounded
 CPU_BATCH_PIXELS = 8 * 1920 * 1080
+# a 1080p frame as packed yuv420p planes ([1620, 1920]); BGR 1080p counts 1920 x 1080
+DEVICE_FRAME_PIXELS = 1920 * 1620
+
+
+def batch_pixel_budget(backend, batch_size: int) -> int:
+    """Most pixels one batch may hold. GPU backends: the batch asked for (--max-batch) of frames
+    up to 1080p, proportionally fewer of larger ones (the memory guard may cut further); the CPU:
+    CPU_BATCH_PIXELS, whatever the batch size, to bound host memory."""
+    explicit = getattr(backend, "max_batch_pixels", None)
+    if explicit:
+        return int(explicit)
+    if getattr(backend, "device", None) is not None:
+        return max(1, batch_size) * DEVICE_FRAME_PIXELS
+    return CPU_BATCH_PIXELS
+
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
 
@@ -379,13 +427,20 @@ def _render_plain(renderer, settings, info, report, timer, on_progress, on_start
     log_start(settings, info, report, info.frame_count)
     if on_start:
         on_start(info.frame_count)
-    reader = FrameReader(settings.input, info=info, on_decode_error=settings.on_decode_error)
+    layout = renderer.frame_layout(info, report)
+    reader = FrameReader(
+        settings.input,
+        info=info,
+        on_decode_error=settings.on_decode_error,
+        pixel_format=pixel_format_of(layout),
+    )
     writer = VideoWriter(
         settings.output,
         info,
         settings.encoder,
         audio_from=settings.input if info.audio_streams else None,
         metadata=output_tags,
+        pixel_format=pixel_format_of(layout),
     )
     try:
         run_frames(
@@ -396,6 +451,7 @@ def _render_plain(renderer, settings, info, report, timer, on_progress, on_start
             report,
             timer,
             on_progress,
+            layout,
         )
         with timer.stage("finish"):
             writer.close()

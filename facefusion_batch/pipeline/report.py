@@ -65,6 +65,7 @@ class RenderReport:
     wall_seconds: float = 0.0
     peak_rss_mb: float = 0.0
     audio: str = ""
+    frames_as: str = "bgr24"  # how frames travel: bgr24, or the decoder's yuv420p planes (GPU backends)
     encoder: str = ""
     models: dict[str, str] = field(default_factory=dict)
     device: dict[str, Any] = field(default_factory=dict)  # GPU backends: NVML, device time, OOM retries

@@ -4,7 +4,8 @@ Each function mirrors one host operation closely enough to be tested against
 it on the CPU (tests/test_gpu_device_ops.py states each tolerance):
 
 - `yuv420p_to_bgr`, `nv12_to_bgr`: the decoder's planes → BGR, BT.601/709/2020,
-  limited or full range (cv2.cvtColor's I420/NV12 for BT.601 limited).
+  limited or full range (cv2.cvtColor's I420/NV12 for BT.601 limited);
+  `bgr_to_yuv420p` the way back, for the encoder.
 - `resize_area`, `resize_linear`: cv2.resize INTER_AREA / INTER_LINEAR, as two
   small matrix products per image (exact fractional-coverage weights).
 - `letterbox`: faces.detect.letterbox for a batch of same-sized frames.
@@ -110,6 +111,32 @@ def i420_planes(buffer: Tensor, height: int, width: int) -> tuple[Tensor, Tensor
     u = rest[:, :quarter].reshape(-1, height // 2, width // 2)
     v = rest[:, quarter : 2 * quarter].reshape(-1, height // 2, width // 2)
     return y, u, v
+
+
+def bgr_to_yuv420p(
+    bgr: Tensor, *, matrix: str = "bt601", full_range: bool = False
+) -> tuple[Tensor, Tensor, Tensor]:
+    """BGR uint8 [B,H,W,3] (H, W even) → y [B,H,W], u/v [B,H/2,W/2] uint8, each chroma sample the
+    mean of its 2×2 block: what FFmpeg's swscale (the CPU writer's conversion) gives, within 1 level."""
+    kr, kb = YUV_MATRICES[matrix]
+    kg = 1.0 - kr - kb
+    x = bgr.float()
+    b, g, r = x[..., 0], x[..., 1], x[..., 2]
+    luma = kr * r + kg * g + kb * b
+    cb = (b - luma) / (2 * (1 - kb))
+    cr = (r - luma) / (2 * (1 - kr))
+    if full_range:
+        y, c_scale = luma, 1.0
+    else:
+        y, c_scale = 16.0 + luma * (219.0 / 255.0), 224.0 / 255.0
+    batch, height, width = y.shape
+    chroma = torch.stack([cb, cr], dim=1).reshape(batch, 2, height // 2, 2, width // 2, 2).mean(dim=(3, 5))
+    chroma = 128.0 + c_scale * chroma
+
+    def to_u8(t: Tensor) -> Tensor:
+        return torch.clamp(torch.round(t), 0, 255).to(torch.uint8)
+
+    return to_u8(y), to_u8(chroma[:, 0]), to_u8(chroma[:, 1])
 
 
 # --- resizing as matrix products -----------------------------------------------------------------------
@@ -470,18 +497,57 @@ STD_RATIO_RANGE = (0.7, 1.4)
 SHADING_LIMIT = (30.0, 6.0, 6.0)
 
 
-def masked_blur(image: Tensor, mask: Tensor, sigma: float) -> Tensor:
-    """swap.colour.masked_blur: image [C,H,W], mask [H,W] bool/float → blurred [C,H,W]."""
-    h, w = mask.shape
-    step = max(1, int(sigma // 3))
-    m = mask.to(image.dtype)
-    both = torch.cat([image * m, m[None]], dim=0)
+def gaussian_blur_each(x: Tensor, sigmas) -> Tensor:
+    """`gaussian_blur` of each image of [N, C, H, W] with its own sigma, in one grouped convolution
+    per axis (each kernel zero-padded to the widest: the same sums as its own width)."""
+    n, c, h, w = x.shape
+    sizes = [gaussian_ksize(float(s)) for s in sigmas]
+    width = max(sizes)
+    kernels = np.zeros((n, width), np.float64)
+    for i, (s, k) in enumerate(zip(sigmas, sizes, strict=True)):
+        off = (width - k) // 2
+        kernels[i, off : off + k] = gaussian_kernel(k, float(s))
+    weights = torch.as_tensor(np.repeat(kernels, c, axis=0), dtype=x.dtype, device=x.device)
+    x4 = _pad101(x.reshape(1, n * c, h, w), width // 2, width // 2)
+    y = F.conv2d(x4, weights.reshape(n * c, 1, width, 1), groups=n * c)
+    y = F.conv2d(y, weights.reshape(n * c, 1, 1, width), groups=n * c)
+    return y.reshape(n, c, h, w)
+
+
+def _blur_downscaled(both: Tensor, sigma, step: int) -> Tensor:
+    """swap.colour.masked_blur's blur: downscale by `step` (INTER_AREA), blur, scale back
+    (INTER_LINEAR). `sigma` a float, or one per image of [N, C, H, W]."""
+    h, w = both.shape[-2:]
     if step > 1:
         both = resize_area(both, (max(1, h // step), max(1, w // step)))
-    both = gaussian_blur(both, sigma / step)
+    if np.ndim(sigma) == 0:
+        both = gaussian_blur(both, float(sigma) / step)
+    else:
+        both = gaussian_blur_each(both, np.asarray(sigma, np.float64) / step)
     if step > 1:
         both = resize_linear(both, (h, w))
-    return both[:-1] / torch.clamp(both[-1:], min=1e-4)
+    return both
+
+
+def masked_blur(image: Tensor, mask: Tensor, sigma) -> Tensor:
+    """swap.colour.masked_blur: image [..., C, H, W], mask [..., H, W] bool/float → blurred
+    [..., C, H, W]. `sigma`: one for all, or one per image (images with the same downscaling step
+    are blurred together)."""
+    m = mask.to(image.dtype).unsqueeze(-3)
+    both = torch.cat([image * m, m], dim=-3)
+    if np.ndim(sigma) == 0:
+        out = _blur_downscaled(both, float(sigma), max(1, int(float(sigma) // 3)))
+    else:
+        flat = both.reshape(-1, *both.shape[-3:])
+        sigmas = np.asarray(sigma, np.float64).reshape(-1)
+        steps = np.maximum(1, (sigmas // 3).astype(np.int64))
+        out = torch.empty_like(flat)
+        for step in np.unique(steps):
+            rows = np.flatnonzero(steps == step)
+            sel = torch.as_tensor(rows, device=flat.device)
+            out.index_copy_(0, sel, _blur_downscaled(flat.index_select(0, sel), sigmas[rows], int(step)))
+        out = out.reshape(both.shape)
+    return out[..., :-1, :, :] / torch.clamp(out[..., -1:, :, :], min=1e-4)
 
 
 def transfer_colour(
@@ -492,26 +558,27 @@ def transfer_colour(
     mode: str = "local",
     sigma: float = 8.0,
 ) -> Tensor:
-    """swap.colour.transfer_colour on device: BGR float [3,H,W], skin bool [H,W] → recoloured [3,H,W]."""
+    """swap.colour.transfer_colour on device: BGR float [..., 3, H, W], skin bool [..., H, W] →
+    recoloured [..., 3, H, W], each image on its own statistics; `sigma` one, or one per image."""
     if mode == "none" or strength <= 0:
         return swapped
-    # the pixel count stays on the device: no host round trip per face
-    sel = skin.to(swapped.dtype)
-    count = sel.sum()
+    # the pixel counts stay on the device: no host round trip per face
+    sel = skin.to(swapped.dtype).unsqueeze(-3)
+    count = sel.sum(dim=(-3, -2, -1), keepdim=True)
     src = to_uint8_levels(bgr_to_lab8(to_uint8_levels(swapped)))
     dst = to_uint8_levels(bgr_to_lab8(to_uint8_levels(target)))
 
     n = torch.clamp(count, min=1.0)
 
     def stats(lab: Tensor) -> tuple[Tensor, Tensor]:
-        mean = (lab * sel).sum(dim=(1, 2)) / n
-        var = (((lab - mean[:, None, None]) * sel) ** 2).sum(dim=(1, 2)) / n
+        mean = (lab * sel).sum(dim=(-2, -1), keepdim=True) / n
+        var = (((lab - mean) * sel) ** 2).sum(dim=(-2, -1), keepdim=True) / n
         return mean, torch.sqrt(var) + 1e-3
 
     mu_s, sd_s = stats(src)
     mu_t, sd_t = stats(dst)
     ratio = torch.clamp(sd_t / sd_s, *STD_RATIO_RANGE)
-    moved = (src - mu_s[:, None, None]) * ratio[:, None, None] + mu_t[:, None, None]
+    moved = (src - mu_s) * ratio + mu_t
     if mode == "local":
         shading = masked_blur(dst, skin, sigma) - masked_blur(moved, skin, sigma)
         limit = torch.tensor(SHADING_LIMIT, dtype=src.dtype, device=src.device)[:, None, None]
@@ -534,10 +601,11 @@ def _pyramid_levels(h: int, w: int, limit: int = 5) -> int:
     return levels
 
 
-def multiband(target: Tensor, face: Tensor, alpha: Tensor) -> Tensor:
-    """swap.blend.multiband: Laplacian-pyramid blend of [C,H,W] images under alpha [H,W]."""
+def multiband(target: Tensor, face: Tensor, alpha: Tensor, levels: int | None = None) -> Tensor:
+    """swap.blend.multiband: Laplacian-pyramid blend of [..., C, H, W] images under alpha
+    [..., H, W]; `levels` as many as the host gives an image of this size unless given."""
     h, w = alpha.shape[-2:]
-    levels = _pyramid_levels(h, w)
+    levels = _pyramid_levels(h, w) if levels is None else levels
     if levels == 0:
         return feather(target, face, alpha)
     gauss_a = [alpha]

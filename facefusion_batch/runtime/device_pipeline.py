@@ -10,7 +10,13 @@ copy) and back once. In between, on the worker's own CUDA stream:
   and the 468 points come back (small);
 - swap: the rasteriser still runs on the host (it produces per-face warp maps,
   not pictures); the source textures live on the device; texture sampling,
-  colour transfer, blending and the paste into the frame run on the device.
+  colour transfer, blending and the paste into the frame run on the device,
+  for all the faces of a batch at once (runtime/device_paint.py).
+
+With yuv420p planes (`planes=`, video/planes.py) the decoder's planes cross
+instead, at half the bytes; the device converts them to BGR, and after the swap
+converts back only the rectangles it painted, so every other pixel leaves
+exactly as it was decoded.
 
 It reuses the host stages' settings, sources and pure functions, so both paths
 compute the same thing; tests/test_gpu_device_pipeline.py holds them to that on
@@ -35,7 +41,9 @@ from facefusion_batch.faces.mesh import (
 from facefusion_batch.faces.table import FaceTable
 from facefusion_batch.pipeline.report import StageTimer
 from facefusion_batch.runtime import device_ops as D
+from facefusion_batch.runtime.device_paint import FaceRegion, paint_faces
 from facefusion_batch.runtime.streams import DeviceTimer, download, is_cuda, on_thread_stream
+from facefusion_batch.video.planes import PlaneLayout
 
 
 def _run_device(session, feeds: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -49,7 +57,8 @@ def _run_device(session, feeds: dict[str, torch.Tensor]) -> dict[str, torch.Tens
 
 
 def stage_frames(images: list[np.ndarray], device) -> torch.Tensor:
-    """Same-sized BGR frames → one uint8 [B,H,W,3] device tensor: one pinned buffer, one copy."""
+    """Same-sized frames (BGR, or packed planes) → one uint8 [B, ...] device tensor: one pinned
+    buffer, one copy."""
     first = images[0]
     if not is_cuda(device):
         return torch.from_numpy(np.stack(images))
@@ -163,6 +172,38 @@ def mesh_device(mesh: FaceMesh, frames: torch.Tensor, table: FaceTable, timer: D
     return table.select(presence > settings.presence_threshold)
 
 
+Rect = tuple[int, int, int, int, int]  # frame, x, y, width, height
+
+
+def planes_to_bgr(staged: torch.Tensor, layout: PlaneLayout) -> torch.Tensor:
+    """Packed yuv420p frames [B, H*3/2, W] → BGR uint8 [B, H, W, 3] (a new tensor)."""
+    y, u, v = D.i420_planes(staged, layout.height, layout.width)
+    return D.yuv420p_to_bgr(y, u, v, matrix=layout.matrix, full_range=layout.full_range)
+
+
+def write_back_planes(
+    staged: torch.Tensor, frames: torch.Tensor, layout: PlaneLayout, rects: list[Rect]
+) -> None:
+    """Convert the painted rectangles of `frames` (widened to even bounds) back into the packed
+    yuv420p `staged` frames, in place; the rest of `staged` keeps the decoder's values."""
+    height, width = layout.height, layout.width
+    quarter = (height // 2) * (width // 2)
+    for fi, x, y, w, h in rects:
+        x0, y0 = x - x % 2, y - y % 2
+        x1, y1 = min(width, x + w + (x + w) % 2), min(height, y + h + (y + h) % 2)
+        if x1 <= x0 or y1 <= y0:
+            continue
+        luma, cb, cr = D.bgr_to_yuv420p(
+            frames[fi : fi + 1, y0:y1, x0:x1], matrix=layout.matrix, full_range=layout.full_range
+        )
+        staged[fi, y0:y1, x0:x1] = luma[0]
+        chroma = staged[fi, height:].view(-1)  # U then V, each (H/2, W/2): views, written in place
+        u = chroma[:quarter].view(height // 2, width // 2)
+        v = chroma[quarter : 2 * quarter].view(height // 2, width // 2)
+        u[y0 // 2 : y1 // 2, x0 // 2 : x1 // 2] = cb[0]
+        v[y0 // 2 : y1 // 2, x0 // 2 : x1 // 2] = cr[0]
+
+
 class DeviceClassicalSwap:
     """ClassicalSwapper.__call__ painting into resident frames."""
 
@@ -178,12 +219,13 @@ class DeviceClassicalSwap:
             if is_cuda(device):  # uploaded once on this thread's stream; every worker stream reads them
                 torch.cuda.current_stream(device).synchronize()
 
-    def __call__(self, frames: torch.Tensor, table: FaceTable, timer: DeviceTimer) -> None:
+    def __call__(self, frames: torch.Tensor, table: FaceTable, timer: DeviceTimer) -> list[Rect]:
+        """Paint every face of `table` into `frames`; returns the rectangles painted."""
         from facefusion_batch.swap.classical import eye_frame, warp_map
         from facefusion_batch.swap.raster import rasterize
 
         if len(table) == 0:
-            return
+            return []
         sw = self.swapper
         choice = sw.choose_sources(table)
         src_mesh = np.stack([sw.sources[c].mesh[:, :2] for c in choice])
@@ -196,6 +238,7 @@ class DeviceClassicalSwap:
         cov = rasterize(dst, src_mesh, table.mesh[:, :, 2], sw.triangles, bounds)
         order = np.argsort(cov.face, kind="stable")
         bounds = np.searchsorted(cov.face[order], np.arange(len(table) + 1))
+        regions: list[FaceRegion] = []
         for f in range(len(table)):
             rows = order[bounds[f] : bounds[f + 1]]
             if rows.size < 16:
@@ -204,33 +247,13 @@ class DeviceClassicalSwap:
                 cov.x[rows], cov.y[rows], cov.src_x[rows], cov.src_y[rows], float(scales[f]), (height, width)
             )
             iod = 0.7 * eye_frame(table.mesh[f])[1]
-            fi = int(table.frame_index[f])
-            with timer.stage("device:paint", frames.device):
-                self._paint(frames, fi, self.textures[choice[f]], iod, map_x, map_y, x0, y0)
-
-    def _paint(self, frames, fi, texture, iod, map_x, map_y, x0, y0) -> None:
-        settings = self.settings
-        rh, rw = map_x.shape
-        maps = torch.from_numpy(np.stack([map_x, map_y])).to(frames.device, non_blocking=True)
-        covered = ~torch.isnan(maps[0])
-        maps = torch.where(covered[None], maps, torch.full_like(maps, -1e4))
-        warped = D.remap(texture, maps[0], maps[1])
-        region = frames[fi, y0 : y0 + rh, x0 : x0 + rw]
-        target = region.permute(2, 0, 1).float()
-        face = torch.where(covered[None], warped[:3], target)
-        alpha = torch.where(covered, warped[3], torch.zeros_like(warped[3]))
-        skin = covered & (warped[4] > 0.5)
-        if settings.colour != "none":
-            sigma = max(1.0, settings.shading_scale * iod)
-            face = D.transfer_colour(face, target, skin, settings.colour_strength, settings.colour, sigma)
-            face = torch.where(covered[None], face, target)
-        if settings.blend == "multiband":
-            result = D.multiband(target, face, alpha)
-        elif settings.blend == "feather":
-            result = D.feather(target, face, alpha)
-        else:
-            result = self._host_blend(target, face, alpha)
-        region.copy_(D.to_uint8_levels(result).permute(1, 2, 0).to(torch.uint8))
+            sigma = max(1.0, self.settings.shading_scale * iod)
+            regions.append(
+                FaceRegion(int(table.frame_index[f]), int(x0), int(y0), map_x, map_y, int(choice[f]), sigma)
+            )
+        with timer.stage("device:paint", frames.device):
+            paint_faces(frames, regions, self.textures, self.settings, host_blend=self._host_blend)
+        return [(r.frame, r.x0, r.y0, r.width, r.height) for r in regions]
 
     def _host_blend(self, target, face, alpha):
         from facefusion_batch.swap.blend import blend
@@ -258,16 +281,31 @@ class DeviceFaceSwapPipeline:
     def timer(self, value: StageTimer) -> None:
         self.host.timer = value
 
-    def __call__(self, images: list[np.ndarray]):
+    @property
+    def accepts_planes(self) -> bool:
+        """Whether yuv420p planes may come in and go out: only when no host stage needs BGR
+        pictures (an enhancer, or the reference selector's recogniser)."""
+        return self.host.enhancer is None and self.host.selector.mode != "reference"
+
+    def __call__(self, images: list[np.ndarray], planes: PlaneLayout | None = None):
+        """Swap a batch of BGR frames, or of packed yuv420p frames of layout `planes` (returned in
+        the same form)."""
         from facefusion_batch.pipeline.stages import BatchResult
 
         host = self.host
         timer = host.timer
         if not images:
             return BatchResult(frames=[], faces_found=0, faces_swapped=0, frames_with_faces=0)
+        if planes is not None and not self.accepts_planes:
+            raise ValueError("this pipeline has host stages that need BGR frames")
         with torch.inference_mode(), on_thread_stream(self.device):
             with timer.stage("upload"):
-                frames = stage_frames(images, self.device)
+                staged = stage_frames(images, self.device)
+            if planes is None:
+                frames = staged
+            else:
+                with self.device_timer.stage("device:yuv_to_bgr", self.device):
+                    frames = planes_to_bgr(staged, planes)
             with timer.stage("detect"):
                 table = detect_device(host.detector, frames, self.device_timer)
             found = len(table)
@@ -275,7 +313,11 @@ class DeviceFaceSwapPipeline:
             with timer.stage("mesh"):
                 table = mesh_device(host.mesh, frames, table, self.device_timer)
             with timer.stage("swap"):
-                self.swap(frames, table, self.device_timer)
+                painted = self.swap(frames, table, self.device_timer)
+            if planes is not None:
+                with self.device_timer.stage("device:bgr_to_yuv", self.device):
+                    write_back_planes(staged, frames, planes, painted)
+                frames = staged
             with timer.stage("download"):
                 out = download({"frames": frames})["frames"]
         result = [out[i] for i in range(len(images))]

@@ -4,7 +4,9 @@
 threading on top, `thread_type = "AUTO"`), converts every picture to a
 C-contiguous BGR `uint8` array (OpenCV's channel order), turns it upright
 according to the stream's display matrix and hands it to the consumer through a
-bounded queue: memory stays flat however long the video is.
+bounded queue: memory stays flat however long the video is. With
+`pixel_format="yuv420p"` it hands over the decoder's planes instead, unconverted
+(see video/planes.py: for pipelines that convert on the GPU).
 
 Errors in the decode thread are re-raised in the consumer: FFmpeg read/decode
 errors as `InputError` ("... is truncated or corrupt at frame N ..."), anything
@@ -47,6 +49,7 @@ import cv2
 import numpy as np
 
 from facefusion_batch.errors import FfbatchError, InputError
+from facefusion_batch.video.planes import BGR24, PIXEL_FORMATS, YUV420P, blank_picture
 from facefusion_batch.video.probe import VideoInfo, probe
 from facefusion_batch.video.segments import FrameIndex, frame_index
 
@@ -68,7 +71,7 @@ class Frame:
     index: int  # 0-based sequence number in the order the decoder returned frames
     pts: int | None  # presentation timestamp in `time_base` units (None if the file has none)
     time_base: Fraction
-    image: np.ndarray  # H x W x 3 uint8 BGR, C-contiguous, already rotated upright
+    image: np.ndarray  # H x W x 3 uint8 BGR, C-contiguous, upright (yuv420p: [H*3/2, W] planes)
     replaced: bool = False  # on_decode_error="skip": not decoded, a copy of the last good picture
 
 
@@ -114,10 +117,14 @@ class FrameReader:
         frames: tuple[int, int] | None = None,
         index: FrameIndex | None = None,
         on_decode_error: str = "fail",
+        pixel_format: str = BGR24,
     ) -> None:
         """`frames=(start, end)` yields only frames start..end-1 (0-based, presentation order),
         seeking to the keyframe before `start` when the stream's timestamps allow it (`index`,
-        computed here when not given); frames keep their absolute `index` and pts."""
+        computed here when not given); frames keep their absolute `index` and pts.
+        `pixel_format="yuv420p"`: frames as planes, for inputs `plane_layout_for` accepts."""
+        if pixel_format not in PIXEL_FORMATS:
+            raise ValueError(f"pixel_format must be one of {PIXEL_FORMATS}")
         if queue_size < 1:
             raise ValueError("queue_size must be at least 1")
         if on_decode_error not in DECODE_ERROR_MODES:
@@ -125,6 +132,7 @@ class FrameReader:
         if on_decode_error == "skip" and frames is not None:
             raise ValueError('on_decode_error="skip" reads whole files only, not frame ranges')
         self.on_decode_error = on_decode_error
+        self.pixel_format = pixel_format
         self.path = Path(path)
         self.info = info if info is not None else probe(self.path)
         self.frames = frames
@@ -304,7 +312,7 @@ class FrameReader:
                     decoded.discard(pts)
                     continue
                 if last is None:
-                    last = np.zeros((self.info.height, self.info.width, 3), np.uint8)
+                    last = blank_picture(self.pixel_format, self.info.height, self.info.width)
                 log.debug("%s: frame %d (pts %d) was not decoded; replaced", self.path, number, pts)
                 frame = Frame(index=number, pts=pts, time_base=time_base, image=last.copy(), replaced=True)
                 if not self._put(frame):
@@ -438,6 +446,11 @@ class FrameReader:
                     info.coded_height,
                 )
             kwargs = {"width": info.coded_width, "height": info.coded_height}
+        if self.pixel_format == YUV420P:
+            # the planes as decoded (plane_layout_for admits only upright 8-bit limited yuv420p)
+            if kwargs or av_frame.format.name != YUV420P:
+                av_frame = av_frame.reformat(format=YUV420P, **kwargs)
+            return av_frame.to_ndarray()
         # Honour the frame's own colour tags: the matrix (BT.601/709/2020) and the range
         # (limited/full); untagged frames get FFmpeg's defaults, as a player would use.
         image = av_frame.to_ndarray(format="bgr24", src_color_range=int(av_frame.color_range), **kwargs)

@@ -15,7 +15,9 @@ Pictures: BGR `uint8` in, converted to `settings.pix_fmt` with the colour
 matrix the input was tagged with (the output carries the same tags), so colours
 round-trip. With 4:2:0/4:2:2 pixel formats an odd width or height is padded to
 even by repeating the last column/row (logged once): the output is then one
-pixel wider/taller than the input.
+pixel wider/taller than the input. With `pixel_format="yuv420p"` the frames
+arrive as planes in the input's own encoding (video/planes.py) and go to the
+encoder unconverted.
 
 Quality: `crf` 0-51 (x264/x265 CRF; NVENC constant-quality `cq`, where 0 means
 "automatic" and is raised to 1). `quality` 0-100 (100 best) is the alternative,
@@ -46,6 +48,7 @@ import numpy as np
 from facefusion_batch.errors import FfbatchError, InputError, OutputError
 from facefusion_batch.fsutil import default_file_mode
 from facefusion_batch.video.audio import AudioMuxer
+from facefusion_batch.video.planes import BGR24, PIXEL_FORMATS, YUV420P, picture_shape
 from facefusion_batch.video.probe import VideoInfo
 
 log = logging.getLogger("ffbatch")
@@ -234,10 +237,16 @@ class VideoWriter:
         audio_from: str | Path | None = None,
         queue_size: int = 32,
         metadata: dict[str, str] | None = None,
+        pixel_format: str = BGR24,
     ) -> None:
-        """`metadata`: container tags to write (segments record their frame range this way)."""
+        """`metadata`: container tags to write (segments record their frame range this way).
+        `pixel_format="yuv420p"`: frames are [H*3/2, W] planes, encoded as they are (only for
+        inputs `plane_layout_for` accepts: even sides, a yuv420p output)."""
         if queue_size < 1:
             raise ValueError("queue_size must be at least 1")
+        if pixel_format not in PIXEL_FORMATS:
+            raise ValueError(f"pixel_format must be one of {PIXEL_FORMATS}")
+        self.pixel_format = pixel_format
         self.output = Path(output)
         self._metadata = dict(metadata or {})
         self.info = info
@@ -248,6 +257,8 @@ class VideoWriter:
         self._check_output_path(audio_from)
         self.width, self.height = _even_dims(info.width, info.height, settings.pix_fmt)
         self._pad = (self.height - info.height, self.width - info.width)
+        if pixel_format == YUV420P and (any(self._pad) or settings.pix_fmt != YUV420P):
+            raise ValueError("yuv420p frames need even sides and a yuv420p output (see plane_layout_for)")
         if any(self._pad):
             log.warning(
                 "%s: %s needs even dimensions; padding %dx%d to %dx%d by repeating the last row/column",
@@ -363,7 +374,7 @@ class VideoWriter:
     # -- producer side -------------------------------------------------------------------------
 
     def write(self, image: np.ndarray, pts: int | None, time_base: Fraction) -> None:
-        """Queue one upright BGR frame (H x W x 3 uint8, the input's displayed size).
+        """Queue one upright frame (BGR H x W x 3 uint8 at the displayed size; yuv420p: planes).
 
         `pts` is in `time_base` units (None: one frame after the previous one). The array is
         encoded later, on the encoder thread: do not modify it after handing it over. Raises
@@ -372,7 +383,7 @@ class VideoWriter:
         if self._state != "open":
             raise FfbatchError(f"VideoWriter for {self.output} is already {self._state}")
         self._raise_if_failed()
-        expected = (self.info.height, self.info.width, 3)
+        expected = picture_shape(self.pixel_format, self.info.height, self.info.width)
         if not isinstance(image, np.ndarray) or image.dtype != np.uint8 or image.shape != expected:
             got = f"{image.shape} {image.dtype}" if isinstance(image, np.ndarray) else type(image).__name__
             raise FfbatchError(f"VideoWriter for {self.output} expects {expected} uint8 frames, got {got}")
@@ -515,8 +526,14 @@ class VideoWriter:
         image = item.image
         if any(self._pad):
             image = np.pad(image, ((0, self._pad[0]), (0, self._pad[1]), (0, 0)), mode="edge")
-        frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(image), format="bgr24")
-        if self._colorspace is not None:
+        if self.pixel_format == YUV420P:
+            frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(image), format=YUV420P)
+            if self._colorspace is not None:
+                frame.colorspace = self._colorspace
+                frame.color_range = 1
+        else:
+            frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(image), format="bgr24")
+        if self._colorspace is not None and self.pixel_format != YUV420P:
             frame = frame.reformat(
                 format=self.settings.pix_fmt, dst_colorspace=self._colorspace, dst_color_range=1
             )

@@ -1,0 +1,195 @@
+"""Painting every face of a batch into resident frames at once.
+
+Painting one face is a few thousand small tensor operations (texture sampling,
+two LAB conversions, two masked blurs, a five-level pyramid blend). Run face by
+face, a GPU spends its time waiting for Python to launch them: 96 faces (16
+frames of 6) would be ~200,000 launches a batch. Here every face of a batch is
+painted by the same operations on a stack of equal-sized canvases, so the
+number of launches depends on the batch, not on the number of faces.
+
+Each face's canvas is a window of its frame, as large as the largest face
+region of the batch (rounded up to 32 pixels), placed over the face's region
+and kept inside the frame. Outside its own warp map a canvas holds the
+frame's pixels and zero alpha, so the blend leaves them as they were. Face by
+face the host path differs only in what it reads past a region's border (the
+frame's pixels here, a mirror of the region there) and in where the colour
+blur's downscaling grid falls; tests/test_gpu_device_pipeline.py bounds the
+difference on real faces.
+
+Faces whose canvases overlap in one frame are painted in successive waves,
+so a face painted later sees the earlier one, as the host's sequential loop
+does. Canvases go through in chunks of at most `max_faces` to bound memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from facefusion_batch.runtime import device_ops as D
+
+CANVAS_STEP = 32
+
+
+@dataclass(frozen=True)
+class FaceRegion:
+    """One face to paint: its frame, the top-left of its warp map in the frame, the map itself
+    (source texture pixels; NaN where the face does not cover), its source and blur width."""
+
+    frame: int
+    x0: int
+    y0: int
+    map_x: np.ndarray
+    map_y: np.ndarray
+    source: int
+    sigma: float
+
+    @property
+    def height(self) -> int:
+        return int(self.map_x.shape[0])
+
+    @property
+    def width(self) -> int:
+        return int(self.map_x.shape[1])
+
+
+def canvas_size(regions: list[FaceRegion], frame_hw: tuple[int, int]) -> tuple[int, int]:
+    height, width = frame_hw
+    h = max(r.height for r in regions)
+    w = max(r.width for r in regions)
+    round_up = lambda n: -(-n // CANVAS_STEP) * CANVAS_STEP  # noqa: E731
+    return min(height, round_up(h)), min(width, round_up(w))
+
+
+def canvas_origins(
+    regions: list[FaceRegion], canvas: tuple[int, int], frame_hw: tuple[int, int]
+) -> np.ndarray:
+    """[F, 2] (y, x) top-left of each canvas: over the face's region, inside the frame."""
+    ch, cw = canvas
+    height, width = frame_hw
+    ys = np.array([min(r.y0, height - ch) for r in regions])
+    xs = np.array([min(r.x0, width - cw) for r in regions])
+    return np.stack([np.maximum(ys, 0), np.maximum(xs, 0)], axis=1)
+
+
+def plan_waves(regions: list[FaceRegion], origins: np.ndarray, canvas: tuple[int, int]) -> list[list[int]]:
+    """Faces in waves: within a wave no two canvases of one frame overlap; a face goes into the
+    wave after the last earlier face it overlaps, so the painting order of overlapping faces
+    stays the table's."""
+    ch, cw = canvas
+    wave_of: list[int] = []
+    for i, r in enumerate(regions):
+        wave = 0
+        for j in range(i):
+            if regions[j].frame != r.frame:
+                continue
+            (ya, xa), (yb, xb) = origins[i], origins[j]
+            if ya < yb + ch and yb < ya + ch and xa < xb + cw and xb < xa + cw:
+                wave = max(wave, wave_of[j] + 1)
+        wave_of.append(wave)
+    waves: list[list[int]] = [[] for _ in range(max(wave_of, default=-1) + 1)]
+    for i, w in enumerate(wave_of):
+        waves[w].append(i)
+    return waves
+
+
+def _gather_canvases(frames: torch.Tensor, index: np.ndarray, origins: np.ndarray, canvas: tuple[int, int]):
+    """[F, 3, ch, cw] float windows of the uint8 frames [B, H, W, 3]: one gather."""
+    ch, cw = canvas
+    device = frames.device
+    fi = torch.as_tensor(index, device=device)[:, None, None]
+    rows = torch.as_tensor(origins[:, 0], device=device)[:, None] + torch.arange(ch, device=device)
+    cols = torch.as_tensor(origins[:, 1], device=device)[:, None] + torch.arange(cw, device=device)
+    windows = frames[fi, rows[:, :, None], cols[:, None, :]]  # [F, ch, cw, 3]
+    return windows.permute(0, 3, 1, 2).float()
+
+
+def _maps(regions: list[FaceRegion], origins: np.ndarray, canvas: tuple[int, int]) -> np.ndarray:
+    """[F, 2, ch, cw] source coordinates, NaN outside each face's own warp map."""
+    ch, cw = canvas
+    maps = np.full((len(regions), 2, ch, cw), np.nan, np.float32)
+    for f, r in enumerate(regions):
+        dy, dx = r.y0 - origins[f, 0], r.x0 - origins[f, 1]
+        h, w = min(r.height, ch - dy), min(r.width, cw - dx)
+        maps[f, 0, dy : dy + h, dx : dx + w] = r.map_x[:h, :w]
+        maps[f, 1, dy : dy + h, dx : dx + w] = r.map_y[:h, :w]
+    return maps
+
+
+def _sample_textures(textures: list[torch.Tensor], sources: np.ndarray, maps: torch.Tensor) -> torch.Tensor:
+    """[F, C, ch, cw]: each face's texture sampled at its map; one call per source picture."""
+    f, _, ch, cw = maps.shape
+    channels = textures[0].shape[0]
+    out = torch.empty((f, channels, ch, cw), dtype=torch.float32, device=maps.device)
+    for source in np.unique(sources):
+        rows = np.flatnonzero(sources == source)
+        sel = torch.as_tensor(rows, device=maps.device)
+        m = maps.index_select(0, sel)  # [n, 2, ch, cw]
+        # the faces' canvases stacked into one tall picture: one grid_sample for all of them
+        tall_x = m[:, 0].reshape(1, len(rows) * ch, cw)
+        tall_y = m[:, 1].reshape(1, len(rows) * ch, cw)
+        texture = textures[int(source)][None].float()
+        sampled = D.remap(texture, tall_x, tall_y)  # [1, C, n*ch, cw]
+        out.index_copy_(0, sel, sampled[0].reshape(channels, len(rows), ch, cw).transpose(0, 1))
+    return out
+
+
+def paint_faces(
+    frames: torch.Tensor,
+    regions: list[FaceRegion],
+    textures: list[torch.Tensor],
+    settings,
+    *,
+    max_faces: int = 64,
+    host_blend=None,
+) -> None:
+    """Paint `regions` into the uint8 frames [B, H, W, 3] in place (ClassicalSettings: colour,
+    colour_strength, blend). `host_blend(target, face, alpha)` for blends without a device twin
+    (poisson), per face."""
+    if not regions:
+        return
+    frame_hw = (int(frames.shape[1]), int(frames.shape[2]))
+    canvas = canvas_size(regions, frame_hw)
+    origins = canvas_origins(regions, canvas, frame_hw)
+    for wave in plan_waves(regions, origins, canvas):
+        for start in range(0, len(wave), max_faces):
+            chunk = wave[start : start + max_faces]
+            _paint_chunk(
+                frames, [regions[i] for i in chunk], origins[chunk], canvas, textures, settings, host_blend
+            )
+
+
+def _paint_chunk(frames, regions, origins, canvas, textures, settings, host_blend) -> None:
+    device = frames.device
+    index = np.array([r.frame for r in regions])
+    target = _gather_canvases(frames, index, origins, canvas)
+    maps = torch.from_numpy(_maps(regions, origins, canvas)).to(device, non_blocking=True)
+    covered = ~torch.isnan(maps[:, 0])
+    maps = torch.where(covered[:, None], maps, torch.full_like(maps, -1e4))
+    warped = _sample_textures(textures, np.array([r.source for r in regions]), maps)
+    face = torch.where(covered[:, None], warped[:, :3], target)
+    alpha = torch.where(covered, warped[:, 3], torch.zeros_like(warped[:, 3]))
+    skin = covered & (warped[:, 4] > 0.5)
+    if settings.colour != "none":
+        sigmas = [r.sigma for r in regions]
+        face = D.transfer_colour(face, target, skin, settings.colour_strength, settings.colour, sigmas)
+        face = torch.where(covered[:, None], face, target)
+    if settings.blend == "multiband":
+        # as many pyramid levels as the host gives each face's own region
+        levels = np.array([D._pyramid_levels(r.height, r.width) for r in regions])
+        result = torch.empty_like(target)
+        for n in np.unique(levels):
+            sel = torch.as_tensor(np.flatnonzero(levels == n), device=device)
+            part = D.multiband(target[sel], face[sel], alpha[sel], levels=int(n))
+            result.index_copy_(0, sel, part)
+    elif settings.blend == "feather":
+        result = D.feather(target, face, alpha)
+    else:
+        result = torch.stack([host_blend(target[f], face[f], alpha[f]) for f in range(len(regions))])
+    result = D.to_uint8_levels(result).to(torch.uint8).permute(0, 2, 3, 1)  # [F, ch, cw, 3]
+    for f, r in enumerate(regions):
+        dy, dx = r.y0 - origins[f, 0], r.x0 - origins[f, 1]
+        h, w = min(r.height, canvas[0] - dy), min(r.width, canvas[1] - dx)
+        frames[r.frame, r.y0 : r.y0 + h, r.x0 : r.x0 + w] = result[f, dy : dy + h, dx : dx + w]

@@ -1,0 +1,195 @@
+"""Frames as yuv420p planes from decoder to encoder (what the GPU backends use), on the CPU.
+
+The torch device ops and the device-resident pipeline run with device="cpu"; a render goes through
+the whole path with the cuda backend's session class standing in on the CPU.
+
+Tolerances: BGR → yuv420p agrees with FFmpeg's swscale (the CPU writer's conversion) within 1 level
+on every sample; a planar render and a BGR render of the same frames agree within the decoder's
+chroma upsampling differences (mean <= 0.5 levels, 99th percentile <= 6); pixels outside the painted
+faces leave bit for bit.
+"""
+
+from __future__ import annotations
+
+import av
+import numpy as np
+import pytest
+from media import decode_all, make_clip
+
+torch = pytest.importorskip("torch")
+
+from facefusion_batch.config import RenderSettings  # noqa: E402
+from facefusion_batch.pipeline import build as build_module  # noqa: E402
+from facefusion_batch.pipeline.build import build_pipeline  # noqa: E402
+from facefusion_batch.pipeline.render import Renderer, batch_pixel_budget, render  # noqa: E402
+from facefusion_batch.runtime import device_ops as D  # noqa: E402
+from facefusion_batch.runtime.device_pipeline import device_pipeline_for  # noqa: E402
+from facefusion_batch.runtime.torch_backend import TorchBackend  # noqa: E402
+from facefusion_batch.swap.classical import ClassicalSettings  # noqa: E402
+from facefusion_batch.video.planes import (  # noqa: E402
+    PlaneLayout,
+    blank_picture,
+    plane_layout_for,
+)
+from facefusion_batch.video.probe import probe  # noqa: E402
+from facefusion_batch.video.reader import FrameReader  # noqa: E402
+from facefusion_batch.video.writer import EncoderSettings, VideoWriter  # noqa: E402
+
+
+def packed(y: np.ndarray, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    h, w = y.shape
+    return np.concatenate([y, np.concatenate([u.reshape(-1), v.reshape(-1)]).reshape(h // 2, w)])
+
+
+@pytest.mark.parametrize(("colorspace", "matrix"), [(5, "bt601"), (1, "bt709"), (9, "bt2020")])
+def test_bgr_to_yuv420p_matches_swscale(t1_small, colorspace, matrix):
+    image = np.ascontiguousarray(t1_small[:442])  # even sides
+    ref = av.VideoFrame.from_ndarray(image, format="bgr24")
+    ref = ref.reformat(format="yuv420p", dst_colorspace=colorspace, dst_color_range=1).to_ndarray()
+    y, u, v = D.bgr_to_yuv420p(torch.from_numpy(image[None].copy()), matrix=matrix)
+    mine = packed(y[0].numpy(), u[0].numpy(), v[0].numpy())
+    assert mine.shape == ref.shape
+    assert np.abs(mine.astype(int) - ref.astype(int)).max() <= 1
+
+
+def test_plane_layout_only_where_exact(face_clip):
+    info = probe(face_clip)
+    layout, why = plane_layout_for(info, "yuv420p")
+    assert layout == PlaneLayout(info.height, info.width, "bt601") and why == ""
+    from dataclasses import replace
+
+    for change, words in [
+        ({"pix_fmt": "yuv420p10le"}, "yuv420p10le"),
+        ({"rotation": 90}, "rotated"),
+        ({"width": 641}, "odd"),
+        ({"color_range": 2}, "full range"),
+        ({"color_space": 7}, "colour matrix"),
+    ]:
+        layout, why = plane_layout_for(replace(info, **change), "yuv420p")
+        assert layout is None and words in why
+    assert plane_layout_for(info, "yuv444p")[0] is None
+
+
+def test_planes_round_trip_through_reader_and_lossless_writer(tmp_path):
+    clip = make_clip(tmp_path / "in.mp4", frames=12, size=(96, 64), audio=None)
+    info = probe(clip)
+    with FrameReader(clip, pixel_format="yuv420p") as reader:
+        frames = list(reader)
+    assert [f.image.shape for f in frames] == [(96, 96)] * 12
+    with av.open(str(clip)) as container:
+        decoded = [f.to_ndarray() for f in container.decode(video=0)]
+    for frame, plane in zip(frames, decoded, strict=True):
+        np.testing.assert_array_equal(frame.image, plane)
+    out = tmp_path / "out.mkv"
+    with VideoWriter(out, info, EncoderSettings(crf=0, preset="ultrafast"), pixel_format="yuv420p") as writer:
+        for frame in frames:
+            writer.write(frame.image, frame.pts, frame.time_base)
+    with av.open(str(out)) as container:
+        again = [(f.time, f.to_ndarray()) for f in container.decode(video=0)]
+    assert [round(t, 3) for t, _ in again] == [round(float(f.pts * f.time_base), 3) for f in frames]
+    for frame, (_, plane) in zip(frames, again, strict=True):
+        np.testing.assert_array_equal(frame.image, plane)  # x264 at crf 0 is lossless
+
+
+def test_planar_writer_refuses_bgr_frames_and_odd_sizes(tmp_path, face_clip):
+    from dataclasses import replace
+
+    from facefusion_batch.errors import FfbatchError
+
+    info = probe(face_clip)
+    with VideoWriter(tmp_path / "o.mp4", info, EncoderSettings(), pixel_format="yuv420p") as writer:
+        with pytest.raises(FfbatchError, match="expects"):
+            writer.write(np.zeros((info.height, info.width, 3), np.uint8), 0, info.time_base)
+        writer.write(blank_picture("yuv420p", info.height, info.width), 0, info.time_base)
+    with pytest.raises(ValueError, match="even"):
+        VideoWriter(tmp_path / "p.mp4", replace(info, width=641), EncoderSettings(), pixel_format="yuv420p")
+    black = blank_picture("yuv420p", 4, 4)
+    assert black[:4].tolist() == [[16] * 4] * 4 and set(black[4:].reshape(-1)) == {128}
+
+
+@pytest.fixture(scope="module")
+def cpu_torch_models(models):
+    """The default models on the cuda backend's session class, run on the CPU."""
+    from facefusion_batch.pipeline.build import Models
+
+    backend = TorchBackend(device="cpu")
+    detector = type(models.detector)(
+        backend.load(models.paths["yunet_2023mar_batch"], label="yunet_2023mar_batch"),
+        models.detector.settings,
+    )
+    return Models(backend=backend, detector=detector, paths=dict(models.paths))
+
+
+def test_device_pipeline_on_planes_matches_bgr_and_passes_the_rest_through(
+    cpu_torch_models, t1_image, astronaut_path
+):
+    image = np.ascontiguousarray(t1_image[:884])  # even sides
+    h, w = image.shape[:2]
+    planes = av.VideoFrame.from_ndarray(image, format="bgr24").reformat(format="yuv420p").to_ndarray()
+    blank = blank_picture("yuv420p", h, w)
+    pipeline = device_pipeline_for(
+        build_pipeline(cpu_torch_models, (astronaut_path,), ClassicalSettings(), "many"),
+        cpu_torch_models.backend,
+    )
+    assert pipeline.accepts_planes
+    layout = PlaneLayout(h, w, "bt601")
+    got = pipeline([planes, blank], planes=layout)
+    assert got.faces_swapped >= 5 and got.frames_with_faces == 1
+    assert got.frames[0].shape == planes.shape and got.frames[0].dtype == np.uint8
+    np.testing.assert_array_equal(got.frames[1], blank)  # no face: every byte as decoded
+    # the same picture through the BGR path, converted the way the CPU writer would
+    bgr = av.VideoFrame.from_ndarray(planes, format="yuv420p").to_ndarray(format="bgr24")
+    want = pipeline([bgr]).frames[0]
+    mine = av.VideoFrame.from_ndarray(got.frames[0], format="yuv420p").to_ndarray(format="bgr24")
+    d = np.abs(mine.astype(int) - want.astype(int))
+    assert d.mean() <= 0.5 and np.percentile(d, 99) <= 6
+    # the swap really happened in the planes: the luma changed only around the faces
+    changed = np.abs(got.frames[0][:h].astype(int) - planes[:h].astype(int)) > 2
+    assert changed.mean() > 0.002
+    rows, cols = np.nonzero(changed)
+    assert rows.min() > 0 or cols.min() > 0
+
+
+def test_planes_are_refused_when_a_host_stage_needs_bgr(cpu_torch_models, astronaut_path):
+    pipeline = device_pipeline_for(
+        build_pipeline(cpu_torch_models, (astronaut_path,), ClassicalSettings(), "many"),
+        cpu_torch_models.backend,
+    )
+    pipeline.host.enhancer = object()  # any host enhancer works on BGR pictures
+    try:
+        assert not pipeline.accepts_planes
+        with pytest.raises(ValueError, match="BGR"):
+            pipeline([blank_picture("yuv420p", 64, 64)], planes=PlaneLayout(64, 64, "bt601"))
+    finally:
+        pipeline.host.enhancer = None
+
+
+def test_device_batches_take_the_asked_size_of_1080p_frames():
+    class Gpu:
+        device = "cuda:0"
+
+    class Cpu:
+        device = None
+
+    assert batch_pixel_budget(Gpu(), 16) // (1920 * 1620) == 16  # 1080p planes
+    assert batch_pixel_budget(Gpu(), 16) // (3840 * 3240) == 4  # 4K planes
+    assert batch_pixel_budget(Cpu(), 16) == 8 * 1920 * 1080
+
+
+def test_render_on_a_device_backend_keeps_frames_as_planes(tmp_path, monkeypatch, t1_small, cpu_torch_models):
+    """The whole render path with the cuda backend's classes on the CPU: same frames and
+    timestamps out, the report says the frames stayed planes, audio copied."""
+    monkeypatch.setattr(build_module, "select_backend", lambda *a, **k: TorchBackend(device="cpu"))
+    clip = make_clip(tmp_path / "in.mp4", frames=10, size=(640, 360), image=t1_small)
+    out = tmp_path / "out.mp4"
+    from facefusion_batch.assets import asset_path
+
+    settings = RenderSettings(input=clip, output=out, sources=(asset_path("astronaut.png"),), backend="cuda")
+    renderer = Renderer.load(settings)
+    assert getattr(renderer.pipeline, "accepts_planes", False)
+    report = render(settings, renderer=renderer)
+    assert report.frames_as == "yuv420p (bt601)" and report.faces_swapped > 0
+    before, _ = decode_all(clip)
+    after, _ = decode_all(out)
+    assert [p for p, _ in after] == [p for p, _ in before]
+    assert report.audio == "copied"
