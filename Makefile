@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed-stamp
 INPUTS := examples/inputs
 OUT    := out
 
-.PHONY: demo test venv models inputs lint bench clean
+.PHONY: demo test venv models inputs lint bench gpu-kit clean
 
 venv: $(STAMP)
 
@@ -47,6 +47,10 @@ test: models lint
 
 bench: models
 	$(BIN)/python scripts/bench.py
+
+# what a GPU machine without network needs beside the tree (see docs/gpu.md, "Running on a GPU")
+gpu-kit: models
+	PYTHON=$(BIN)/python scripts/gpu_kit.sh
 
 clean:
 	rm -rf $(OUT) $(INPUTS)

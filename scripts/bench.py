@@ -105,8 +105,9 @@ def job_render(clip: Path, out: Path, source: Path, batch_size: int, workers: in
     }
 
 
-def job_floor(clip: Path, out: Path) -> dict:
-    """Decode + encode only, through the same reader and writer as a render."""
+def job_floor(clip: Path, out: Path, pixel_format: str = "bgr24") -> dict:
+    """Decode + encode only, through the same reader and writer as a render: with BGR frames
+    (what a CPU render converts to and from) or the decoder's yuv420p planes (no conversion)."""
     from facefusion_batch.pipeline.report import peak_rss_mb
     from facefusion_batch.video.probe import probe
     from facefusion_batch.video.reader import FrameReader
@@ -116,8 +117,8 @@ def job_floor(clip: Path, out: Path) -> dict:
     t0 = time.perf_counter()
     n = 0
     with (
-        FrameReader(clip, info=info) as reader,
-        VideoWriter(out, info, EncoderSettings(), audio_from=clip) as writer,
+        FrameReader(clip, info=info, pixel_format=pixel_format) as reader,
+        VideoWriter(out, info, EncoderSettings(), audio_from=clip, pixel_format=pixel_format) as writer,
     ):
         for frame in reader:
             writer.write(frame.image, frame.pts, frame.time_base)
@@ -246,6 +247,7 @@ def main() -> None:
             out = args.out / f"{name}-out.mp4"
             row = {"workload": name, "frames": args.frames}
             row["floor"] = run_child("floor", clip=clip, out=out)
+            row["floor_planes"] = run_child("floor", clip=clip, out=out, pixel_format="yuv420p")
             row["render"] = run_child(
                 "render", clip=clip, out=out, source=source, batch_size=args.batch_size, workers=args.workers
             )
@@ -257,7 +259,8 @@ def main() -> None:
             r = row["render"]
             print(
                 f"{name}: ffbatch {r['frames'] / r['wall_s']:.2f} fps "
-                f"({r['faces']} faces), floor {row['floor']['frames'] / row['floor']['wall_s']:.1f} fps, "
+                f"({r['faces']} faces), floor {row['floor']['frames'] / row['floor']['wall_s']:.1f} fps "
+                f"(as planes {row['floor_planes']['frames'] / row['floor_planes']['wall_s']:.1f}), "
                 f"render/floor {row['ratio_to_floor']:.2f}x"
                 + (
                     f", naive {row['naive']['frames'] / row['naive']['wall_s']:.2f} fps, "

@@ -2,9 +2,11 @@
 
 On synthesised 1080p clips with 1 and 6 faces it measures, in this process:
 
-- the floor: decode + encode only, through the same reader and writer as a render;
+- the floor: decode + encode only, through the same reader and writer as a render, the decoder's
+  yuv420p planes straight to the encoder (and, for comparison, through BGR);
 - the classical default on each backend: cpu (onnxruntime), cuda with host pre/post-processing,
-  cuda device-resident (frames cross to the GPU once), tensorrt (if installed);
+  cuda device-resident (frames cross to the GPU once) with BGR frames and with yuv420p planes,
+  tensorrt (if installed);
 - batch 1 versus batched, 1 stream versus N;
 - the inswapper-architecture stand-in (scripts/make_standins.py, random weights: compute
   only) on the cuda backend, batch 1 versus batched;
@@ -57,11 +59,12 @@ def make_clip(path: Path, faces: int, frames: int, size=(1920, 1080), fps: int =
     return make_bench_clip(path, faces, size, frames, fps)
 
 
-def floor(clip: Path, out: Path) -> dict:
-    """Decode + encode only: the CPU benchmark's floor job."""
+def floor(clip: Path, out: Path, pixel_format: str = "yuv420p") -> dict:
+    """Decode + encode only: the CPU benchmark's floor job; by default with the decoder's planes
+    (no colour conversion): the true floor, and what a resident render on the GPU also does."""
     from bench import job_floor
 
-    result = job_floor(clip, out)
+    result = job_floor(clip, out, pixel_format)
     return {
         "frames": result["frames"],
         "wall_s": round(result["wall_s"], 3),
@@ -69,8 +72,9 @@ def floor(clip: Path, out: Path) -> dict:
     }
 
 
-def render_run(settings, options, *, resident: bool) -> dict:
-    """One render with `options` scoped; the device-resident pipeline when `resident`."""
+def render_run(settings, options, *, resident: bool, planes: bool = True) -> dict:
+    """One render with `options` scoped. `resident`: the device-resident pipeline (else the host
+    pipeline with its models on the GPU); `planes`: frames stay yuv420p planes where they can."""
     import torch
 
     from facefusion_batch.pipeline.render import Renderer, render
@@ -81,8 +85,11 @@ def render_run(settings, options, *, resident: bool) -> dict:
     with device_options(options):
         renderer = Renderer.load(settings)
         backend = renderer.models.backend
-        if resident:
-            renderer.pipeline = device_pipeline_for(renderer.pipeline, backend)
+        # build_pipeline already gives the device-resident twin on a GPU backend
+        host = getattr(renderer.pipeline, "host", renderer.pipeline)
+        renderer.pipeline = device_pipeline_for(host, backend) if resident else host
+        if not planes:
+            renderer.frame_layout = lambda info, report=None: None
         device = torch.cuda.current_device() if torch.cuda.is_available() else 0
         sampler = NvmlSampler([device], interval_s=0.2).start()
         t0 = time.perf_counter()
@@ -97,6 +104,7 @@ def render_run(settings, options, *, resident: bool) -> dict:
         "wall_s": round(wall, 3),
         "load_s": round(renderer.load_seconds, 2),
         "fps": round(report.frames_out / wall, 2),
+        "frames_as": summary["frames_as"],
         "batch_size_mean": summary["batch_size_mean"],
         "batch_latency_p50_s": summary["batch_latency_p50_s"],
         "batch_latency_p99_s": summary["batch_latency_p99_s"],
@@ -165,10 +173,14 @@ def main() -> None:
     for faces in (1, 6):
         clip = make_clip(work / f"clip-{faces}.mp4", faces, args.frames)
         cpu_clip = make_clip(work / f"clip-{faces}-cpu.mp4", faces, max(8, args.frames // 4))
-        runs: dict = {"floor": floor(clip, work / "floor.mp4")}
+        runs: dict = {
+            "floor": floor(clip, work / "floor.mp4"),
+            "floor_bgr": floor(clip, work / "floor.mp4", "bgr24"),
+        }
         floor_fps = runs["floor"]["fps"]
         print(
-            f"\n{faces} face(s), 1080p, {args.frames} frames: floor (decode+encode) {floor_fps:.1f} fps",
+            f"\n{faces} face(s), 1080p, {args.frames} frames: floor (decode+encode) {floor_fps:.1f} fps "
+            f"(through BGR {runs['floor_bgr']['fps']:.1f})",
             flush=True,
         )
         base = RenderSettings(
@@ -180,6 +192,12 @@ def main() -> None:
                 replace(base, input=cpu_clip, backend="cpu", batch_size=8, workers=2),
                 DeviceOptions(),
                 False,
+            ),
+            (
+                f"cuda resident BGR b16 s{streams}",
+                replace(base, backend="cuda", batch_size=16, workers=streams),
+                DeviceOptions(streams=streams),
+                "bgr",
             ),
             (
                 "cuda host-pre/post b16 s1",
@@ -222,13 +240,15 @@ def main() -> None:
                 print(f"  {name:34s} skipped (budget)", flush=True)
                 continue
             try:
-                r = render_run(settings, options, resident=resident)
+                r = render_run(settings, options, resident=bool(resident), planes=resident != "bgr")
             except Exception as exc:  # a failed configuration is a finding; the rest still run
                 runs[name] = {"error": f"{type(exc).__name__}: {exc}"}
                 print(f"  {name:34s} FAILED {type(exc).__name__}: {exc}", flush=True)
                 continue
             clip_floor = (
-                floor_fps if not name.startswith("cpu") else floor(cpu_clip, work / "floor-cpu.mp4")["fps"]
+                floor_fps
+                if not name.startswith("cpu")
+                else floor(cpu_clip, work / "floor-cpu.mp4", "bgr24")["fps"]
             )
             r["ratio_to_floor"] = round(clip_floor / r["fps"], 2) if r["fps"] else None
             runs[name] = r
@@ -246,7 +266,49 @@ def main() -> None:
     results["wall_s"] = round(time.perf_counter() - started, 1)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"\nwritten {args.out} ({results['wall_s']} s)")
+    chart = args.out.with_suffix(".png")
+    try:
+        draw_chart(results, chart)
+    except Exception as exc:  # the numbers matter more than the picture
+        print(f"chart not drawn: {type(exc).__name__}: {exc}", file=sys.stderr)
+    print(f"\nwritten {args.out} and {chart} ({results['wall_s']} s)")
+
+
+def draw_chart(results: dict, path: Path) -> None:
+    """fps of every run against the floor, per clip; device time per stage of the fastest GPU run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    clips = results["clips"]
+    fig, axes = plt.subplots(1, len(clips) + 1, figsize=(6 * (len(clips) + 1), 5))
+    best: tuple[float, str, dict] | None = None
+    for ax, (clip, runs) in zip(axes, clips.items(), strict=False):
+        names = [n for n, r in runs.items() if "fps" in r and not n.startswith("floor")]
+        fps = [runs[n]["fps"] for n in names]
+        bars = ax.barh(names, fps, color=["#888" if n.startswith("cpu") else "#2a7" for n in names])
+        ax.bar_label(bars, fmt="%.1f", fontsize=8)
+        ax.axvline(runs["floor"]["fps"], color="r", linestyle="--", label="decode+encode floor")
+        ax.set_xlabel("frames per second")
+        ax.set_title(f"1080p, {clip.replace('_', ' ')}")
+        ax.legend(fontsize=8, loc="lower right")
+        ax.tick_params(axis="y", labelsize=8)
+        for n in names:
+            r = runs[n]
+            if not n.startswith("cpu") and r.get("device_seconds") and (best is None or r["fps"] > best[0]):
+                best = (r["fps"], f"{clip}: {n}", r)
+    ax = axes[-1]
+    if best is not None:
+        _, label, r = best
+        stages = {k: v * 1000 / r["frames"] for k, v in r["device_seconds"].items()}
+        ax.barh(list(stages), list(stages.values()), color="#27a")
+        ax.set_xlabel("device ms per frame (CUDA events)")
+        ax.set_title(f"where the GPU time goes ({label})", fontsize=9)
+        ax.tick_params(axis="y", labelsize=8)
+    fig.suptitle(f"ffbatch GPU benchmark — {results['gpu']}, torch {results['torch']}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
 
 
 def learned_standin(work: Path, args, left, source: Path) -> dict:

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# One prepared run on a machine with an NVIDIA GPU, about 8 minutes: environment, `ffbatch doctor`,
+# the GPU tests, then scripts/bench_gpu.py. Logs, the benchmark JSON and its chart land in $OUT
+# (default out/gpu-session). Prepare with `make gpu-kit` where there is network; carry .whl and
+# .gpu-kit. Each step has its own time limit, so one that hangs cannot eat the others' time.
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-out/gpu-session}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+PY=${PYTHON:-python3}
+if ls .whl/*.whl >/dev/null 2>&1; then
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/ffbatch-site \
+    .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/ffbatch-site:$PWD
+else
+  export PYTHONPATH=$PWD
+fi
+if [ -d .gpu-kit/home ]; then
+  export FFBATCH_HOME=$PWD/.gpu-kit/home
+fi
+{
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
+  $PY -c 'import sys, torch, av, cv2, onnxruntime as o; print(sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "av", av.__version__, "cv2", cv2.__version__, "onnxruntime", o.__version__); print("cpus", __import__("os").cpu_count())'
+} 2>&1 | tee "$OUT/env.txt"
+timeout "${DOCTOR_S:-60}" $PY -m facefusion_batch doctor 2>&1 | tee "$OUT/doctor.txt"
+timeout "${TESTS_S:-240}" $PY -m pytest -q -p no:cacheprovider -o addopts="" -rs \
+  tests/test_gpu_on_cuda.py tests/test_gpu_planes.py tests/test_gpu_device_pipeline.py 2>&1 | tee "$OUT/pytest.txt"
+timeout "${BENCH_S:-300}" $PY scripts/bench_gpu.py --budget "${BUDGET:-270}" --out "$OUT/gpu.json" 2>&1 \
+  | tee "$OUT/bench.txt"
+ls -la "$OUT"

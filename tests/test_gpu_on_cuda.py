@@ -1,0 +1,205 @@
+"""The GPU path on a real NVIDIA GPU: skipped where torch sees none (CI), run by scripts/gpu_session.sh.
+
+Each test holds the device path to the CPU path it replaces, on the real models and photos:
+torch sessions against onnxruntime, device ops on cuda against the same ops on the CPU, the
+device-resident pipeline against the host pipeline, several streams at once against one, a real
+render through the CLI, and the memory guard with most of the GPU's memory taken.
+
+Tolerances (fp16 where the precision check allows it): model outputs within 2% of each output's
+range; uint8 device ops within 1 level of the CPU; whole swapped frames as in
+test_gpu_device_pipeline.py, loosened for fp16 (mean <= 0.5 levels, 99.9th percentile <= 12).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import numpy as np
+import pytest
+from media import decode_all, make_clip
+from test_cli import ffbatch
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("no NVIDIA GPU visible to torch", allow_module_level=True)
+
+from facefusion_batch.pipeline.build import Models, build_pipeline  # noqa: E402
+from facefusion_batch.runtime import device_ops as D  # noqa: E402
+from facefusion_batch.runtime.device_pipeline import device_pipeline_for  # noqa: E402
+from facefusion_batch.runtime.options import DeviceOptions  # noqa: E402
+from facefusion_batch.runtime.torch_backend import TorchBackend  # noqa: E402
+from facefusion_batch.swap.classical import ClassicalSettings  # noqa: E402
+from facefusion_batch.video.planes import PlaneLayout, blank_picture  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def gpu_models(models):
+    backend = TorchBackend(DeviceOptions(streams=3))
+    detector = type(models.detector)(
+        backend.load(models.paths["yunet_2023mar_batch"], label="yunet_2023mar_batch"),
+        models.detector.settings,
+    )
+    yield Models(backend=backend, detector=detector, paths=dict(models.paths))
+    backend.close()
+
+
+def _close(a: np.ndarray, b: np.ndarray, levels: float = 1.0) -> None:
+    assert a.shape == b.shape
+    assert np.abs(a.astype(np.float64) - b.astype(np.float64)).max() <= levels
+
+
+def test_sessions_on_the_gpu_match_onnxruntime(models, gpu_models, t1_image):
+    frames = [t1_image, np.ascontiguousarray(t1_image[:, ::-1])]
+    host = models.detector([np.ascontiguousarray(f) for f in frames])
+    gpu = gpu_models.detector([np.ascontiguousarray(f) for f in frames])
+    assert len(host) == len(gpu) >= 10
+    np.testing.assert_allclose(gpu.box, host.box, atol=3.0)
+    meshed_host = models.mesh(frames, host)
+    meshed_gpu = gpu_models.mesh(frames, gpu)
+    assert len(meshed_host) == len(meshed_gpu)
+    iod = np.linalg.norm(meshed_host.mesh[:, 33, :2] - meshed_host.mesh[:, 263, :2], axis=-1)
+    err = np.linalg.norm(meshed_gpu.mesh[:, :, :2] - meshed_host.mesh[:, :, :2], axis=-1).max(axis=1)
+    assert (err <= 0.02 * iod).all(), err / iod
+
+
+def test_device_ops_on_cuda_match_the_cpu(t1_image):
+    image = np.ascontiguousarray(t1_image[:884, :1280])
+    cpu = torch.from_numpy(image[None].copy())
+    gpu = cpu.cuda()
+    y, u, v = D.bgr_to_yuv420p(gpu, matrix="bt709")
+    yc, uc, vc = D.bgr_to_yuv420p(cpu, matrix="bt709")
+    for a, b in ((y, yc), (u, uc), (v, vc)):
+        _close(a.cpu().numpy(), b.numpy())
+    _close(
+        D.yuv420p_to_bgr(y, u, v, matrix="bt709").cpu().numpy(),
+        D.yuv420p_to_bgr(yc, uc, vc, matrix="bt709").numpy(),
+    )
+    batch_gpu, scales_gpu = D.letterbox(gpu, 640)
+    batch_cpu, scales_cpu = D.letterbox(cpu, 640)
+    np.testing.assert_allclose(scales_gpu, scales_cpu)
+    _close(batch_gpu.cpu().numpy(), batch_cpu.numpy(), 0.51)
+    m = torch.tensor([[[0.5, 0.1, -40.0], [-0.1, 0.5, 10.0]]], dtype=torch.float64)
+    crop_gpu = D.warp_affine(gpu, np.array([0]), m.cuda(), (192, 192))
+    crop_cpu = D.warp_affine(cpu, np.array([0]), m, (192, 192))
+    _close(crop_gpu.cpu().numpy(), crop_cpu.numpy(), 0.51)
+    face = cpu[0, 100:228, 200:328].permute(2, 0, 1).float()
+    target = cpu[0, 300:428, 500:628].permute(2, 0, 1).float()
+    alpha = torch.zeros(128, 128)
+    alpha[32:96, 32:96] = 1.0
+    _close(
+        D.multiband(target.cuda(), face.cuda(), alpha.cuda()).cpu().numpy(),
+        D.multiband(target, face, alpha).numpy(),
+        0.51,
+    )
+
+
+@pytest.fixture(scope="module")
+def pipelines(models, gpu_models, astronaut_path):
+    host = build_pipeline(models, (astronaut_path,), ClassicalSettings(), "many")
+    device = device_pipeline_for(
+        build_pipeline(gpu_models, (astronaut_path,), ClassicalSettings(), "many"), gpu_models.backend
+    )
+    return host, device
+
+
+def test_device_pipeline_on_cuda_matches_the_host(pipelines, t1_image):
+    host, device = pipelines
+    a, b = host([t1_image]), device([t1_image])
+    assert (a.faces_found, a.faces_swapped) == (b.faces_found, b.faces_swapped) and b.faces_swapped >= 5
+    d = np.abs(a.frames[0].astype(np.int16) - b.frames[0].astype(np.int16))
+    assert d.mean() <= 0.5 and np.percentile(d, 99.9) <= 12
+
+
+def test_planes_on_cuda_pass_untouched_frames_through(pipelines, t1_image):
+    import av
+
+    _, device = pipelines
+    image = np.ascontiguousarray(t1_image[:884])
+    h, w = image.shape[:2]
+    planes = av.VideoFrame.from_ndarray(image, format="bgr24").reformat(format="yuv420p").to_ndarray()
+    blank = blank_picture("yuv420p", h, w)
+    got = device([planes, blank, planes], planes=PlaneLayout(h, w, "bt601"))
+    assert got.faces_swapped >= 10 and got.frames_with_faces == 2
+    np.testing.assert_array_equal(got.frames[1], blank)
+    _close(got.frames[0], got.frames[2])
+
+
+def test_several_streams_at_once_give_what_one_gives(pipelines, t1_image):
+    _, device = pipelines
+    frames = [np.ascontiguousarray(np.roll(t1_image, 40 * k, axis=1)) for k in range(6)]
+    serial = [device([f]).frames[0] for f in frames]
+    results: dict[int, np.ndarray] = {}
+    errors: list[BaseException] = []
+
+    def work(k: int) -> None:
+        try:
+            for _ in range(3):
+                results[k] = device([frames[k]]).frames[0]
+        except BaseException as exc:  # re-raised below, on the test's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(len(frames))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for k, want in enumerate(serial):
+        _close(results[k], want, 2)
+
+
+def test_memory_guard_under_real_memory_pressure(gpu_models, models, t1_image):
+    """With all but ~1.5 GiB of the GPU taken, a 256-face mesh batch still comes back whole."""
+    frames = [t1_image]
+    table = models.detector(frames)
+    rows = np.tile(np.arange(len(table)), 256 // len(table) + 1)[:256]
+    big = table.select(rows)
+    want = models.mesh(frames, big)
+    free, _ = torch.cuda.mem_get_info()
+    hog = torch.empty(max(0, free - int(1.5 * 2**30)), dtype=torch.uint8, device="cuda")
+    try:
+        got = gpu_models.mesh(frames, big)
+    finally:
+        del hog
+        torch.cuda.empty_cache()
+    assert len(got) == len(want) == 256
+    guard = {s.label: s.guard.summary() for s in gpu_models.backend.sessions}
+    assert guard, guard
+
+
+def test_render_on_the_gpu_through_the_cli(tmp_path, t1_small):
+    clip = make_clip(tmp_path / "in.mp4", frames=48, size=(640, 360), image=t1_small)
+    out, report = tmp_path / "out.mp4", tmp_path / "r.json"
+    from facefusion_batch.assets import asset_path
+
+    proc = ffbatch(
+        "render",
+        clip,
+        "-s",
+        asset_path("astronaut.png"),
+        "-o",
+        out,
+        "--backend",
+        "cuda",
+        "--report",
+        report,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(report.read_text())
+    assert data["backend"].startswith("cuda") and data["frames_as"].startswith("yuv420p")
+    assert data["faces_swapped"] > 0 and data["device"]["device_seconds"]
+    before, _ = decode_all(clip)
+    after, _ = decode_all(out)
+    assert [p for p, _ in after] == [p for p, _ in before]
+
+
+def test_doctor_on_the_gpu_picks_a_gpu_backend():
+    proc = ffbatch("doctor")
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout + proc.stderr
+    assert torch.cuda.get_device_name(0) in text
+    assert "auto" in text and ("cuda" in text or "tensorrt" in text)
