@@ -9,7 +9,7 @@ On synthesised 1080p clips with 1 and 6 faces it measures, in this process:
   tensorrt (if installed);
 - batch 1 versus batched, 1 stream versus N;
 - the inswapper-architecture stand-in (scripts/make_standins.py, random weights: compute
-  only) on the cuda backend, batch 1 versus batched;
+  only) on the cuda backend, batch 1 versus batched, device-resident versus host pre/post;
 
 and prints, per run: fps, render wall / floor wall, mean and p90 GPU utilisation (NVML),
 device time per stage (CUDA events), batch sizes achieved and OOM retries.
@@ -332,7 +332,9 @@ def learned_standin(work: Path, args, left, source: Path) -> dict:
         clip = make_clip(work / "clip-learned.mp4", 1, frames)
         swap = SwapSettings(swapper="learned", learned=LearnedSettings(swapper_model="inswapper_128"))
         out: dict = {"stand_in": STANDIN}
-        for batch in (1, 16):
+        for batch, resident in ((1, True), (16, True), (16, False)):
+            if left() < 20:
+                break
             settings = RenderSettings(
                 input=clip,
                 output=work / "out-learned.mp4",
@@ -346,10 +348,11 @@ def learned_standin(work: Path, args, left, source: Path) -> dict:
                 quiet=True,
                 chunk_frames=0,
             )
-            r = render_run(settings, DeviceOptions(streams=1), resident=False)
-            out[f"b{batch}"] = r
+            name = f"b{batch}" + ("" if resident else " host-pre/post")
+            r = render_run(settings, DeviceOptions(streams=1), resident=resident)
+            out[name] = r
             print(
-                f"  inswapper stand-in cuda b{batch:<2d}  {r['fps']:7.1f} fps  "
+                f"  inswapper stand-in cuda {name:18s} {r['fps']:7.1f} fps  "
                 f"GPU {r.get('gpu_util_mean_pct')}%",
                 flush=True,
             )

@@ -203,3 +203,24 @@ def test_doctor_on_the_gpu_picks_a_gpu_backend():
     text = proc.stdout + proc.stderr
     assert torch.cuda.get_device_name(0) in text
     assert "auto" in text and ("cuda" in text or "tensorrt" in text)
+
+
+def test_learned_standins_on_cuda_match_the_host(
+    models, astronaut_path, t1_image, tmp_path_factory, monkeypatch
+):
+    """The learned path (stand-in inswapper + gfpgan, random weights) resident on the GPU."""
+    import standins
+    from test_gpu_device_learned import pipelines
+
+    from facefusion_batch import paths
+    from facefusion_batch.swap.learned import LearnedSettings
+
+    home = standins.copy_store(paths.ffbatch_home(), tmp_path_factory.mktemp("home"))
+    monkeypatch.setenv("FFBATCH_HOME", str(home))
+    standin_dir = standins.write_standins(tmp_path_factory.mktemp("standins"))
+    learned = LearnedSettings(swapper_model="inswapper_128", enhancer_model="gfpgan_1.4", pixel_boost=256)
+    host, device = pipelines(models, standin_dir, astronaut_path, learned, device=None)
+    a, b = host([t1_image]), device([t1_image])
+    assert a.faces_swapped == b.faces_swapped >= 5
+    d = np.abs(a.frames[0].astype(int) - b.frames[0].astype(int))
+    assert d.mean() <= 1.0 and np.percentile(d, 99.9) <= 16, (d.mean(), np.percentile(d, 99.9))

@@ -155,13 +155,15 @@ def test_planes_are_refused_when_a_host_stage_needs_bgr(cpu_torch_models, astron
         build_pipeline(cpu_torch_models, (astronaut_path,), ClassicalSettings(), "many"),
         cpu_torch_models.backend,
     )
-    pipeline.host.enhancer = object()  # any host enhancer works on BGR pictures
+    selector = pipeline.host.selector
+    pipeline.host.selector = type(selector)("many")
+    pipeline.host.selector.mode = "reference"  # the reference selector's recogniser reads BGR frames
     try:
         assert not pipeline.accepts_planes
         with pytest.raises(ValueError, match="BGR"):
             pipeline([blank_picture("yuv420p", 64, 64)], planes=PlaneLayout(64, 64, "bt601"))
     finally:
-        pipeline.host.enhancer = None
+        pipeline.host.selector = selector
 
 
 def test_device_batches_take_the_asked_size_of_1080p_frames():

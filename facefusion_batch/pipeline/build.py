@@ -239,7 +239,7 @@ def build_pipeline(
         emap=read_emap(base_path) if model.family == "inswapper" else None,
         converter=load_learned(models, model.converter)[0] if model.converter else None,
     )
-    return LearnedFacePipeline(
+    pipeline = LearnedFacePipeline(
         models.detector,
         selector,
         LearnedSwapper(session, model, learned.pixel_boost),
@@ -249,6 +249,7 @@ def build_pipeline(
         enhancer=enhancer,
         timer=timer,
     )
+    return device_pipeline_for(pipeline, models.backend)
 
 
 # --- learned models ------------------------------------------------------------------------

@@ -282,13 +282,18 @@ def remap(image: Tensor, map_x: Tensor, map_y: Tensor) -> Tensor:
 
 
 def warp_affine(
-    images: Tensor, frame_index: Tensor | np.ndarray, affines: Tensor, out_size: tuple[int, int]
+    images: Tensor,
+    frame_index: Tensor | np.ndarray,
+    affines: Tensor,
+    out_size: tuple[int, int],
+    border: str = "zeros",
 ) -> Tensor:
     """cv2.warpAffine for many crops: affines [F,2,3] map frame pixels → crop pixels (as cv2's M).
 
     images [B,C,H,W] float, or [B,H,W,C] uint8 frames (converted per frame, so a
-    batch of frames is never held in float at once). Returns [F,C,h,w] float32,
-    zero outside the frame. out_size is (width, height), as cv2 takes it.
+    batch of frames is never held in float at once). Returns [F,C,h,w] float32;
+    outside the frame zero (BORDER_CONSTANT), or with border="border" the edge
+    pixel (BORDER_REPLICATE). out_size is (width, height), as cv2 takes it.
     """
     width, height = out_size
     faces = affines.shape[0]
@@ -310,7 +315,7 @@ def warp_affine(
         fh, fw = frame.shape[-2:]
         # every face of this frame in one call: their grids stacked vertically
         grid = _normalise(src[rows].reshape(1, len(rows) * height, width, 2), fh, fw)
-        sampled = F.grid_sample(frame[None], grid, mode="bilinear", padding_mode="zeros", align_corners=True)
+        sampled = F.grid_sample(frame[None], grid, mode="bilinear", padding_mode=border, align_corners=True)
         out[rows] = sampled[0].reshape(c, len(rows), height, width).permute(1, 0, 2, 3)
     return out
 

@@ -55,35 +55,36 @@ class FaceRegion:
         return int(self.map_x.shape[1])
 
 
-def canvas_size(regions: list[FaceRegion], frame_hw: tuple[int, int]) -> tuple[int, int]:
+def canvas_size(heights, widths, frame_hw: tuple[int, int]) -> tuple[int, int]:
+    """One canvas for all: the largest region rounded up to CANVAS_STEP, at most the frame."""
     height, width = frame_hw
-    h = max(r.height for r in regions)
-    w = max(r.width for r in regions)
-    round_up = lambda n: -(-n // CANVAS_STEP) * CANVAS_STEP  # noqa: E731
-    return min(height, round_up(h)), min(width, round_up(w))
+
+    def round_up(n) -> int:
+        return -(-int(n) // CANVAS_STEP) * CANVAS_STEP
+
+    return min(height, round_up(max(heights))), min(width, round_up(max(widths)))
 
 
-def canvas_origins(
-    regions: list[FaceRegion], canvas: tuple[int, int], frame_hw: tuple[int, int]
-) -> np.ndarray:
-    """[F, 2] (y, x) top-left of each canvas: over the face's region, inside the frame."""
+def canvas_origins(ys, xs, canvas: tuple[int, int], frame_hw: tuple[int, int]) -> np.ndarray:
+    """[F, 2] (y, x) top-left of each canvas: over its region's top-left, inside the frame."""
     ch, cw = canvas
     height, width = frame_hw
-    ys = np.array([min(r.y0, height - ch) for r in regions])
-    xs = np.array([min(r.x0, width - cw) for r in regions])
-    return np.stack([np.maximum(ys, 0), np.maximum(xs, 0)], axis=1)
+    oy = np.minimum(np.asarray(ys, np.int64), height - ch)
+    ox = np.minimum(np.asarray(xs, np.int64), width - cw)
+    return np.stack([np.maximum(oy, 0), np.maximum(ox, 0)], axis=1)
 
 
-def plan_waves(regions: list[FaceRegion], origins: np.ndarray, canvas: tuple[int, int]) -> list[list[int]]:
+def plan_waves(frame_of, origins: np.ndarray, canvas: tuple[int, int]) -> list[list[int]]:
     """Faces in waves: within a wave no two canvases of one frame overlap; a face goes into the
     wave after the last earlier face it overlaps, so the painting order of overlapping faces
     stays the table's."""
     ch, cw = canvas
+    frame_of = [int(f) for f in frame_of]
     wave_of: list[int] = []
-    for i, r in enumerate(regions):
+    for i in range(len(frame_of)):
         wave = 0
         for j in range(i):
-            if regions[j].frame != r.frame:
+            if frame_of[j] != frame_of[i]:
                 continue
             (ya, xa), (yb, xb) = origins[i], origins[j]
             if ya < yb + ch and yb < ya + ch and xa < xb + cw and xb < xa + cw:
@@ -95,7 +96,7 @@ def plan_waves(regions: list[FaceRegion], origins: np.ndarray, canvas: tuple[int
     return waves
 
 
-def _gather_canvases(frames: torch.Tensor, index: np.ndarray, origins: np.ndarray, canvas: tuple[int, int]):
+def gather_canvases(frames: torch.Tensor, index: np.ndarray, origins: np.ndarray, canvas: tuple[int, int]):
     """[F, 3, ch, cw] float windows of the uint8 frames [B, H, W, 3]: one gather."""
     ch, cw = canvas
     device = frames.device
@@ -151,9 +152,9 @@ def paint_faces(
     if not regions:
         return
     frame_hw = (int(frames.shape[1]), int(frames.shape[2]))
-    canvas = canvas_size(regions, frame_hw)
-    origins = canvas_origins(regions, canvas, frame_hw)
-    for wave in plan_waves(regions, origins, canvas):
+    canvas = canvas_size([r.height for r in regions], [r.width for r in regions], frame_hw)
+    origins = canvas_origins([r.y0 for r in regions], [r.x0 for r in regions], canvas, frame_hw)
+    for wave in plan_waves([r.frame for r in regions], origins, canvas):
         for start in range(0, len(wave), max_faces):
             chunk = wave[start : start + max_faces]
             _paint_chunk(
@@ -164,7 +165,7 @@ def paint_faces(
 def _paint_chunk(frames, regions, origins, canvas, textures, settings, host_blend) -> None:
     device = frames.device
     index = np.array([r.frame for r in regions])
-    target = _gather_canvases(frames, index, origins, canvas)
+    target = gather_canvases(frames, index, origins, canvas)
     maps = torch.from_numpy(_maps(regions, origins, canvas)).to(device, non_blocking=True)
     covered = ~torch.isnan(maps[:, 0])
     maps = torch.where(covered[:, None], maps, torch.full_like(maps, -1e4))

@@ -263,15 +263,20 @@ class DeviceClassicalSwap:
         return torch.from_numpy(np.ascontiguousarray(out)).to(target.device).permute(2, 0, 1)
 
 
-class DeviceFaceSwapPipeline:
-    """Drop-in for the classical FaceSwapPipeline (same call, same BatchResult) on a device backend."""
+class ResidentPipeline:
+    """What the device twins share: frames (BGR, or yuv420p planes) cross to the device once,
+    the stages of `_swap` paint into them there, and they come back once. Same call and
+    BatchResult as the host pipelines."""
 
     def __init__(self, host_pipeline, backend) -> None:
+        from facefusion_batch.runtime.device_learned import DeviceEnhancer
+
         self.host = host_pipeline
         self.backend = backend
         self.device = torch.device(backend.device)
-        self.swap = DeviceClassicalSwap(host_pipeline.swapper, self.device)
         self.device_timer: DeviceTimer = getattr(backend, "timer", None) or DeviceTimer()
+        enhancer = getattr(host_pipeline, "enhancer", None)
+        self.enhancer = DeviceEnhancer(enhancer) if enhancer is not None else None
 
     @property
     def timer(self) -> StageTimer:
@@ -284,16 +289,19 @@ class DeviceFaceSwapPipeline:
     @property
     def accepts_planes(self) -> bool:
         """Whether yuv420p planes may come in and go out: only when no host stage needs BGR
-        pictures (an enhancer, or the reference selector's recogniser)."""
-        return self.host.enhancer is None and self.host.selector.mode != "reference"
+        frames (the reference selector's recogniser)."""
+        return self.host.selector.mode != "reference"
+
+    def _swap(self, frames: torch.Tensor, images: list[np.ndarray]) -> tuple[FaceTable, int, list[Rect]]:
+        """Detect, select and paint the faces of `frames`: (faces kept, faces found, rectangles)."""
+        raise NotImplementedError
 
     def __call__(self, images: list[np.ndarray], planes: PlaneLayout | None = None):
         """Swap a batch of BGR frames, or of packed yuv420p frames of layout `planes` (returned in
         the same form)."""
         from facefusion_batch.pipeline.stages import BatchResult
 
-        host = self.host
-        timer = host.timer
+        timer = self.host.timer
         if not images:
             return BatchResult(frames=[], faces_found=0, faces_swapped=0, frames_with_faces=0)
         if planes is not None and not self.accepts_planes:
@@ -306,37 +314,82 @@ class DeviceFaceSwapPipeline:
             else:
                 with self.device_timer.stage("device:yuv_to_bgr", self.device):
                     frames = planes_to_bgr(staged, planes)
-            with timer.stage("detect"):
-                table = detect_device(host.detector, frames, self.device_timer)
-            found = len(table)
-            table, _ = host.selector(images, table)
-            with timer.stage("mesh"):
-                table = mesh_device(host.mesh, frames, table, self.device_timer)
-            with timer.stage("swap"):
-                painted = self.swap(frames, table, self.device_timer)
+            table, found, painted = self._swap(frames, images)
+            if self.enhancer is not None and len(table):
+                with timer.stage("enhance"):
+                    painted += self.enhancer(frames, table, self.device_timer)
             if planes is not None:
                 with self.device_timer.stage("device:bgr_to_yuv", self.device):
                     write_back_planes(staged, frames, planes, painted)
                 frames = staged
             with timer.stage("download"):
                 out = download({"frames": frames})["frames"]
-        result = [out[i] for i in range(len(images))]
-        if host.enhancer is not None:
-            with timer.stage("enhance"):
-                result = host.enhancer(result, table)
         return BatchResult(
-            frames=result,
+            frames=[out[i] for i in range(len(images))],
             faces_found=found,
             faces_swapped=len(table),
             frames_with_faces=int(np.count_nonzero(table.counts_per_frame(len(images)))),
         )
 
 
-def device_pipeline_for(pipeline, backend):
-    """The device-resident twin of `pipeline` when the backend has a device and the pipeline
-    is the classical one; otherwise `pipeline` unchanged (its sessions still run on the device)."""
-    from facefusion_batch.pipeline.stages import FaceSwapPipeline
+class DeviceFaceSwapPipeline(ResidentPipeline):
+    """The classical FaceSwapPipeline on a device backend."""
 
-    if getattr(backend, "device", None) is None or type(pipeline) is not FaceSwapPipeline:
+    def __init__(self, host_pipeline, backend) -> None:
+        super().__init__(host_pipeline, backend)
+        self.swap = DeviceClassicalSwap(host_pipeline.swapper, self.device)
+
+    def _swap(self, frames, images):
+        host, timer = self.host, self.host.timer
+        with timer.stage("detect"):
+            table = detect_device(host.detector, frames, self.device_timer)
+        found = len(table)
+        table, _ = host.selector(images, table)
+        with timer.stage("mesh"):
+            table = mesh_device(host.mesh, frames, table, self.device_timer)
+        with timer.stage("swap"):
+            painted = self.swap(frames, table, self.device_timer)
+        return table, found, painted
+
+
+class DeviceLearnedPipeline(ResidentPipeline):
+    """The learned LearnedFacePipeline on a device backend (runtime/device_learned.py)."""
+
+    def __init__(self, host_pipeline, backend) -> None:
+        from facefusion_batch.runtime.device_learned import DeviceLearnedSwap
+
+        super().__init__(host_pipeline, backend)
+        self.swap = DeviceLearnedSwap(host_pipeline)
+
+    @property
+    def accepts_planes(self) -> bool:
+        """Target embeddings (a swapper weight other than 0.5) come from BGR frames too."""
+        return super().accepts_planes and not self.host.identity.needs_target_embeddings
+
+    def _swap(self, frames, images):
+        host, timer = self.host, self.host.timer
+        with timer.stage("detect"):
+            table = detect_device(host.detector, frames, self.device_timer)
+        found = len(table)
+        with timer.stage("select"):
+            table, embeddings = host.selector(images, table)
+        if not len(table):
+            return table, found, []
+        if host.identity.needs_target_embeddings and embeddings is None:
+            with timer.stage("recognise"):
+                embeddings = host.recogniser(images, table)
+        return table, found, self.swap(frames, table, embeddings, timer)
+
+
+def device_pipeline_for(pipeline, backend):
+    """The device-resident twin of `pipeline` when the backend has a device; otherwise
+    `pipeline` unchanged."""
+    from facefusion_batch.pipeline.stages import FaceSwapPipeline, LearnedFacePipeline
+
+    if getattr(backend, "device", None) is None:
         return pipeline
-    return DeviceFaceSwapPipeline(pipeline, backend)
+    if type(pipeline) is FaceSwapPipeline:
+        return DeviceFaceSwapPipeline(pipeline, backend)
+    if type(pipeline) is LearnedFacePipeline:
+        return DeviceLearnedPipeline(pipeline, backend)
+    return pipeline
