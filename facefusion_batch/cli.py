@@ -301,6 +301,13 @@ def render(
             "(whole-file renders only)."
         ),
     ] = "fail",
+    hwaccel: Annotated[
+        str,
+        typer.Option(
+            help="none | cuda: decode on the GPU's video decoder (NVDEC; the pictures are the same, the "
+            "CPU is left to the encoder). Exit 2 where there is none."
+        ),
+    ] = "none",
     source_face_index: Annotated[
         int,
         typer.Option(
@@ -368,6 +375,7 @@ def render(
         reference_distance=reference_distance,
         score_threshold=score_threshold,
         on_decode_error=on_decode_error,
+        hwaccel=hwaccel,
         source_face_index=source_face_index,
         models_dir=models_dir,
         report=report,

@@ -17,7 +17,7 @@ from facefusion_batch.swap.classical import EYES_MOUTH_CHOICES, ClassicalSetting
 from facefusion_batch.swap.colour import COLOUR_MODES
 from facefusion_batch.swap.learned import LearnedSettings
 from facefusion_batch.swap.masks import MASK_TYPES, REGION_CLASSES
-from facefusion_batch.video.reader import DECODE_ERROR_MODES
+from facefusion_batch.video.reader import DECODE_ERROR_MODES, HWACCELS
 from facefusion_batch.video.writer import EncoderSettings, validate_encoder
 
 FACE_MODES = ("many", "one", "reference")
@@ -74,6 +74,7 @@ class RenderSettings:
     # what a frame the decoder cannot deliver does: fail the job, or skip (replaced, pts kept)
     on_decode_error: str = "fail"
     source_face_index: int = 0  # which face of each --source photo, largest first
+    hwaccel: str = "none"  # none | cuda: decode on the GPU's video decoder (NVDEC)
 
 
 def _check_range(option: str, value: float, low: float, high: float) -> None:
@@ -107,6 +108,7 @@ def validate_options(settings: RenderSettings) -> RenderSettings:
     validate_choices("--faces", settings.faces, FACE_MODES)
     validate_choices("--backend", settings.backend, BACKENDS)
     validate_choices("--on-decode-error", settings.on_decode_error, DECODE_ERROR_MODES)
+    validate_choices("--hwaccel", settings.hwaccel, HWACCELS)
     if settings.source_face_index < 0:
         raise InputError(f"--source-face-index must not be negative (got {settings.source_face_index})")
     validate_swap(settings.swap, settings.faces)

@@ -105,7 +105,7 @@ def job_render(clip: Path, out: Path, source: Path, batch_size: int, workers: in
     }
 
 
-def job_floor(clip: Path, out: Path, pixel_format: str = "bgr24") -> dict:
+def job_floor(clip: Path, out: Path, pixel_format: str = "bgr24", hwaccel: str = "none") -> dict:
     """Decode + encode only, through the same reader and writer as a render: with BGR frames
     (what a CPU render converts to and from) or the decoder's yuv420p planes (no conversion)."""
     from facefusion_batch.pipeline.report import peak_rss_mb
@@ -117,7 +117,7 @@ def job_floor(clip: Path, out: Path, pixel_format: str = "bgr24") -> dict:
     t0 = time.perf_counter()
     n = 0
     with (
-        FrameReader(clip, info=info, pixel_format=pixel_format) as reader,
+        FrameReader(clip, info=info, pixel_format=pixel_format, hwaccel=hwaccel) as reader,
         VideoWriter(out, info, EncoderSettings(), audio_from=clip, pixel_format=pixel_format) as writer,
     ):
         for frame in reader:

@@ -59,12 +59,12 @@ def make_clip(path: Path, faces: int, frames: int, size=(1920, 1080), fps: int =
     return make_bench_clip(path, faces, size, frames, fps)
 
 
-def floor(clip: Path, out: Path, pixel_format: str = "yuv420p") -> dict:
+def floor(clip: Path, out: Path, pixel_format: str = "yuv420p", hwaccel: str = "none") -> dict:
     """Decode + encode only: the CPU benchmark's floor job; by default with the decoder's planes
     (no colour conversion): the true floor, and what a resident render on the GPU also does."""
     from bench import job_floor
 
-    result = job_floor(clip, out, pixel_format)
+    result = job_floor(clip, out, pixel_format, hwaccel)
     return {
         "frames": result["frames"],
         "wall_s": round(result["wall_s"], 3),
@@ -170,6 +170,10 @@ def main() -> None:
     except Exception:
         has_trt = False
 
+    from facefusion_batch.video.reader import hwaccel_problem
+
+    nvdec = not hwaccel_problem("cuda")
+    results["nvdec"] = nvdec or hwaccel_problem("cuda")
     for faces in (1, 6):
         clip = make_clip(work / f"clip-{faces}.mp4", faces, args.frames)
         cpu_clip = make_clip(work / f"clip-{faces}-cpu.mp4", faces, max(8, args.frames // 4))
@@ -177,10 +181,13 @@ def main() -> None:
             "floor": floor(clip, work / "floor.mp4"),
             "floor_bgr": floor(clip, work / "floor.mp4", "bgr24"),
         }
+        if nvdec:
+            runs["floor_nvdec"] = floor(clip, work / "floor.mp4", hwaccel="cuda")
         floor_fps = runs["floor"]["fps"]
         print(
             f"\n{faces} face(s), 1080p, {args.frames} frames: floor (decode+encode) {floor_fps:.1f} fps "
-            f"(through BGR {runs['floor_bgr']['fps']:.1f})",
+            f"(through BGR {runs['floor_bgr']['fps']:.1f}"
+            + (f", NVDEC {runs['floor_nvdec']['fps']:.1f})" if "floor_nvdec" in runs else ")"),
             flush=True,
         )
         base = RenderSettings(
@@ -224,6 +231,15 @@ def main() -> None:
                 True,
             ),
         ]
+        if nvdec:
+            plan.append(
+                (
+                    f"cuda resident b16 s{streams} NVDEC",
+                    replace(base, backend="cuda", batch_size=16, workers=streams, hwaccel="cuda"),
+                    DeviceOptions(streams=streams),
+                    True,
+                )
+            )
         if has_trt:
             plan.append(
                 (

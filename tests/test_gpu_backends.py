@@ -91,12 +91,15 @@ def test_cli_gpu_commands_without_a_gpu_exit_2(tmp_path, capsys):
         (("--gpus", "0,1"), "--gpus: no NVIDIA GPU"),
         (("--backend", "cpu", "--gpus", "0"), "--gpus needs --backend cuda"),
         (("--precision", "fp8"), "--precision must be one of"),
+        (("--hwaccel", "cuda"), "--hwaccel cuda: the GPU video decoder cannot be used here"),
+        (("--hwaccel", "vaapi"), "--hwaccel must be one of none, cuda"),
     ):
         code, out, err = ffbatch(
             capsys, "render", clip, "-s", source, "-o", tmp_path / "out.mp4", "-q", *extra
         )
         assert code == 2, (extra, err)
         assert words in err and "Traceback" not in err and out == ""
+        assert not (tmp_path / "out.mp4").exists()
     code, _, err = ffbatch(capsys, "engines", "build")
     assert code == 2 and "ffbatch engines build: no NVIDIA GPU" in err
 

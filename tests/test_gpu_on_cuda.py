@@ -224,3 +224,31 @@ def test_learned_standins_on_cuda_match_the_host(
     assert a.faces_swapped == b.faces_swapped >= 5
     d = np.abs(a.frames[0].astype(int) - b.frames[0].astype(int))
     assert d.mean() <= 1.0 and np.percentile(d, 99.9) <= 16, (d.mean(), np.percentile(d, 99.9))
+
+
+def test_nvdec_decodes_the_same_pictures_and_a_render_uses_it(tmp_path, t1_small):
+    from facefusion_batch.video.reader import FrameReader, hwaccel_problem
+
+    if hwaccel_problem("cuda"):
+        pytest.skip(f"no NVDEC here: {hwaccel_problem('cuda')}")
+    clip = make_clip(tmp_path / "in.mp4", frames=24, size=(640, 360), image=t1_small)
+    for pixels in ("bgr24", "yuv420p"):
+        with (
+            FrameReader(clip, pixel_format=pixels) as soft,
+            FrameReader(clip, pixel_format=pixels, hwaccel="cuda") as hard,
+        ):
+            a, b = list(soft), list(hard)
+        assert [f.pts for f in a] == [f.pts for f in b]
+        for x, y in zip(a, b, strict=True):
+            if pixels == "yuv420p":  # H.264 decoding is bit-exact; nv12 → yuv420p only moves bytes
+                np.testing.assert_array_equal(x.image, y.image)
+            else:  # swscale may take another path from nv12 than from yuv420p to BGR
+                assert np.abs(x.image.astype(int) - y.image.astype(int)).max() <= 2
+    out = tmp_path / "out.mp4"
+    from facefusion_batch.assets import asset_path
+
+    proc = ffbatch(
+        "render", clip, "-s", asset_path("astronaut.png"), "-o", out, "--backend", "cuda", "--hwaccel", "cuda"
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert len(decode_all(out)[0]) == 24

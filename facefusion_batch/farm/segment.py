@@ -104,7 +104,14 @@ def write_segment(
     start, end = frames
     layout = renderer.frame_layout(info, report)
     pixels = pixel_format_of(layout)
-    reader = FrameReader(settings.input, info=info, frames=(start, end), index=index, pixel_format=pixels)
+    reader = FrameReader(
+        settings.input,
+        info=info,
+        frames=(start, end),
+        index=index,
+        pixel_format=pixels,
+        hwaccel=settings.hwaccel,
+    )
     writer = VideoWriter(path, info, settings.encoder, metadata=tags, pixel_format=pixels)
     frames_before = report.frames_out
     try:

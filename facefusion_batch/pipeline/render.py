@@ -41,7 +41,7 @@ from facefusion_batch.pipeline.report import RenderReport, StageTimer, peak_rss_
 from facefusion_batch.pipeline.stages import FaceSwapPipeline
 from facefusion_batch.video.planes import BGR24, YUV420P, PlaneLayout, plane_layout_for
 from facefusion_batch.video.probe import VideoInfo, probe
-from facefusion_batch.video.reader import Frame, FrameReader
+from facefusion_batch.video.reader import Frame, FrameReader, hwaccel_problem
 from facefusion_batch.video.writer import VideoWriter
 
 log = logging.getLogger("ffbatch")
@@ -266,7 +266,12 @@ def read_ranges(
             runs.append([start, end])
     for start, end in runs:
         reader = FrameReader(
-            settings.input, info=info, frames=(start, end), index=index, pixel_format=pixel_format_of(layout)
+            settings.input,
+            info=info,
+            frames=(start, end),
+            index=index,
+            pixel_format=pixel_format_of(layout),
+            hwaccel=settings.hwaccel,
         )
         try:
             yield from reader
@@ -306,6 +311,13 @@ def render(
         if skipped is not None:
             return skipped
     validate(settings)
+    if settings.hwaccel != "none":
+        problem = hwaccel_problem(settings.hwaccel)
+        if problem:
+            raise InputError(
+                f"--hwaccel {settings.hwaccel}: the GPU video decoder cannot be used here ({problem}); "
+                "use --hwaccel none"
+            )
     if is_still_image(settings.input):
         return render_still(settings, renderer, started)
     info = probe(settings.input)
@@ -433,6 +445,7 @@ def _render_plain(renderer, settings, info, report, timer, on_progress, on_start
         info=info,
         on_decode_error=settings.on_decode_error,
         pixel_format=pixel_format_of(layout),
+        hwaccel=settings.hwaccel,
     )
     writer = VideoWriter(
         settings.output,

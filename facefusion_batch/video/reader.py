@@ -88,6 +88,17 @@ class _Failure:
 _END = _End()
 
 DECODE_ERROR_MODES = ("fail", "skip")
+HWACCELS = ("none", "cuda")
+
+
+def hwaccel_problem(hwaccel: str) -> str:
+    """'' when frames can be decoded with `hwaccel` here, else why not (NVDEC needs an NVIDIA
+    GPU and driver; PyAV's FFmpeg has the CUDA hwaccel built in)."""
+    if hwaccel == "none":
+        return ""
+    from facefusion_batch.doctor import nvdec_opens
+
+    return nvdec_opens()
 
 
 def rotate_upright(image: np.ndarray, rotation: int) -> np.ndarray:
@@ -118,11 +129,17 @@ class FrameReader:
         index: FrameIndex | None = None,
         on_decode_error: str = "fail",
         pixel_format: str = BGR24,
+        hwaccel: str = "none",
     ) -> None:
         """`frames=(start, end)` yields only frames start..end-1 (0-based, presentation order),
         seeking to the keyframe before `start` when the stream's timestamps allow it (`index`,
         computed here when not given); frames keep their absolute `index` and pts.
-        `pixel_format="yuv420p"`: frames as planes, for inputs `plane_layout_for` accepts."""
+        `pixel_format="yuv420p"`: frames as planes, for inputs `plane_layout_for` accepts.
+        `hwaccel="cuda"`: decoded by NVDEC (frames come back to host memory as nv12; a stream
+        NVDEC cannot decode falls back to the software decoder)."""
+        if hwaccel not in HWACCELS:
+            raise ValueError(f"hwaccel must be one of {HWACCELS}")
+        self.hwaccel = hwaccel
         if pixel_format not in PIXEL_FORMATS:
             raise ValueError(f"pixel_format must be one of {PIXEL_FORMATS}")
         if queue_size < 1:
@@ -265,7 +282,7 @@ class FrameReader:
     def _run(self) -> None:
         index = 0
         try:
-            container = av.open(str(self.path), mode="r")
+            container = av.open(str(self.path), mode="r", hwaccel=self._hwaccel())
         except BaseException as exc:  # noqa: BLE001 - handed to the consumer
             self._put(_Failure(exc, index))
             return
@@ -295,6 +312,13 @@ class FrameReader:
             self._put(_Failure(exc, index))
         finally:
             container.close()
+
+    def _hwaccel(self):
+        if self.hwaccel == "none":
+            return None
+        from av.codec.hwaccel import HWAccel
+
+        return HWAccel(device_type=self.hwaccel, allow_software_fallback=True)
 
     def _run_skipping(self, container, stream, time_base: Fraction) -> None:
         """Decode the whole stream; step over decoder errors and fill every promised frame."""
