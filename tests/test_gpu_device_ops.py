@@ -203,23 +203,3 @@ def test_feather_and_multiband_match_host(face_region):
     a = torch.from_numpy(alpha)
     assert diff(hwc(D.feather(chw(target), chw(face), a)), feather(target, face, alpha)).max() <= 1e-3
     assert diff(hwc(D.multiband(chw(target), chw(face), a)), multiband(target, face, alpha)).max() <= 1e-2
-
-
-def test_paste_back_matches_warp_and_blend():
-    from facefusion_batch.faces.mesh import invert_affines, roi_affines
-
-    frame = smooth(240, 320)
-    crop = smooth(128, 128)
-    mask = np.zeros((128, 128), np.float32)
-    mask[16:112, 16:112] = 1
-    mask = cv2.GaussianBlur(mask, (0, 0), 6)
-    # frame → 128² crop: the mesh ROI affine (to 192²) scaled down
-    affine = roi_affines(np.array([[180.0, 120.0]]), np.array([150.0]), np.array([0.3]))[0] * (128 / 192)
-    inverse = invert_affines(affine[None])[0]
-    warped = cv2.warpAffine(crop, inverse, (320, 240), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT)
-    m = cv2.warpAffine(mask, inverse, (320, 240), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT)
-    ref = frame * (1 - m[..., None]) + warped * m[..., None]
-    got = chw(frame.copy())
-    D.paste_affine(got, chw(crop), torch.from_numpy(mask), torch.from_numpy(affine))
-    d = diff(hwc(got), ref)
-    assert d.max() <= 1 and d.mean() <= 0.05

@@ -252,3 +252,24 @@ def test_nvdec_decodes_the_same_pictures_and_a_render_uses_it(tmp_path, t1_small
     )
     assert proc.returncode == 0, proc.stderr
     assert len(decode_all(out)[0]) == 24
+
+
+def test_a_batch_waits_for_the_gpu_a_fixed_few_times(pipelines, t1_image):
+    """Every synchronising call torch makes (blocking copies, .item(), nonzero) is counted: a batch
+    may wait for its candidates (detection), the mesh points (two passes) and its frames, not once
+    per face or per constant."""
+    import warnings
+
+    _, device = pipelines
+    device([t1_image])  # constants uploaded, shapes tuned
+    counts = []
+    for n in (1, 8):
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                device([t1_image] * n)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        counts.append(len([w for w in caught if "synchroniz" in str(w.message)]))
+    assert counts[0] == counts[1] <= 12, counts

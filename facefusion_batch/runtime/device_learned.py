@@ -27,6 +27,7 @@ from facefusion_batch.runtime import device_ops as D
 from facefusion_batch.runtime.device_paint import (
     canvas_origins,
     canvas_size,
+    faces_per_chunk,
     gather_canvases,
     plan_waves,
 )
@@ -51,23 +52,23 @@ def align(frames: torch.Tensor, frame_index: np.ndarray, landmarks5: np.ndarray,
     """faces.align.align_faces on resident frames: crops [F, 3, S, S] BGR float holding uint8
     values (as the host's uint8 crops), and the affines [F, 2, 3] (frame → crop)."""
     affines = alignment_affines(landmarks5, template, size)
-    m = torch.as_tensor(affines, dtype=torch.float64, device=frames.device)
+    m = D.to_device(affines, frames.device, torch.float64)
     crops = D.warp_affine(frames, frame_index, m, (size, size), border="border")
     return torch.clamp(torch.round(crops), 0, 255), affines
 
 
 def model_input(crops: torch.Tensor, model) -> torch.Tensor:
     """faces.identity.to_model_input: BGR 0–255 [F, 3, S, S] → RGB, /255, (x − mean) / std."""
-    mean = torch.as_tensor(model.mean, dtype=torch.float32, device=crops.device)[:, None, None]
-    std = torch.as_tensor(model.std, dtype=torch.float32, device=crops.device)[:, None, None]
+    mean = D.constant(("mean", model.mean), lambda: model.mean, crops.device)[:, None, None]
+    std = D.constant(("std", model.std), lambda: model.std, crops.device)[:, None, None]
     return (crops.flip(1) / 255.0 - mean) / std
 
 
 def model_output(out: torch.Tensor, model) -> torch.Tensor:
     """swap.learned.from_model_output: NCHW RGB → BGR float 0–255 [F, 3, S, S]."""
     if model.output_denormalise:
-        std = torch.as_tensor(model.std, dtype=out.dtype, device=out.device)[:, None, None]
-        mean = torch.as_tensor(model.mean, dtype=out.dtype, device=out.device)[:, None, None]
+        std = D.constant(("std", model.std), lambda: model.std, out.device, out.dtype)[:, None, None]
+        mean = D.constant(("mean", model.mean), lambda: model.mean, out.device, out.dtype)[:, None, None]
         out = out * std + mean
     return torch.clamp(out, 0.0, 1.0).flip(1) * 255.0
 
@@ -98,7 +99,7 @@ def paste_crops(
     alpha: torch.Tensor,
     affines: np.ndarray,
     *,
-    max_faces: int = 64,
+    max_faces: int | None = None,
 ) -> list[Rect]:
     """swap.paste.paste_back into the uint8 frames [B, H, W, 3], in place, every face at once:
     crops [F, 3, S, S] (0–255, border replicated) and alpha [F, S, S] (0–1, zero outside) warped
@@ -118,6 +119,7 @@ def paste_crops(
     origins = canvas_origins(y0, x0, canvas, (height, width))
     written: list[Rect] = []
     index = np.asarray(frame_index)[faces]
+    max_faces = max_faces or faces_per_chunk(canvas)
     for wave in plan_waves(index, origins, canvas):
         for start in range(0, len(wave), max_faces):
             rows = np.asarray(wave[start : start + max_faces])
@@ -138,16 +140,16 @@ def _paste_chunk(frames, index, crops, alpha, affines, chosen, origins, canvas) 
     ch, cw = canvas
     size = int(crops.shape[-1])
     device = frames.device
-    sel = torch.as_tensor(chosen, device=device)
+    sel = D.to_device(chosen, device, torch.int64)
     ys, xs = torch.meshgrid(
         torch.arange(ch, device=device, dtype=torch.float64),
         torch.arange(cw, device=device, dtype=torch.float64),
         indexing="ij",
     )
-    origin = torch.as_tensor(origins, dtype=torch.float64, device=device)
+    origin = D.to_device(origins, device, torch.float64)
     px = xs[None] + origin[:, 1, None, None]  # frame pixel x of every canvas pixel
     py = ys[None] + origin[:, 0, None, None]
-    m = torch.as_tensor(affines, dtype=torch.float64, device=device)
+    m = D.to_device(affines, device, torch.float64)
     sx = m[:, 0, 0, None, None] * px + m[:, 0, 1, None, None] * py + m[:, 0, 2, None, None]
     sy = m[:, 1, 0, None, None] * px + m[:, 1, 1, None, None] * py + m[:, 1, 2, None, None]
     grid = D._normalise(torch.stack([sx, sy], dim=-1).float(), size, size)  # [F, ch, cw, 2]
@@ -186,8 +188,8 @@ class DeviceEnhancer:
         crops, affines = align(frames, table.frame_index, table.landmarks5, model.template, size)
         feeds = {host.input_name: model_input(crops, model)}
         if host.weight_name:
-            feeds[host.weight_name] = torch.tensor(
-                [CODEFORMER_FIDELITY], dtype=torch.float64, device=frames.device
+            feeds[host.weight_name] = D.constant(
+                "codeformer_fidelity", lambda: [CODEFORMER_FIDELITY], frames.device, torch.float64
             )
         out = run_session(host.session, feeds)[host.session.outputs[0].name]
         enhanced = model_output(torch.clamp(out, -1.0, 1.0) if model.output_denormalise else out, model)
@@ -197,7 +199,7 @@ class DeviceEnhancer:
         alpha = alpha.expand(len(table), size, size)
         if host.occluder is not None:
             occlusion = host.occluder(_host_crops(crops))
-            alpha = torch.minimum(alpha, torch.from_numpy(occlusion).to(frames.device))
+            alpha = torch.minimum(alpha, D.to_device(occlusion, frames.device, torch.float32))
         return paste_crops(frames, table.frame_index, enhanced, alpha * host.blend, affines)
 
 
@@ -232,10 +234,8 @@ class DeviceLearnedSwap:
             if "occlusion" in settings.types or "region" in settings.types:
                 host_masks = masker.before(_host_crops(crops))
         with timer.stage("swap"):
-            identity = torch.from_numpy(
-                np.ascontiguousarray(host.identity(len(table), embeddings), np.float32)
-            )
-            source = identity.to(frames.device).repeat_interleave(k * k, dim=0)
+            identity = D.to_device(host.identity(len(table), embeddings), frames.device, torch.float32)
+            source = identity.repeat_interleave(k * k, dim=0)
             target = split_tiles(model_input(crops, model), k)
             out = run_session(swapper.session, {"target": target, "source": source})
             swapped = join_tiles(model_output(out[swapper.session.outputs[0].name], model), k)
@@ -252,7 +252,7 @@ class DeviceLearnedSwap:
                 )
             else:
                 swapped_host = download({"s": swapped.permute(0, 2, 3, 1)})["s"]
-                alpha = torch.from_numpy(masker.after(swapped_host, host_masks)).to(frames.device)
+                alpha = D.to_device(masker.after(swapped_host, host_masks), frames.device, torch.float32)
         with timer.stage("paste"):
             return paste_crops(frames, table.frame_index, swapped, alpha, affines)
 

@@ -16,7 +16,6 @@ it on the CPU (tests/test_gpu_device_ops.py states each tolerance):
 - `bgr_to_lab8`, `lab8_to_bgr`: OpenCV's 8-bit LAB (sRGB gamma, D65).
 - `masked_blur`, `transfer_colour`, `feather`, `multiband`: swap.colour and
   swap.blend on device tensors.
-- `paste_affine`: a face crop warped back into its frame and blended by a mask.
 
 Images are float tensors [..., C, H, W] unless said otherwise; uint8 frames
 are [B, H, W, 3] as the decoder gives them. Imports torch at module level:
@@ -33,6 +32,38 @@ import torch
 import torch.nn.functional as F
 
 Tensor = torch.Tensor
+
+
+# --- host data on the device without waiting ----------------------------------------------------------
+#
+# torch's ordinary host-to-device copy (non_blocking=False) synchronises the current stream after
+# the copy: in the hot path that would make the host wait for all the work queued before it.
+# Constants (resize matrices, kernels, colour matrices) go up once per device and stay; per-call
+# data (maps, affines, indices) goes up with non_blocking=True on the stream that uses it (the
+# driver stages pageable memory at once, so the source array may go away).
+
+_CONSTANTS: dict[tuple, Tensor] = {}
+_MAX_CONSTANTS = 4096
+
+
+def constant(key, make, device, dtype: torch.dtype = torch.float32) -> Tensor:
+    """`make()` (a host array) on `device`, uploaded once per key, device and dtype. The one upload
+    is a blocking copy, so any stream may use the tensor at once."""
+    k = (key, str(device), dtype)
+    t = _CONSTANTS.get(k)
+    if t is None:
+        if len(_CONSTANTS) >= _MAX_CONSTANTS:
+            _CONSTANTS.clear()
+        t = _CONSTANTS[k] = torch.as_tensor(np.asarray(make()), dtype=dtype).to(device)
+    return t
+
+
+def to_device(array, device, dtype: torch.dtype | None = None) -> Tensor:
+    """A per-call host array on `device`, copied without waiting for the stream (used on the
+    current stream only)."""
+    t = torch.as_tensor(np.asarray(array), dtype=dtype)
+    return t.to(device, non_blocking=True)
+
 
 # (Kr, Kb) of each colour matrix
 YUV_MATRICES = {"bt601": (0.299, 0.114), "bt709": (0.2126, 0.0722), "bt2020": (0.2627, 0.0593)}
@@ -202,8 +233,13 @@ def _resize_matrix(n_in: int, n_out: int, area: bool) -> np.ndarray:
 
 def _resize(x: Tensor, size: tuple[int, int], area: bool) -> Tensor:
     height, width = size
-    rows = torch.as_tensor(_resize_matrix(x.shape[-2], height, area), dtype=x.dtype, device=x.device)
-    cols = torch.as_tensor(_resize_matrix(x.shape[-1], width, area), dtype=x.dtype, device=x.device)
+    n_rows, n_cols = x.shape[-2], x.shape[-1]
+    rows = constant(
+        ("resize", n_rows, height, area), lambda: _resize_matrix(n_rows, height, area), x.device, x.dtype
+    )
+    cols = constant(
+        ("resize", n_cols, width, area), lambda: _resize_matrix(n_cols, width, area), x.device, x.dtype
+    )
     return torch.matmul(torch.matmul(rows, x), cols.t())
 
 
@@ -243,9 +279,11 @@ def letterbox(frames: Tensor, size: int) -> tuple[Tensor, np.ndarray]:
 
 
 def invert_affines(m: Tensor) -> Tensor:
-    """[F,2,3] → [F,2,3] inverse affines."""
-    a = m[:, :, :2]
-    inv = torch.linalg.inv(a)
+    """[F,2,3] → [F,2,3] inverse affines, in closed form (torch.linalg.inv would wait for the
+    device to check for singular matrices)."""
+    a, b, c, d = m[:, 0, 0], m[:, 0, 1], m[:, 1, 0], m[:, 1, 1]
+    det = a * d - b * c
+    inv = torch.stack([torch.stack([d, -b], -1), torch.stack([-c, a], -1)], -2) / det[:, None, None]
     t = -torch.einsum("fij,fj->fi", inv, m[:, :, 2])
     return torch.cat([inv, t[:, :, None]], dim=2)
 
@@ -261,8 +299,13 @@ def _pixel_grid(height: int, width: int, device, dtype) -> Tensor:
 
 def _normalise(coords: Tensor, height: int, width: int) -> Tensor:
     """Pixel coordinates (x, y) → grid_sample's [-1, 1] with align_corners=True."""
-    scale = torch.tensor([2.0 / max(width - 1, 1), 2.0 / max(height - 1, 1)], device=coords.device)
-    return coords * scale.to(coords.dtype) - 1.0
+    scale = constant(
+        ("normalise", height, width),
+        lambda: [2.0 / max(width - 1, 1), 2.0 / max(height - 1, 1)],
+        coords.device,
+        coords.dtype,
+    )
+    return coords * scale - 1.0
 
 
 def remap(image: Tensor, map_x: Tensor, map_y: Tensor) -> Tensor:
@@ -320,37 +363,6 @@ def warp_affine(
     return out
 
 
-def paste_affine(frame: Tensor, crop: Tensor, mask: Tensor, affine: Tensor) -> Tensor:
-    """Blend `crop` [C,h,w] back into `frame` [C,H,W] (float, in place) through `affine` (frame → crop).
-
-    Equivalent to warpAffine(crop and mask, inverse, frame size) then
-    frame·(1−m) + warped·m, but only over the crop's footprint in the frame.
-    """
-    h, w = crop.shape[-2:]
-    height, width = frame.shape[-2:]
-    inverse = invert_affines(affine[None].to(torch.float64))[0]
-    corners = torch.tensor([[0, 0, 1], [w - 1, 0, 1], [0, h - 1, 1], [w - 1, h - 1, 1]], dtype=torch.float64)
-    pts = corners.to(inverse.device) @ inverse.t()
-    x0 = max(0, int(math.floor(float(pts[:, 0].min()))) - 1)
-    y0 = max(0, int(math.floor(float(pts[:, 1].min()))) - 1)
-    x1 = min(width, int(math.ceil(float(pts[:, 0].max()))) + 2)
-    y1 = min(height, int(math.ceil(float(pts[:, 1].max()))) + 2)
-    if x1 <= x0 or y1 <= y0:
-        return frame
-    grid = _pixel_grid(y1 - y0, x1 - x0, frame.device, torch.float32)
-    grid[..., 0] += x0
-    grid[..., 1] += y0
-    src = torch.einsum("hwk,ik->hwi", grid, affine.to(torch.float32))
-    both = torch.cat([crop.float(), mask.float()[None]], dim=0)
-    warped = F.grid_sample(
-        both[None], _normalise(src, h, w)[None], mode="bilinear", padding_mode="zeros", align_corners=True
-    )[0]
-    m = warped[-1:]
-    region = frame[:, y0:y1, x0:x1]
-    frame[:, y0:y1, x0:x1] = region * (1 - m) + warped[:-1] * m
-    return frame
-
-
 # --- filters -----------------------------------------------------------------------------------------------
 
 
@@ -381,9 +393,13 @@ def _reflect101(n: int, pad: int) -> np.ndarray:
 def _pad101(x: Tensor, pad_y: int, pad_x: int) -> Tensor:
     h, w = x.shape[-2:]
     if pad_y:
-        x = x.index_select(-2, torch.as_tensor(_reflect101(h, pad_y), device=x.device))
+        x = x.index_select(
+            -2, constant(("reflect101", h, pad_y), lambda: _reflect101(h, pad_y), x.device, torch.int64)
+        )
     if pad_x:
-        x = x.index_select(-1, torch.as_tensor(_reflect101(w, pad_x), device=x.device))
+        x = x.index_select(
+            -1, constant(("reflect101", w, pad_x), lambda: _reflect101(w, pad_x), x.device, torch.int64)
+        )
     return x
 
 
@@ -392,8 +408,8 @@ def _separable(x: Tensor, ky: np.ndarray, kx: np.ndarray) -> Tensor:
     shape = x.shape
     x4 = x.reshape(-1, 1, shape[-2], shape[-1])
     x4 = _pad101(x4, len(ky) // 2, len(kx) // 2)
-    wy = torch.as_tensor(ky, dtype=x.dtype, device=x.device).reshape(1, 1, -1, 1)
-    wx = torch.as_tensor(kx, dtype=x.dtype, device=x.device).reshape(1, 1, 1, -1)
+    wy = constant(("kernel", ky.tobytes()), lambda: ky, x.device, x.dtype).reshape(1, 1, -1, 1)
+    wx = constant(("kernel", kx.tobytes()), lambda: kx, x.device, x.dtype).reshape(1, 1, 1, -1)
     y = F.conv2d(F.conv2d(x4, wy), wx)
     return y.reshape(shape)
 
@@ -460,7 +476,7 @@ def bgr_to_lab8(bgr: Tensor) -> Tensor:
     b, g, r = bgr[..., 0, :, :], bgr[..., 1, :, :], bgr[..., 2, :, :]
     rgb = torch.stack([r, g, b], dim=-1) / 255.0
     lin = _srgb_to_linear(rgb)
-    m = torch.as_tensor(_XYZ_FROM_RGB / _WHITE[:, None], dtype=bgr.dtype, device=bgr.device)
+    m = constant("xyz_from_rgb", lambda: _XYZ_FROM_RGB / _WHITE[:, None], bgr.device, bgr.dtype)
     xyz = lin @ m.t()
     eps = 0.008856
     f = torch.where(xyz > eps, torch.clamp(xyz, min=eps) ** (1 / 3), 7.787 * xyz + 16 / 116)
@@ -484,9 +500,9 @@ def lab8_to_bgr(lab: Tensor) -> Tensor:
         return torch.where(f > 0.206893, f**3, (f - 16 / 116) / 7.787)
 
     y = torch.where(lum > 903.3 * 0.008856, fy**3, lum / 903.3)
-    white = torch.as_tensor(_WHITE, dtype=lab.dtype, device=lab.device)
+    white = constant("white", lambda: _WHITE, lab.device, lab.dtype)
     xyz = torch.stack([finv(fx) * white[0], y, finv(fz) * white[2]], dim=-1)
-    inv = torch.as_tensor(np.linalg.inv(_XYZ_FROM_RGB), dtype=lab.dtype, device=lab.device)
+    inv = constant("rgb_from_xyz", lambda: np.linalg.inv(_XYZ_FROM_RGB), lab.device, lab.dtype)
     rgb = _linear_to_srgb(xyz @ inv.t()) * 255
     return torch.stack([rgb[..., 2], rgb[..., 1], rgb[..., 0]], dim=-3)
 
@@ -512,7 +528,7 @@ def gaussian_blur_each(x: Tensor, sigmas) -> Tensor:
     for i, (s, k) in enumerate(zip(sigmas, sizes, strict=True)):
         off = (width - k) // 2
         kernels[i, off : off + k] = gaussian_kernel(k, float(s))
-    weights = torch.as_tensor(np.repeat(kernels, c, axis=0), dtype=x.dtype, device=x.device)
+    weights = to_device(np.repeat(kernels, c, axis=0), x.device, x.dtype)
     x4 = _pad101(x.reshape(1, n * c, h, w), width // 2, width // 2)
     y = F.conv2d(x4, weights.reshape(n * c, 1, width, 1), groups=n * c)
     y = F.conv2d(y, weights.reshape(n * c, 1, 1, width), groups=n * c)
@@ -549,7 +565,7 @@ def masked_blur(image: Tensor, mask: Tensor, sigma) -> Tensor:
         out = torch.empty_like(flat)
         for step in np.unique(steps):
             rows = np.flatnonzero(steps == step)
-            sel = torch.as_tensor(rows, device=flat.device)
+            sel = to_device(rows, flat.device)
             out.index_copy_(0, sel, _blur_downscaled(flat.index_select(0, sel), sigmas[rows], int(step)))
         out = out.reshape(both.shape)
     return out[..., :-1, :, :] / torch.clamp(out[..., -1:, :, :], min=1e-4)
@@ -586,7 +602,7 @@ def transfer_colour(
     moved = (src - mu_s) * ratio + mu_t
     if mode == "local":
         shading = masked_blur(dst, skin, sigma) - masked_blur(moved, skin, sigma)
-        limit = torch.tensor(SHADING_LIMIT, dtype=src.dtype, device=src.device)[:, None, None]
+        limit = constant("shading_limit", lambda: SHADING_LIMIT, src.device, src.dtype)[:, None, None]
         moved = moved + torch.maximum(torch.minimum(shading, limit), -limit)
     moved = src + strength * (moved - src)
     # fewer than 16 skin pixels: statistics are meaningless, keep the face as it is

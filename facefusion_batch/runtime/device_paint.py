@@ -18,7 +18,8 @@ difference on real faces.
 
 Faces whose canvases overlap in one frame are painted in successive waves,
 so a face painted later sees the earlier one, as the host's sequential loop
-does. Canvases go through in chunks of at most `max_faces` to bound memory.
+does. Canvases go through in chunks of at most CHUNK_PIXELS canvas pixels (a
+few GiB of float intermediates at most), to bound device memory.
 """
 
 from __future__ import annotations
@@ -31,6 +32,13 @@ import torch
 from facefusion_batch.runtime import device_ops as D
 
 CANVAS_STEP = 32
+# canvas pixels painted in one go: ~160 canvases of a 1080p face (320 x 320 px); the float
+# intermediates of a chunk (~40 values a pixel) stay under ~3 GiB
+CHUNK_PIXELS = 1 << 24
+
+
+def faces_per_chunk(canvas: tuple[int, int], budget: int = CHUNK_PIXELS) -> int:
+    return max(1, budget // max(1, canvas[0] * canvas[1]))
 
 
 @dataclass(frozen=True)
@@ -100,9 +108,9 @@ def gather_canvases(frames: torch.Tensor, index: np.ndarray, origins: np.ndarray
     """[F, 3, ch, cw] float windows of the uint8 frames [B, H, W, 3]: one gather."""
     ch, cw = canvas
     device = frames.device
-    fi = torch.as_tensor(index, device=device)[:, None, None]
-    rows = torch.as_tensor(origins[:, 0], device=device)[:, None] + torch.arange(ch, device=device)
-    cols = torch.as_tensor(origins[:, 1], device=device)[:, None] + torch.arange(cw, device=device)
+    fi = D.to_device(index, device, torch.int64)[:, None, None]
+    rows = D.to_device(origins[:, 0], device, torch.int64)[:, None] + torch.arange(ch, device=device)
+    cols = D.to_device(origins[:, 1], device, torch.int64)[:, None] + torch.arange(cw, device=device)
     windows = frames[fi, rows[:, :, None], cols[:, None, :]]  # [F, ch, cw, 3]
     return windows.permute(0, 3, 1, 2).float()
 
@@ -126,7 +134,7 @@ def _sample_textures(textures: list[torch.Tensor], sources: np.ndarray, maps: to
     out = torch.empty((f, channels, ch, cw), dtype=torch.float32, device=maps.device)
     for source in np.unique(sources):
         rows = np.flatnonzero(sources == source)
-        sel = torch.as_tensor(rows, device=maps.device)
+        sel = D.to_device(rows, maps.device)
         m = maps.index_select(0, sel)  # [n, 2, ch, cw]
         # the faces' canvases stacked into one tall picture: one grid_sample for all of them
         tall_x = m[:, 0].reshape(1, len(rows) * ch, cw)
@@ -143,7 +151,7 @@ def paint_faces(
     textures: list[torch.Tensor],
     settings,
     *,
-    max_faces: int = 64,
+    max_faces: int | None = None,
     host_blend=None,
 ) -> None:
     """Paint `regions` into the uint8 frames [B, H, W, 3] in place (ClassicalSettings: colour,
@@ -154,6 +162,7 @@ def paint_faces(
     frame_hw = (int(frames.shape[1]), int(frames.shape[2]))
     canvas = canvas_size([r.height for r in regions], [r.width for r in regions], frame_hw)
     origins = canvas_origins([r.y0 for r in regions], [r.x0 for r in regions], canvas, frame_hw)
+    max_faces = max_faces or faces_per_chunk(canvas)
     for wave in plan_waves([r.frame for r in regions], origins, canvas):
         for start in range(0, len(wave), max_faces):
             chunk = wave[start : start + max_faces]
@@ -166,7 +175,7 @@ def _paint_chunk(frames, regions, origins, canvas, textures, settings, host_blen
     device = frames.device
     index = np.array([r.frame for r in regions])
     target = gather_canvases(frames, index, origins, canvas)
-    maps = torch.from_numpy(_maps(regions, origins, canvas)).to(device, non_blocking=True)
+    maps = D.to_device(_maps(regions, origins, canvas), device)
     covered = ~torch.isnan(maps[:, 0])
     maps = torch.where(covered[:, None], maps, torch.full_like(maps, -1e4))
     warped = _sample_textures(textures, np.array([r.source for r in regions]), maps)
@@ -182,7 +191,7 @@ def _paint_chunk(frames, regions, origins, canvas, textures, settings, host_blen
         levels = np.array([D._pyramid_levels(r.height, r.width) for r in regions])
         result = torch.empty_like(target)
         for n in np.unique(levels):
-            sel = torch.as_tensor(np.flatnonzero(levels == n), device=device)
+            sel = D.to_device(np.flatnonzero(levels == n), device)
             part = D.multiband(target[sel], face[sel], alpha[sel], levels=int(n))
             result.index_copy_(0, sel, part)
     elif settings.blend == "feather":

@@ -53,7 +53,7 @@ def _run_device(session, feeds: dict[str, torch.Tensor]) -> dict[str, torch.Tens
     # a host session (onnxruntime): still correct, just not resident
     out = session.run({k: v.detach().cpu().numpy() for k, v in feeds.items()})
     device = next(iter(feeds.values())).device
-    return {k: torch.from_numpy(v).to(device) for k, v in out.items()}
+    return {k: D.to_device(v, device) for k, v in out.items()}
 
 
 def stage_frames(images: list[np.ndarray], device) -> torch.Tensor:
@@ -152,7 +152,7 @@ def mesh_device(mesh: FaceMesh, frames: torch.Tensor, table: FaceTable, timer: D
     def run_pass(roi: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray]:
         affines = roi_affines(*roi)
         with timer.stage("device:crop", frames.device):
-            m = torch.as_tensor(affines, dtype=torch.float64, device=frames.device)
+            m = D.to_device(affines, frames.device, torch.float64)
             crops = D.warp_affine(frames, table.frame_index, m, (MESH_SIZE, MESH_SIZE))
             # the host path stores crops as uint8, RGB, then scales to [0, 1]
             batch = torch.clamp(torch.round(crops), 0, 255).flip(1) / 255.0
@@ -260,7 +260,7 @@ class DeviceClassicalSwap:
 
         host = download({"t": target.permute(1, 2, 0), "f": face.permute(1, 2, 0), "a": alpha})
         out = blend(self.settings.blend, host["t"].copy(), host["f"].copy(), host["a"].copy())
-        return torch.from_numpy(np.ascontiguousarray(out)).to(target.device).permute(2, 0, 1)
+        return D.to_device(np.ascontiguousarray(out), target.device).permute(2, 0, 1)
 
 
 class ResidentPipeline:
