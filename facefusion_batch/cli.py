@@ -71,6 +71,85 @@ SourceOpt = Annotated[
     ),
 ]
 
+# options render and preview share: defined once, so their names, help and types agree
+FacesOpt = Annotated[
+    str,
+    typer.Option(
+        help="many: every face; one: the largest face of each frame; "
+        "reference: the faces of the person in --reference-face / --reference-frame."
+    ),
+]
+BlendOpt = Annotated[str, typer.Option(help="multiband | feather | poisson.")]
+EyesMouthOpt = Annotated[
+    str,
+    typer.Option(
+        help="target: keep the target's eyes and mouth (its expression); source: paint the source's."
+    ),
+]
+ColourOpt = Annotated[
+    str,
+    typer.Option(
+        "--colour",
+        help="local | global | none: how the face is recoloured to the target's skin and light.",
+    ),
+]
+SwapperOpt = Annotated[
+    str,
+    typer.Option(
+        help="auto: the learned swapper when its model files are present, else classical; "
+        "classical; learned (fetched if missing)."
+    ),
+]
+SwapperModelOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Learned swapper, FaceFusion's name: inswapper_128, hyperswap_1a_256, simswap_256, "
+        "ghost_1_256, blendswap_256, uniface_256, ... (a prepared variant: NAME@fp16)."
+    ),
+]
+SwapperWeightOpt = Annotated[
+    float, typer.Option(help="0–1; 0.5 the source identity alone, lower keeps more of the target's.")
+]
+PixelBoostOpt = Annotated[
+    int | None,
+    typer.Option(help="Learned swapper crop size, a multiple of its input (128-px models: 256, 512)."),
+]
+EnhancerModelOpt = Annotated[
+    str | None, typer.Option(help="Face enhancer after the swap: gfpgan_1.4, gpen_bfr_512, codeformer...")
+]
+EnhancerBlendOpt = Annotated[int, typer.Option(help="Percent of the enhanced face kept, 0–100.")]
+MaskOpt = Annotated[
+    str, typer.Option(help="Learned swap masks, comma-separated: box, occlusion (xseg), region (parser).")
+]
+MaskBlurOpt = Annotated[float, typer.Option(help="Box mask blur, 0–1.")]
+MaskPaddingOpt = Annotated[str, typer.Option(help="Box mask padding, percent: T,R,B,L or one value.")]
+MaskRegionsOpt = Annotated[
+    str | None, typer.Option(help="Region mask classes, comma-separated (default: all face regions).")
+]
+OccluderModelOpt = Annotated[str, typer.Option(help="xseg_1 | xseg_2 | xseg_3.")]
+ParserModelOpt = Annotated[str, typer.Option(help="bisenet_resnet_34 | bisenet_resnet_18.")]
+ReferenceFaceOpt = Annotated[
+    Path | None, typer.Option(help="--faces reference: a photo of the person whose faces are swapped.")
+]
+ReferenceFrameOpt = Annotated[
+    int | None, typer.Option(help="--faces reference: take the person from this frame of the input.")
+]
+ReferenceFacePositionOpt = Annotated[
+    int, typer.Option(help="Which face of the reference picture, 0 = the largest.")
+]
+ReferenceDistanceOpt = Annotated[
+    float, typer.Option(help="Faces within this distance (1 − cos)/2 of the reference are swapped.")
+]
+ScoreThresholdOpt = Annotated[float, typer.Option(help="Face detector score threshold.")]
+SourceFaceIndexOpt = Annotated[
+    int,
+    typer.Option(
+        help="Which face of each --source photo to use, faces ordered largest first (0: the largest)."
+    ),
+]
+BackendOpt = Annotated[str, typer.Option(help="auto | cpu | cuda | tensorrt.")]
+ModelsDirOpt = Annotated[Path | None, typer.Option(help="Look here for model files first.")]
+
 
 def _settings(**kw):
     from facefusion_batch.config import RenderSettings
@@ -184,13 +263,7 @@ def render(
     ray_workers: Annotated[
         int | None, typer.Option(help="Ray actors (default: one per GPU; without GPUs, cores / 2).")
     ] = None,
-    faces: Annotated[
-        str,
-        typer.Option(
-            help="many: every face; one: the largest face of each frame; "
-            "reference: the faces of the person in --reference-face / --reference-frame."
-        ),
-    ] = "many",
+    faces: FacesOpt = "many",
     batch_size: Annotated[
         int,
         typer.Option(
@@ -205,7 +278,7 @@ def render(
     threads: Annotated[
         int | None, typer.Option(help="onnxruntime threads per model (default: cores / workers).")
     ] = None,
-    backend: Annotated[str, typer.Option(help="auto | cpu | cuda | tensorrt.")] = "auto",
+    backend: BackendOpt = "auto",
     streams: Annotated[
         int | None,
         typer.Option(
@@ -229,70 +302,26 @@ def render(
     crf: Annotated[int | None, typer.Option(help="Constant rate factor 0–51 (default 18).")] = None,
     quality: Annotated[int | None, typer.Option(help="0–100 (100 best); instead of --crf.")] = None,
     preset: Annotated[str, typer.Option(help="Encoder preset.")] = "veryfast",
-    blend: Annotated[str, typer.Option(help="multiband | feather | poisson.")] = "multiband",
-    eyes_mouth: Annotated[
-        str,
-        typer.Option(
-            help="target: keep the target's eyes and mouth (its expression); source: paint the source's."
-        ),
-    ] = "target",
-    colour: Annotated[
-        str,
-        typer.Option(
-            "--colour",
-            help="local | global | none: how the face is recoloured to the target's skin and light.",
-        ),
-    ] = "local",
-    swapper: Annotated[
-        str,
-        typer.Option(
-            help="auto: the learned swapper when its model files are present, else classical; "
-            "classical; learned (fetched if missing)."
-        ),
-    ] = "auto",
-    swapper_model: Annotated[
-        str | None,
-        typer.Option(
-            help="Learned swapper, FaceFusion's name: inswapper_128, hyperswap_1a_256, simswap_256, "
-            "ghost_1_256, blendswap_256, uniface_256, ... (a prepared variant: NAME@fp16)."
-        ),
-    ] = None,
-    swapper_weight: Annotated[
-        float, typer.Option(help="0–1; 0.5 the source identity alone, lower keeps more of the target's.")
-    ] = 0.5,
-    pixel_boost: Annotated[
-        int | None,
-        typer.Option(help="Learned swapper crop size, a multiple of its input (128-px models: 256, 512)."),
-    ] = None,
-    enhancer_model: Annotated[
-        str | None, typer.Option(help="Face enhancer after the swap: gfpgan_1.4, gpen_bfr_512, codeformer...")
-    ] = None,
-    enhancer_blend: Annotated[int, typer.Option(help="Percent of the enhanced face kept, 0–100.")] = 80,
-    mask: Annotated[
-        str, typer.Option(help="Learned swap masks, comma-separated: box, occlusion (xseg), region (parser).")
-    ] = "box",
-    mask_blur: Annotated[float, typer.Option(help="Box mask blur, 0–1.")] = 0.3,
-    mask_padding: Annotated[str, typer.Option(help="Box mask padding, percent: T,R,B,L or one value.")] = "0",
-    mask_regions: Annotated[
-        str | None, typer.Option(help="Region mask classes, comma-separated (default: all face regions).")
-    ] = None,
-    occluder_model: Annotated[str, typer.Option(help="xseg_1 | xseg_2 | xseg_3.")] = "xseg_1",
-    parser_model: Annotated[str, typer.Option(help="bisenet_resnet_34 | bisenet_resnet_18.")] = (
-        "bisenet_resnet_34"
-    ),
-    reference_face: Annotated[
-        Path | None, typer.Option(help="--faces reference: a photo of the person whose faces are swapped.")
-    ] = None,
-    reference_frame: Annotated[
-        int | None, typer.Option(help="--faces reference: take the person from this frame of the input.")
-    ] = None,
-    reference_face_position: Annotated[
-        int, typer.Option(help="Which face of the reference picture, 0 = the largest.")
-    ] = 0,
-    reference_distance: Annotated[
-        float, typer.Option(help="Faces within this distance (1 − cos)/2 of the reference are swapped.")
-    ] = 0.3,
-    score_threshold: Annotated[float, typer.Option(help="Face detector score threshold.")] = 0.6,
+    blend: BlendOpt = "multiband",
+    eyes_mouth: EyesMouthOpt = "target",
+    colour: ColourOpt = "local",
+    swapper: SwapperOpt = "auto",
+    swapper_model: SwapperModelOpt = None,
+    swapper_weight: SwapperWeightOpt = 0.5,
+    pixel_boost: PixelBoostOpt = None,
+    enhancer_model: EnhancerModelOpt = None,
+    enhancer_blend: EnhancerBlendOpt = 80,
+    mask: MaskOpt = "box",
+    mask_blur: MaskBlurOpt = 0.3,
+    mask_padding: MaskPaddingOpt = "0",
+    mask_regions: MaskRegionsOpt = None,
+    occluder_model: OccluderModelOpt = "xseg_1",
+    parser_model: ParserModelOpt = "bisenet_resnet_34",
+    reference_face: ReferenceFaceOpt = None,
+    reference_frame: ReferenceFrameOpt = None,
+    reference_face_position: ReferenceFacePositionOpt = 0,
+    reference_distance: ReferenceDistanceOpt = 0.3,
+    score_threshold: ScoreThresholdOpt = 0.6,
     on_decode_error: Annotated[
         str,
         typer.Option(
@@ -308,13 +337,8 @@ def render(
             "CPU is left to the encoder). Exit 2 where there is none."
         ),
     ] = "none",
-    source_face_index: Annotated[
-        int,
-        typer.Option(
-            help="Which face of each --source photo to use, faces ordered largest first (0: the largest)."
-        ),
-    ] = 0,
-    models_dir: Annotated[Path | None, typer.Option(help="Look here for model files first.")] = None,
+    source_face_index: SourceFaceIndexOpt = 0,
+    models_dir: ModelsDirOpt = None,
     report: Annotated[Path | None, typer.Option(help="Write a JSON report here.")] = None,
     overwrite: Annotated[bool, typer.Option(help="Replace an existing output file.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar, warnings only.")] = False,
@@ -494,85 +518,30 @@ def preview(
     source: SourceOpt,
     output: Annotated[Path, typer.Option("--output", "-o", help="Contact sheet image (.png).")],
     frames: Annotated[int, typer.Option(help="How many frames to sample.")] = 4,
-    faces: Annotated[
-        str,
-        typer.Option(
-            help="many: every face; one: the largest face of each frame; "
-            "reference: the faces of the person in --reference-face / --reference-frame."
-        ),
-    ] = "many",
-    blend: Annotated[str, typer.Option(help="multiband | feather | poisson.")] = "multiband",
-    eyes_mouth: Annotated[
-        str,
-        typer.Option(
-            help="target: keep the target's eyes and mouth (its expression); source: paint the source's."
-        ),
-    ] = "target",
-    colour: Annotated[
-        str,
-        typer.Option(
-            "--colour",
-            help="local | global | none: how the face is recoloured to the target's skin and light.",
-        ),
-    ] = "local",
-    swapper: Annotated[
-        str,
-        typer.Option(
-            help="auto: the learned swapper when its model files are present, else classical; "
-            "classical; learned (fetched if missing)."
-        ),
-    ] = "auto",
-    swapper_model: Annotated[
-        str | None,
-        typer.Option(
-            help="Learned swapper, FaceFusion's name: inswapper_128, hyperswap_1a_256, simswap_256, "
-            "ghost_1_256, blendswap_256, uniface_256, ... (a prepared variant: NAME@fp16)."
-        ),
-    ] = None,
-    swapper_weight: Annotated[
-        float, typer.Option(help="0–1; 0.5 the source identity alone, lower keeps more of the target's.")
-    ] = 0.5,
-    pixel_boost: Annotated[
-        int | None,
-        typer.Option(help="Learned swapper crop size, a multiple of its input (128-px models: 256, 512)."),
-    ] = None,
-    enhancer_model: Annotated[
-        str | None, typer.Option(help="Face enhancer after the swap: gfpgan_1.4, gpen_bfr_512, codeformer...")
-    ] = None,
-    enhancer_blend: Annotated[int, typer.Option(help="Percent of the enhanced face kept, 0–100.")] = 80,
-    mask: Annotated[
-        str, typer.Option(help="Learned swap masks, comma-separated: box, occlusion (xseg), region (parser).")
-    ] = "box",
-    mask_blur: Annotated[float, typer.Option(help="Box mask blur, 0–1.")] = 0.3,
-    mask_padding: Annotated[str, typer.Option(help="Box mask padding, percent: T,R,B,L or one value.")] = "0",
-    mask_regions: Annotated[
-        str | None, typer.Option(help="Region mask classes, comma-separated (default: all face regions).")
-    ] = None,
-    occluder_model: Annotated[str, typer.Option(help="xseg_1 | xseg_2 | xseg_3.")] = "xseg_1",
-    parser_model: Annotated[str, typer.Option(help="bisenet_resnet_34 | bisenet_resnet_18.")] = (
-        "bisenet_resnet_34"
-    ),
-    reference_face: Annotated[
-        Path | None, typer.Option(help="--faces reference: a photo of the person whose faces are swapped.")
-    ] = None,
-    reference_frame: Annotated[
-        int | None, typer.Option(help="--faces reference: take the person from this frame of the input.")
-    ] = None,
-    reference_face_position: Annotated[
-        int, typer.Option(help="Which face of the reference picture, 0 = the largest.")
-    ] = 0,
-    reference_distance: Annotated[
-        float, typer.Option(help="Faces within this distance (1 − cos)/2 of the reference are swapped.")
-    ] = 0.3,
-    score_threshold: Annotated[float, typer.Option(help="Face detector score threshold.")] = 0.6,
-    source_face_index: Annotated[
-        int,
-        typer.Option(
-            help="Which face of each --source photo to use, faces ordered largest first (0: the largest)."
-        ),
-    ] = 0,
-    backend: Annotated[str, typer.Option(help="auto | cpu | cuda | tensorrt.")] = "auto",
-    models_dir: Annotated[Path | None, typer.Option(help="Look here for model files first.")] = None,
+    faces: FacesOpt = "many",
+    blend: BlendOpt = "multiband",
+    eyes_mouth: EyesMouthOpt = "target",
+    colour: ColourOpt = "local",
+    swapper: SwapperOpt = "auto",
+    swapper_model: SwapperModelOpt = None,
+    swapper_weight: SwapperWeightOpt = 0.5,
+    pixel_boost: PixelBoostOpt = None,
+    enhancer_model: EnhancerModelOpt = None,
+    enhancer_blend: EnhancerBlendOpt = 80,
+    mask: MaskOpt = "box",
+    mask_blur: MaskBlurOpt = 0.3,
+    mask_padding: MaskPaddingOpt = "0",
+    mask_regions: MaskRegionsOpt = None,
+    occluder_model: OccluderModelOpt = "xseg_1",
+    parser_model: ParserModelOpt = "bisenet_resnet_34",
+    reference_face: ReferenceFaceOpt = None,
+    reference_frame: ReferenceFrameOpt = None,
+    reference_face_position: ReferenceFacePositionOpt = 0,
+    reference_distance: ReferenceDistanceOpt = 0.3,
+    score_threshold: ScoreThresholdOpt = 0.6,
+    source_face_index: SourceFaceIndexOpt = 0,
+    backend: BackendOpt = "auto",
+    models_dir: ModelsDirOpt = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
 ) -> None:
     """Write a before/after contact sheet of a few frames of INPUT.
@@ -714,7 +683,7 @@ def models_calibration_crops(
     videos: Annotated[list[Path], typer.Argument(help="Videos to take faces from.", show_default=False)],
     output: Annotated[Path, typer.Option("--output", "-o", help="Directory for the crops.")],
     count: Annotated[int, typer.Option(help="How many crops (>= 500 recommended for INT8).")] = 500,
-    models_dir: Annotated[Path | None, typer.Option(help="Look here for model files first.")] = None,
+    models_dir: ModelsDirOpt = None,
 ) -> None:
     """Write aligned face crops (ffhq_512 template, 512 px) from VIDEOS, found by the default detector."""
     setup_logging(False, False)
@@ -764,7 +733,7 @@ def engines_build(
     engines_dir: EnginesDirOpt = None,
     gpu: Annotated[int, typer.Option(help="CUDA device to build for.")] = 0,
     force: Annotated[bool, typer.Option(help="Rebuild even if a matching engine exists.")] = False,
-    models_dir: Annotated[Path | None, typer.Option(help="Look here for model files first.")] = None,
+    models_dir: ModelsDirOpt = None,
 ) -> None:
     """Build engines for this GPU and TensorRT (exit 2 without them)."""
     setup_logging(False, False)
