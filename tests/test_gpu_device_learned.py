@@ -115,11 +115,11 @@ def private_home(tmp_path_factory, monkeypatch, models):
     return home
 
 
-def pipelines(
-    models, standin_dir, source, learned: LearnedSettings, faces="many", device: str | None = "cpu"
-):
-    """The host pipeline (onnxruntime) and its device twin (torch on `device`; None: the GPU)."""
-    swap = SwapSettings(swapper="learned", learned=learned)
+def pipelines(models, standin_dir, source, swap, faces="many", device: str | None = "cpu"):
+    """The host pipeline (onnxruntime) and its device twin (torch on `device`; None: the GPU) for
+    `swap` (SwapSettings, or LearnedSettings for a learned swap)."""
+    if isinstance(swap, LearnedSettings):
+        swap = SwapSettings(swapper="learned", learned=swap)
     host = build_pipeline(
         Models(backend=models.backend, detector=models.detector, paths={}, models_dir=standin_dir),
         (source,),
@@ -181,17 +181,7 @@ def test_reference_selection_keeps_bgr_frames(models, standin_dir, private_home,
         learned=LearnedSettings(swapper_model="inswapper_128"),
         reference=ReferenceSettings(image=astronaut_path),
     )
-    backend = TorchBackend(device="cpu")
-    detector = type(models.detector)(
-        backend.load(models.paths["yunet_2023mar_batch"], label="yunet_2023mar_batch"),
-        models.detector.settings,
-    )
-    device = build_pipeline(
-        Models(backend=backend, detector=detector, paths={}, models_dir=standin_dir),
-        (astronaut_path,),
-        swap,
-        "reference",
-    )
+    _, device = pipelines(models, standin_dir, astronaut_path, swap, faces="reference")
     assert isinstance(device, DeviceLearnedPipeline) and not device.accepts_planes
 
 
@@ -201,23 +191,7 @@ def test_classical_swap_with_an_enhancer_stays_on_the_device(
     from facefusion_batch.runtime.device_pipeline import DeviceFaceSwapPipeline
 
     swap = SwapSettings(swapper="classical", learned=LearnedSettings(enhancer_model="gfpgan_1.4"))
-    host = build_pipeline(
-        Models(backend=models.backend, detector=models.detector, paths={}, models_dir=standin_dir),
-        (astronaut_path,),
-        swap,
-        "many",
-    )
-    backend = TorchBackend(device="cpu")
-    detector = type(models.detector)(
-        backend.load(models.paths["yunet_2023mar_batch"], label="yunet_2023mar_batch"),
-        models.detector.settings,
-    )
-    device = build_pipeline(
-        Models(backend=backend, detector=detector, paths={}, models_dir=standin_dir),
-        (astronaut_path,),
-        swap,
-        "many",
-    )
+    host, device = pipelines(models, standin_dir, astronaut_path, swap)
     assert (
         isinstance(device, DeviceFaceSwapPipeline) and device.enhancer is not None and device.accepts_planes
     )
