@@ -371,9 +371,6 @@ def batch_pixel_budget(backend, batch_size: int) -> int:
     """Most pixels one batch may hold. GPU backends: the batch asked for (--max-batch) of frames
     up to 1080p, proportionally fewer of larger ones (the memory guard may cut further); the CPU:
     CPU_BATCH_PIXELS, whatever the batch size, to bound host memory."""
-    explicit = getattr(backend, "max_batch_pixels", None)
-    if explicit:
-        return int(explicit)
     if getattr(backend, "device", None) is not None:
         return max(1, batch_size) * DEVICE_FRAME_PIXELS
     return CPU_BATCH_PIXELS

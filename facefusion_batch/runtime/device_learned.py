@@ -152,7 +152,7 @@ def _paste_chunk(frames, index, crops, alpha, affines, chosen, origins, canvas) 
     m = D.to_device(affines, device, torch.float64)
     sx = m[:, 0, 0, None, None] * px + m[:, 0, 1, None, None] * py + m[:, 0, 2, None, None]
     sy = m[:, 1, 0, None, None] * px + m[:, 1, 1, None, None] * py + m[:, 1, 2, None, None]
-    grid = D._normalise(torch.stack([sx, sy], dim=-1).float(), size, size)  # [F, ch, cw, 2]
+    grid = D.grid_coords(torch.stack([sx, sy], dim=-1).float(), size, size)  # [F, ch, cw, 2]
     face = F.grid_sample(
         crops.index_select(0, sel).float(), grid, mode="bilinear", padding_mode="border", align_corners=True
     )

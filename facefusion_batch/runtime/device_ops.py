@@ -31,6 +31,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from facefusion_batch.swap.blend import pyramid_levels
+
 Tensor = torch.Tensor
 
 
@@ -297,7 +299,7 @@ def _pixel_grid(height: int, width: int, device, dtype) -> Tensor:
     return torch.stack([xs, ys, torch.ones_like(xs)], dim=-1)  # [h,w,3]
 
 
-def _normalise(coords: Tensor, height: int, width: int) -> Tensor:
+def grid_coords(coords: Tensor, height: int, width: int) -> Tensor:
     """Pixel coordinates (x, y) → grid_sample's [-1, 1] with align_corners=True."""
     scale = constant(
         ("normalise", height, width),
@@ -317,7 +319,7 @@ def remap(image: Tensor, map_x: Tensor, map_y: Tensor) -> Tensor:
     if squeeze:
         image, map_x, map_y = image[None], map_x[None], map_y[None]
     height, width = image.shape[-2:]
-    grid = _normalise(torch.stack([map_x, map_y], dim=-1), height, width)
+    grid = grid_coords(torch.stack([map_x, map_y], dim=-1), height, width)
     out = F.grid_sample(
         image, grid.to(image.dtype), mode="bilinear", padding_mode="zeros", align_corners=True
     )
@@ -357,7 +359,7 @@ def warp_affine(
         frame = frame.permute(2, 0, 1).float() if channels_last else frame.float()
         fh, fw = frame.shape[-2:]
         # every face of this frame in one call: their grids stacked vertically
-        grid = _normalise(src[rows].reshape(1, len(rows) * height, width, 2), fh, fw)
+        grid = grid_coords(src[rows].reshape(1, len(rows) * height, width, 2), fh, fw)
         sampled = F.grid_sample(frame[None], grid, mode="bilinear", padding_mode=border, align_corners=True)
         out[rows] = sampled[0].reshape(c, len(rows), height, width).permute(1, 0, 2, 3)
     return out
@@ -615,18 +617,11 @@ def feather(target: Tensor, face: Tensor, alpha: Tensor) -> Tensor:
     return target * (1.0 - a) + face * a
 
 
-def _pyramid_levels(h: int, w: int, limit: int = 5) -> int:
-    levels = 0
-    while levels < limit and min(h, w) >> (levels + 1) >= 8:
-        levels += 1
-    return levels
-
-
 def multiband(target: Tensor, face: Tensor, alpha: Tensor, levels: int | None = None) -> Tensor:
     """swap.blend.multiband: Laplacian-pyramid blend of [..., C, H, W] images under alpha
     [..., H, W]; `levels` as many as the host gives an image of this size unless given."""
     h, w = alpha.shape[-2:]
-    levels = _pyramid_levels(h, w) if levels is None else levels
+    levels = pyramid_levels(h, w) if levels is None else levels
     if levels == 0:
         return feather(target, face, alpha)
     gauss_a = [alpha]

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from facefusion_batch.runtime import device_ops as D
+from facefusion_batch.swap.blend import pyramid_levels
 
 CANVAS_STEP = 32
 # canvas pixels painted in one go: ~160 canvases of a 1080p face (320 x 320 px); the float
@@ -188,7 +189,7 @@ def _paint_chunk(frames, regions, origins, canvas, textures, settings, host_blen
         face = torch.where(covered[:, None], face, target)
     if settings.blend == "multiband":
         # as many pyramid levels as the host gives each face's own region
-        levels = np.array([D._pyramid_levels(r.height, r.width) for r in regions])
+        levels = np.array([pyramid_levels(r.height, r.width) for r in regions])
         result = torch.empty_like(target)
         for n in np.unique(levels):
             sel = D.to_device(np.flatnonzero(levels == n), device)

@@ -18,7 +18,8 @@ def feather(target: np.ndarray, face: np.ndarray, alpha: np.ndarray) -> np.ndarr
     return target * (1.0 - a) + face * a
 
 
-def _pyramid_levels(h: int, w: int, limit: int = 5) -> int:
+def pyramid_levels(h: int, w: int, limit: int = 5) -> int:
+    """Levels of the multi-band blend for an h x w region: halve while the smaller side stays >= 8."""
     levels = 0
     while levels < limit and min(h, w) >> (levels + 1) >= 8:
         levels += 1
@@ -28,7 +29,7 @@ def _pyramid_levels(h: int, w: int, limit: int = 5) -> int:
 def multiband(target: np.ndarray, face: np.ndarray, alpha: np.ndarray) -> np.ndarray:
     """Laplacian-pyramid blend: low frequencies mix over wide seams, fine detail over narrow ones."""
     h, w = alpha.shape
-    levels = _pyramid_levels(h, w)
+    levels = pyramid_levels(h, w)
     if levels == 0:
         return feather(target, face, alpha)
     gauss_a = [alpha]
