@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from facefusion_batch.swap.blend import pyramid_levels
+from facefusion_batch.swap.colour import SHADING_LIMIT, STD_RATIO_RANGE
 
 Tensor = torch.Tensor
 
@@ -516,8 +517,6 @@ def to_uint8_levels(x: Tensor) -> Tensor:
 
 # --- colour transfer and blending ---------------------------------------------------------------------------
 
-STD_RATIO_RANGE = (0.7, 1.4)
-SHADING_LIMIT = (30.0, 6.0, 6.0)
 
 
 def gaussian_blur_each(x: Tensor, sigmas) -> Tensor:
