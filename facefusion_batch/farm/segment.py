@@ -13,9 +13,9 @@ import logging
 from pathlib import Path
 
 from facefusion_batch.config import RenderSettings
-from facefusion_batch.errors import FfbatchError, Interrupted, OutputError
+from facefusion_batch.errors import FfbatchError, OutputError
 from facefusion_batch.farm.manifest import settings_digest
-from facefusion_batch.pipeline.render import JobReport, log_start, pixel_format_of, run_frames
+from facefusion_batch.pipeline.render import JobReport, log_start, pixel_format_of, render_into
 from facefusion_batch.video.reader import FrameReader
 from facefusion_batch.video.segments import (
     TAG_FRAME_COUNT,
@@ -114,26 +114,9 @@ def write_segment(
     )
     writer = VideoWriter(path, info, settings.encoder, metadata=tags, pixel_format=pixels)
     frames_before = report.frames_out
-    try:
-        run_frames(
-            renderer,
-            reader,
-            lambda frame, image: writer.write(image, frame.pts, frame.time_base),
-            settings,
-            report,
-            timer,
-            on_progress,
-            layout,
-        )
-        if report.frames_out - frames_before != end - start:  # the reader raises first; a guard
+
+    def check() -> None:  # the reader raises first; a guard
+        if report.frames_out - frames_before != end - start:
             raise FfbatchError(f"{settings.input}: got {report.frames_out} frames for --frames {start}:{end}")
-        with timer.stage("finish"):
-            writer.close()
-    except KeyboardInterrupt:
-        writer.abort()
-        raise Interrupted("interrupted (SIGINT); the partial segment was removed") from None
-    except BaseException:
-        writer.abort()
-        raise
-    finally:
-        reader.close()
+
+    render_into(renderer, reader, writer, settings, report, timer, on_progress, layout, "segment", check)

@@ -452,6 +452,25 @@ def _render_plain(renderer, settings, info, report, timer, on_progress, on_start
         metadata=output_tags,
         pixel_format=pixel_format_of(layout),
     )
+    render_into(renderer, reader, writer, settings, report, timer, on_progress, layout, "output")
+    report.audio = writer.audio_summary
+
+
+def render_into(
+    renderer,
+    reader: FrameReader,
+    writer: VideoWriter,
+    settings: RenderSettings,
+    report: RenderReport,
+    timer: StageTimer,
+    on_progress,
+    layout: PlaneLayout | None,
+    what: str,
+    check: Callable[[], None] | None = None,
+) -> None:
+    """Swap every frame of `reader` into `writer`. The writer is closed (its file renamed into
+    place) only when everything, `check()` included, went well; otherwise it is aborted and its
+    temporary file removed. `what` names the output in the interrupt message."""
     try:
         run_frames(
             renderer,
@@ -463,12 +482,13 @@ def _render_plain(renderer, settings, info, report, timer, on_progress, on_start
             on_progress,
             layout,
         )
+        if check is not None:
+            check()
         with timer.stage("finish"):
             writer.close()
-        report.audio = writer.audio_summary
     except KeyboardInterrupt:
         writer.abort()
-        raise Interrupted("interrupted (SIGINT); the partial output was removed") from None
+        raise Interrupted(f"interrupted (SIGINT); the partial {what} was removed") from None
     except BaseException:
         writer.abort()
         raise

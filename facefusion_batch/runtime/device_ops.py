@@ -518,7 +518,6 @@ def to_uint8_levels(x: Tensor) -> Tensor:
 # --- colour transfer and blending ---------------------------------------------------------------------------
 
 
-
 def gaussian_blur_each(x: Tensor, sigmas) -> Tensor:
     """`gaussian_blur` of each image of [N, C, H, W] with its own sigma, in one grouped convolution
     per axis (each kernel zero-padded to the widest: the same sums as its own width)."""
