@@ -1,0 +1,137 @@
+"""Checksums of what the CPU path renders, recorded before a refactor and checked after it.
+
+`cases()` names each case: the pipeline settings and the frames it renders. Frames come from
+the demo clip's camera path over t1.jpg (examples/make_inputs.py: `render_frame`, no encoder
+involved), the source is astronaut.png. `python tests/golden.py record` writes
+tests/data/golden_cpu.json; tests/test_golden_cpu.py renders every case again and compares.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+GOLDEN = HERE / "data" / "golden_cpu.json"
+DEMO_SECONDS, DEMO_FPS, DEMO_SIZE = 10.0, 25, (1280, 720)
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    frames: tuple[int, ...]  # demo-clip frame numbers, rendered as one batch
+    swap: dict  # ClassicalSettings fields, or for a learned case LearnedSettings fields
+    faces: str = "many"
+    learned: bool = False  # FaceFusion stand-ins (tests/standins.py) instead of the classical swap
+
+
+def cases() -> list[Case]:
+    every_30 = tuple(range(0, 250, 30))
+    two = (0, 125)
+    return [
+        Case("default", every_30, {}),
+        Case("feather", two, {"blend": "feather"}),
+        Case("poisson", two, {"blend": "poisson"}),
+        Case("global", two, {"colour": "global"}),
+        Case("colour-none", two, {"colour": "none"}),
+        Case("eyes-mouth-source", two, {"eyes_mouth": "source"}),
+        Case("faces-one", two, {}, faces="one"),
+        Case("inswapper", two, {"swapper_model": "inswapper_128"}, learned=True),
+        Case(
+            "hyperswap-masks-boost-weight",
+            two,
+            {
+                "swapper_model": "hyperswap_1a_256",
+                "pixel_boost": 512,
+                "weight": 0.3,
+                "masks": {"types": ("box", "occlusion", "region"), "padding": (5, 0, 10, 0)},
+            },
+            learned=True,
+        ),
+        Case(
+            "inswapper-gfpgan",
+            two,
+            {"swapper_model": "inswapper_128", "enhancer_model": "gfpgan_1.4", "enhancer_blend": 60},
+            learned=True,
+        ),
+    ]
+
+
+def demo_frames(numbers: tuple[int, ...]) -> list[np.ndarray]:
+    sys.path.insert(0, str(HERE.parent / "examples"))
+    from make_inputs import render_frame  # noqa: PLC0415
+
+    from facefusion_batch.assets import asset_path
+    from facefusion_batch.pipeline.build import read_image
+
+    photo = read_image(asset_path("t1.jpg"))
+    return [render_frame(photo, i / DEMO_FPS, DEMO_SECONDS, DEMO_SIZE) for i in numbers]
+
+
+def digest(frames: list[np.ndarray]) -> str:
+    h = hashlib.sha256()
+    for f in frames:
+        h.update(np.ascontiguousarray(f).tobytes())
+    return h.hexdigest()
+
+
+def swap_settings(case: Case):
+    from facefusion_batch.config import SwapSettings
+    from facefusion_batch.swap.classical import ClassicalSettings
+    from facefusion_batch.swap.learned import LearnedSettings
+    from facefusion_batch.swap.masks import MaskSettings
+
+    if not case.learned:
+        return ClassicalSettings(**case.swap)
+    fields = dict(case.swap)
+    fields["masks"] = MaskSettings(**fields.get("masks", {}))
+    return SwapSettings(swapper="learned", learned=LearnedSettings(**fields))
+
+
+def render_case(case: Case, models, source: Path) -> list[np.ndarray]:
+    from facefusion_batch.pipeline.build import build_pipeline
+
+    pipeline = build_pipeline(models, (source,), swap_settings(case), case.faces)
+    return pipeline(demo_frames(case.frames)).frames
+
+
+def load_case_models(standin_dir: Path | None):
+    """The default models (classical cases) or the stand-ins in `standin_dir` (learned ones)."""
+    from facefusion_batch.pipeline.build import load_models
+
+    return load_models("cpu", threads=2, models_dir=standin_dir)
+
+
+def record() -> dict[str, dict[str, str]]:
+    import os
+    import tempfile
+
+    from facefusion_batch import paths
+    from facefusion_batch.assets import asset_path
+
+    sys.path.insert(0, str(HERE))
+    import standins  # noqa: PLC0415
+
+    source = asset_path("astronaut.png")
+    home = Path(tempfile.mkdtemp())
+    standins.copy_store(paths.ffbatch_home(), home / "home")
+    os.environ["FFBATCH_HOME"] = str(home / "home")
+    standin_dir = standins.write_standins(home / "standins")
+    models = {False: load_case_models(None), True: load_case_models(standin_dir)}
+    out = {}
+    for case in cases():
+        out[case.name] = {
+            "input": digest(demo_frames(case.frames)),
+            "output": digest(render_case(case, models[case.learned], source)),
+        }
+        print(case.name, out[case.name]["output"][:16], flush=True)
+    return out
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["record"]:
+    GOLDEN.write_text(json.dumps(record(), indent=2) + "\n")
