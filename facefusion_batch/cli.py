@@ -151,71 +151,13 @@ BackendOpt = Annotated[str, typer.Option(help="auto | cpu | cuda | tensorrt.")]
 ModelsDirOpt = Annotated[Path | None, typer.Option(help="Look here for model files first.")]
 
 
-def _settings(**kw):
-    from facefusion_batch.config import RenderSettings
-    from facefusion_batch.faces.detect import DetectorSettings
-    from facefusion_batch.swap.classical import ClassicalSettings
-    from facefusion_batch.video.writer import EncoderSettings
+def given_options(ctx: typer.Context) -> set[str]:
+    """The parameters the user set on the command line (the rest kept their defaults)."""
+    from click.core import ParameterSource
 
-    try:
-        swap = ClassicalSettings(
-            blend=kw.pop("blend"), eyes_mouth=kw.pop("eyes_mouth"), colour=kw.pop("colour")
-        )
-    except ValueError as exc:
-        raise InputError(str(exc)) from None
-    if "swapper" in kw:
-        swap = _swap_settings(swap, kw)
-    encoder = EncoderSettings(
-        codec=kw.pop("encoder"), crf=kw.pop("crf"), quality=kw.pop("quality"), preset=kw.pop("preset")
-    )
-    detector = DetectorSettings(score_threshold=kw.pop("score_threshold"))
-    return RenderSettings(swap=swap, encoder=encoder, detector=detector, **kw)
-
-
-def _swap_settings(classical, kw):
-    """The learned-swap options (popped from `kw`) with the classical settings: a SwapSettings."""
-    from facefusion_batch.config import ReferenceSettings, SwapSettings
-    from facefusion_batch.swap.learned import LearnedSettings
-    from facefusion_batch.swap.masks import MaskSettings
-
-    def listed(value: str | None) -> tuple[str, ...]:
-        return tuple(v.strip() for v in (value or "").split(",") if v.strip())
-
-    raw_padding = kw.pop("mask_padding")
-    try:
-        padding = tuple(int(p) for p in listed(raw_padding))
-    except ValueError:
-        raise InputError(
-            f"--mask-padding takes 1 or 4 whole percentages: TOP,RIGHT,BOTTOM,LEFT (got {raw_padding!r})"
-        ) from None
-    if len(padding) == 1:
-        padding = padding * 4
-    if len(padding) != 4:
-        raise InputError("--mask-padding takes 1 or 4 percentages: TOP,RIGHT,BOTTOM,LEFT")
-    masks = MaskSettings(
-        types=listed(kw.pop("mask")),
-        blur=kw.pop("mask_blur"),
-        padding=padding,
-        regions=listed(kw.pop("mask_regions")) or MaskSettings().regions,
-        occluder_model=kw.pop("occluder_model"),
-        parser_model=kw.pop("parser_model"),
-    )
-    learned = LearnedSettings(
-        swapper_model=kw.pop("swapper_model"),
-        weight=kw.pop("swapper_weight"),
-        pixel_boost=kw.pop("pixel_boost"),
-        enhancer_model=kw.pop("enhancer_model"),
-        enhancer_blend=kw.pop("enhancer_blend"),
-        masks=masks,
-    )
-    reference = ReferenceSettings(
-        image=kw.pop("reference_face"),
-        video=kw["input"],
-        frame=kw.pop("reference_frame"),
-        position=kw.pop("reference_face_position"),
-        distance=kw.pop("reference_distance"),
-    )
-    return SwapSettings(swapper=kw.pop("swapper"), classical=classical, learned=learned, reference=reference)
+    return {
+        name for name in ctx.params if ctx.get_parameter_source(name) not in (ParameterSource.DEFAULT, None)
+    }
 
 
 @app.command()
@@ -346,82 +288,26 @@ def render(
 ) -> None:
     """Swap the face(s) of SOURCE into every frame of INPUT and write OUTPUT."""
     setup_logging(quiet, verbose)
-    from click.core import ParameterSource
+    from facefusion_batch.config import render_settings
+    from facefusion_batch.farm.jobs import run_render_command
+    from facefusion_batch.farm.multi_gpu import render_on_several_gpus
 
-    from facefusion_batch.farm.batch import run_render_command
-    from facefusion_batch.runtime.backends import device_options
-    from facefusion_batch.runtime.gpu_cli import device_plan, render_on_several_gpus
-
-    gpu_plan = device_plan(
-        backend=backend,
-        workers=workers,
-        workers_given=ctx.get_parameter_source("workers") != ParameterSource.DEFAULT,
-        streams=streams,
-        gpus=gpus,
-        max_batch=max_batch,
-        precision=precision,
-        batch_given=ctx.get_parameter_source("batch_size") != ParameterSource.DEFAULT,
-    )
-    workers = gpu_plan.workers
-    batch_size = gpu_plan.batch_size or batch_size
-    settings = _settings(
-        input=inputs[0],
-        output=output or Path("."),
-        sources=tuple(source),
-        faces=faces,
-        batch_size=batch_size,
-        batch_window_ms=batch_window_ms,
-        workers=workers,
-        threads=threads,
-        backend=backend,
-        encoder=encoder,
-        crf=crf,
-        quality=quality,
-        preset=preset,
-        blend=blend,
-        eyes_mouth=eyes_mouth,
-        colour=colour,
-        swapper=swapper,
-        swapper_model=swapper_model,
-        swapper_weight=swapper_weight,
-        pixel_boost=pixel_boost,
-        enhancer_model=enhancer_model,
-        enhancer_blend=enhancer_blend,
-        mask=mask,
-        mask_blur=mask_blur,
-        mask_padding=mask_padding,
-        mask_regions=mask_regions,
-        occluder_model=occluder_model,
-        parser_model=parser_model,
-        reference_face=reference_face,
-        reference_frame=reference_frame,
-        reference_face_position=reference_face_position,
-        reference_distance=reference_distance,
-        score_threshold=score_threshold,
-        on_decode_error=on_decode_error,
-        hwaccel=hwaccel,
-        source_face_index=source_face_index,
-        models_dir=models_dir,
-        report=report,
-        overwrite=overwrite or force,
-        quiet=quiet,
-        chunk_frames=chunk_frames,
-        force=force,
-    )
-    if gpu_plan.gpus:
-        render_on_several_gpus(settings, gpu_plan, inputs=list(inputs), output=output, frames=frames, ray=ray)
-        return
-    with device_options(gpu_plan.options):
-        code = run_render_command(
-            settings,
-            list(inputs),
-            output=output,
-            output_dir=output_dir,
-            output_pattern=output_pattern,
-            frames=frames,
-            ray=ray,
-            ray_workers=ray_workers,
+    settings, gpus_of_run = render_settings(ctx.params, given=given_options(ctx))
+    if gpus_of_run:
+        render_on_several_gpus(
+            settings, gpus_of_run, inputs=list(inputs), output=output, frames=frames, ray=ray
         )
+        return
+    code = run_render_command(
+        settings,
+        list(inputs),
+        output=output,
+        output_dir=output_dir,
+        output_pattern=output_pattern,
+        frames=frames,
+        ray=ray,
+        ray_workers=ray_workers,
+    )
     if code:
         raise typer.Exit(code)
 
@@ -483,10 +369,13 @@ def plan(
 ) -> None:
     """Print the commands that render INPUT(s) in chunks on a farm, and join them."""
     setup_logging(True, False)
+    import typer.main
+
     from facefusion_batch.farm.plan import plan_command
 
     text = plan_command(
         list(inputs),
+        render_command=typer.main.get_command(app).commands["render"],
         chunk_frames=chunk_frames,
         fmt=format,
         output=output,
@@ -499,21 +388,9 @@ def plan(
     typer.echo(text, nl=False)
 
 
-def _preview_settings(**kw):
-    """render's settings for a preview, built by `_settings` so that the swap, detector and
-    source options mean and check the same; nothing is encoded, so the encoder keeps its defaults."""
-    from facefusion_batch.config import validate_options
-    from facefusion_batch.video.writer import EncoderSettings
-
-    encoder = EncoderSettings()
-    settings = _settings(
-        encoder=encoder.codec, crf=encoder.crf, quality=encoder.quality, preset=encoder.preset, **kw
-    )
-    return validate_options(settings)
-
-
 @app.command()
 def preview(
+    ctx: typer.Context,
     input: Annotated[Path, typer.Argument(help="Input video.")],
     source: SourceOpt,
     output: Annotated[Path, typer.Option("--output", "-o", help="Contact sheet image (.png).")],
@@ -550,51 +427,14 @@ def preview(
     what `ffbatch render` with the same options would write.
     """
     setup_logging(quiet, False)
-    from facefusion_batch.pipeline.preview import contact_sheet, sample_frames, write_image_atomically
-    from facefusion_batch.pipeline.render import Renderer
-    from facefusion_batch.video.probe import probe
+    from facefusion_batch.config import render_settings
+    from facefusion_batch.tools.preview import preview_command
 
     if not 1 <= frames <= 32:
         raise InputError(f"--frames must be between 1 and 32 (got {frames})")
-    settings = _preview_settings(
-        input=input,
-        output=output,
-        sources=tuple(source),
-        faces=faces,
-        workers=1,
-        backend=backend,
-        blend=blend,
-        eyes_mouth=eyes_mouth,
-        colour=colour,
-        swapper=swapper,
-        swapper_model=swapper_model,
-        swapper_weight=swapper_weight,
-        pixel_boost=pixel_boost,
-        enhancer_model=enhancer_model,
-        enhancer_blend=enhancer_blend,
-        mask=mask,
-        mask_blur=mask_blur,
-        mask_padding=mask_padding,
-        mask_regions=mask_regions,
-        occluder_model=occluder_model,
-        parser_model=parser_model,
-        reference_face=reference_face,
-        reference_frame=reference_frame,
-        reference_face_position=reference_face_position,
-        reference_distance=reference_distance,
-        score_threshold=score_threshold,
-        source_face_index=source_face_index,
-        models_dir=models_dir,
-        quiet=quiet,
-    )
-    info = probe(input)
-    # the models and sources exactly as a render loads them (one worker: all cores per model)
-    pipeline = Renderer.load(settings).pipeline
-    sampled = sample_frames(info, frames)
-    result = pipeline([image for _, image in sampled])
-    rows = [(f"t={t:.2f}s", before, after) for (t, before), after in zip(sampled, result.frames, strict=True)]
-    write_image_atomically(output, contact_sheet(rows))
-    log.info("%d frames sampled, %d faces swapped", len(sampled), result.faces_swapped)
+    # render's schema: the swap, detector and source options mean and check the same
+    settings, _ = render_settings({**ctx.params, "workers": 1}, given=given_options(ctx) | {"workers"})
+    preview_command(settings, frames, output)
     typer.echo(str(output))
 
 
@@ -615,10 +455,9 @@ def models_fetch(
     """Fetch models (verified by sha256) into the store."""
     setup_logging(False, False)
     from facefusion_batch.models import store
-    from facefusion_batch.pipeline.build import DETECTOR_MODEL, MESH_MODEL, TOPOLOGY
+    from facefusion_batch.models.catalog import DEFAULT_SET
 
-    # astronaut.png first: the face mesh's conversion is validated on that real face when present
-    for name in names or ["astronaut.png", DETECTOR_MODEL, MESH_MODEL, TOPOLOGY]:
+    for name in names or DEFAULT_SET:
         typer.echo(f"{name}: {store.fetch(name, force=force)}")
 
 
@@ -689,9 +528,10 @@ def models_calibration_crops(
     setup_logging(False, False)
     from facefusion_batch.faces.detect import YuNetDetector
     from facefusion_batch.models import store
-    from facefusion_batch.models.calibration import extract_crops
-    from facefusion_batch.pipeline.build import DETECTOR_MODEL
+    from facefusion_batch.models.catalog import DEFAULT_DETECTOR as DETECTOR_MODEL
     from facefusion_batch.runtime.backends import select_backend
+    from facefusion_batch.runtime.device import DeviceSettings
+    from facefusion_batch.tools.calibration import extract_crops
 
     for video in videos:
         if not video.is_file():
@@ -699,7 +539,7 @@ def models_calibration_crops(
     if count < 1:
         raise InputError(f"--count must be at least 1 (got {count})")
     path = store.model_path(DETECTOR_MODEL, models_dir=models_dir)
-    detector = YuNetDetector(select_backend("cpu").load(path, label=DETECTOR_MODEL))
+    detector = YuNetDetector(select_backend(DeviceSettings()).load(path, label=DETECTOR_MODEL))
     written = extract_crops(videos, output, detector, count=count)
     if written == 0:
         raise InputError("no face found in the given videos")
@@ -709,7 +549,7 @@ def models_calibration_crops(
 @app.command()
 def doctor() -> None:
     """What this machine offers: backends, GPUs, codecs, and what `auto` would choose."""
-    from facefusion_batch.doctor import report_lines
+    from facefusion_batch.tools.doctor import report_lines
 
     for line in report_lines():
         typer.echo(line)
@@ -737,11 +577,11 @@ def engines_build(
 ) -> None:
     """Build engines for this GPU and TensorRT (exit 2 without them)."""
     setup_logging(False, False)
-    from facefusion_batch.runtime.engines_cli import build_engines
-    from facefusion_batch.runtime.options import DeviceOptions
+    from facefusion_batch.runtime.device import DeviceSettings
+    from facefusion_batch.tools.engines import build_engines
 
-    options = DeviceOptions(
-        device_index=gpu, precision=precision, max_batch=max_batch, engines_dir=engines_dir
+    options = DeviceSettings(
+        backend="tensorrt", gpu=gpu, precision=precision, max_batch=max_batch, engines_dir=engines_dir
     )
     for line in build_engines(names, options.validated(), onnx=onnx, force=force, models_dir=models_dir):
         typer.echo(line)
@@ -750,20 +590,20 @@ def engines_build(
 @engines_app.command("list")
 def engines_list(engines_dir: EnginesDirOpt = None) -> None:
     """Stored engines: model, precision, batch profile, GPU, TensorRT, and whether they fit here."""
-    from facefusion_batch.runtime.engines_cli import list_engines
-    from facefusion_batch.runtime.options import DeviceOptions
+    from facefusion_batch.runtime.device import DeviceSettings
+    from facefusion_batch.tools.engines import list_engines
 
-    for line in list_engines(DeviceOptions(engines_dir=engines_dir)):
+    for line in list_engines(DeviceSettings(backend="tensorrt", engines_dir=engines_dir)):
         typer.echo(line)
 
 
 @engines_app.command("verify")
 def engines_verify(engines_dir: EnginesDirOpt = None) -> None:
     """Check every engine's bytes, its fit to this GPU/TensorRT and its outputs; exit 2 if any fails."""
-    from facefusion_batch.runtime.engines_cli import verify_engines
-    from facefusion_batch.runtime.options import DeviceOptions
+    from facefusion_batch.runtime.device import DeviceSettings
+    from facefusion_batch.tools.engines import verify_engines
 
-    lines, ok = verify_engines(DeviceOptions(engines_dir=engines_dir))
+    lines, ok = verify_engines(DeviceSettings(backend="tensorrt", engines_dir=engines_dir))
     for line in lines:
         typer.echo(line)
     if not ok:

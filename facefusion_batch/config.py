@@ -1,28 +1,46 @@
-"""Render settings: one frozen dataclass, validated at the edge (CLI or config file).
+"""Render settings: one frozen dataclass, validated at the edge (CLI, plan, config file).
+
+`render_settings` is the option schema: it turns render's options, by the names the
+command line gives them, into settings, and is the one place that does so (`plan`
+validates through it too, so a farm task never fails on an option `render` refuses).
+The device is resolved here as well (`--backend auto` becomes the backend chosen), so the
+settings say what ran and their digest covers it.
 
 Every message names the option the user typed, so a farm log says what to fix.
 """
 
 from __future__ import annotations
 
+import logging
+import math
 import os
-from dataclasses import dataclass, field
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from facefusion_batch.errors import InputError
 from facefusion_batch.faces.detect import DetectorSettings
 from facefusion_batch.faces.mesh import MeshSettings
-from facefusion_batch.swap.blend import BLEND_MODES
+from facefusion_batch.kernels.base import BLEND_MODES, COLOUR_MODES
+from facefusion_batch.models.facefusion import ENHANCERS, OCCLUDERS, PARSERS, SWAPPERS
+from facefusion_batch.runtime.backends import choose_backend
+from facefusion_batch.runtime.device import DeviceSettings, default_streams, parse_gpu_list
+from facefusion_batch.runtime.nvml import list_gpus
 from facefusion_batch.swap.classical import EYES_MOUTH_CHOICES, ClassicalSettings
-from facefusion_batch.swap.colour import COLOUR_MODES
 from facefusion_batch.swap.learned import LearnedSettings
-from facefusion_batch.swap.masks import MASK_TYPES, REGION_CLASSES
-from facefusion_batch.video.reader import DECODE_ERROR_MODES, HWACCELS
+from facefusion_batch.swap.masks import MASK_TYPES, REGION_CLASSES, MaskSettings
+from facefusion_batch.video.hwaccel import HWACCELS
+from facefusion_batch.video.reader import DECODE_ERROR_MODES
 from facefusion_batch.video.writer import EncoderSettings, validate_encoder
+
+log = logging.getLogger("ffbatch")
 
 FACE_MODES = ("many", "one", "reference")
 BACKENDS = ("auto", "cpu", "cuda", "tensorrt")
 SWAPPER_MODES = ("auto", "classical", "learned")
+CPU_BATCH = 8  # frames per batch on the CPU: as fast as larger batches, and less memory
+GPU_BATCH = 16  # frames per batch on a GPU when neither --batch-size nor --max-batch is given
 
 
 @dataclass(frozen=True)
@@ -57,7 +75,7 @@ class RenderSettings:
     batch_window_ms: float = 200.0
     workers: int = 2
     threads: int | None = None  # onnxruntime intra-op threads per session
-    backend: str = "auto"
+    device: DeviceSettings = field(default_factory=DeviceSettings)
     encoder: EncoderSettings = field(default_factory=EncoderSettings)
     swap: ClassicalSettings | SwapSettings = field(default_factory=ClassicalSettings)
     detector: DetectorSettings = field(default_factory=DetectorSettings)
@@ -74,7 +92,6 @@ class RenderSettings:
     # what a frame the decoder cannot deliver does: fail the job, or skip (replaced, pts kept)
     on_decode_error: str = "fail"
     source_face_index: int = 0  # which face of each --source photo, largest first
-    hwaccel: str = "none"  # none | cuda: decode on the GPU's video decoder (NVDEC)
 
 
 def _check_range(option: str, value: float, low: float, high: float) -> None:
@@ -99,16 +116,18 @@ def validate_options(settings: RenderSettings) -> RenderSettings:
     """The checks that do not depend on the input and output (shared by many inputs)."""
     if settings.batch_size < 1:
         raise InputError(f"--batch-size must be at least 1 (got {settings.batch_size})")
-    if settings.batch_window_ms < 0:
-        raise InputError(f"--batch-window-ms must not be negative (got {settings.batch_window_ms:g})")
+    if not math.isfinite(settings.batch_window_ms) or settings.batch_window_ms < 0:
+        raise InputError(
+            f"--batch-window-ms must be a finite number of 0 or more (got {settings.batch_window_ms:g})"
+        )
     if settings.workers < 1:
         raise InputError(f"--workers must be at least 1 (got {settings.workers})")
     if settings.threads is not None and settings.threads < 1:
         raise InputError(f"--threads must be at least 1 (got {settings.threads})")
     validate_choices("--faces", settings.faces, FACE_MODES)
-    validate_choices("--backend", settings.backend, BACKENDS)
+    settings.device.validated()
     validate_choices("--on-decode-error", settings.on_decode_error, DECODE_ERROR_MODES)
-    validate_choices("--hwaccel", settings.hwaccel, HWACCELS)
+    validate_choices("--hwaccel", settings.device.hwaccel, HWACCELS)
     if settings.source_face_index < 0:
         raise InputError(f"--source-face-index must not be negative (got {settings.source_face_index})")
     validate_swap(settings.swap, settings.faces)
@@ -157,8 +176,6 @@ def swap_settings(swap: ClassicalSettings | SwapSettings) -> SwapSettings:
 
 
 def validate_swap(swap: ClassicalSettings | SwapSettings, faces: str) -> None:
-    from facefusion_batch.models.facefusion import ENHANCERS, OCCLUDERS, PARSERS, SWAPPERS
-
     swap = swap_settings(swap)
     classical, learned, reference = swap.classical, swap.learned, swap.reference
     validate_choices("--blend", classical.blend, BLEND_MODES)
@@ -196,3 +213,200 @@ def validate_swap(swap: ClassicalSettings | SwapSettings, faces: str) -> None:
         _check_range("--reference-distance", reference.distance, 0.0, 1.0)
         if reference.position < 0:
             raise InputError(f"--reference-face-position must not be negative (got {reference.position})")
+
+
+# --- the option schema: render's options → settings -----------------------------------------
+
+# render's options that say what the command does with its jobs, not how a job renders
+COMMAND_OPTIONS = frozenset(
+    {"inputs", "output", "output_dir", "output_pattern", "frames", "ray", "ray_workers", "gpus", "verbose"}
+)
+
+
+@dataclass(frozen=True)
+class DevicePlan:
+    """The device as resolved, with what it implies: batch workers and frames per batch, and the
+    GPUs of a several-GPU render (one process each; None: this process only)."""
+
+    device: DeviceSettings
+    workers: int
+    batch_size: int
+    gpus: tuple[int, ...] | None = None
+
+
+def resolve_device(
+    *,
+    backend: str = "auto",
+    precision: str = "auto",
+    streams: int | None = None,
+    max_batch: int | None = None,
+    gpus: str | None = None,
+    hwaccel: str = "none",
+    workers: int = 2,
+    batch_size: int | None = None,
+    resolve: bool = True,
+) -> DevicePlan:
+    """`--backend auto` → the backend chosen (said once in the log, with why); on a GPU the
+    streams (default from the GPU's memory) become the batch workers and the frame batch
+    defaults to --max-batch (else GPU_BATCH). `batch_size`/`streams` None: not given.
+    `resolve=False` (plan, on a submit host without the farm's GPUs) validates the same
+    options without looking at this machine's devices."""
+    validate_choices("--backend", backend, BACKENDS)
+    validate_choices("--hwaccel", hwaccel, HWACCELS)
+    chosen = backend
+    if backend == "auto":
+        chosen = "cpu"
+        if resolve:
+            chosen, why = choose_backend()
+            log.info("backend auto: %s (%s)", chosen, why)
+    gpu_ids: tuple[int, ...] | None = None
+    if gpus is not None:
+        if backend == "cpu":
+            raise InputError("--gpus needs --backend cuda, tensorrt or auto (not cpu)")
+        gpu_ids = parse_gpu_list(gpus)
+        if resolve:
+            _check_gpus(gpu_ids)
+    index = gpu_ids[0] if gpu_ids and len(gpu_ids) == 1 else 0
+    fan_out = gpu_ids if gpu_ids and len(gpu_ids) > 1 else None
+    auto = backend == "auto"
+    if chosen == "cpu":
+        device = DeviceSettings(backend="cpu", precision="fp32", hwaccel=hwaccel, auto=auto)
+        if precision not in ("auto", "fp32"):
+            DeviceSettings(precision=precision).validated()  # an unknown word is still refused
+        # --streams on the CPU means what --workers does: batches processed at once
+        return DevicePlan(device.validated(), streams or workers, _or(batch_size, CPU_BATCH), fan_out)
+    if streams is None and resolve:
+        present = {g.index: g for g in list_gpus()}
+        if index in present:
+            streams = default_streams(present[index].total_bytes)
+    device = DeviceSettings(
+        backend=chosen,
+        precision=precision,
+        streams=streams or workers,
+        max_batch=max_batch,
+        gpu=index,
+        hwaccel=hwaccel,
+        auto=auto,
+    ).validated()
+    return DevicePlan(device, device.streams, _or(batch_size, max_batch or GPU_BATCH), fan_out)
+
+
+def _or(value, default):
+    return default if value is None else value
+
+
+def _check_gpus(gpus: tuple[int, ...]) -> None:
+    """Every listed GPU exists (exit 2 with what does, otherwise)."""
+    present = {g.index for g in list_gpus()}
+    if not present:
+        raise InputError("--gpus: no NVIDIA GPU found on this machine; use --backend cpu without --gpus")
+    missing = [g for g in gpus if g not in present]
+    if missing:
+        raise InputError(
+            f"--gpus: no GPU {', '.join(map(str, missing))} here (GPUs present: {sorted(present)})"
+        )
+
+
+def _listed(value: str | None) -> tuple[str, ...]:
+    return tuple(v.strip() for v in (value or "").split(",") if v.strip())
+
+
+def _mask_padding(raw: str) -> tuple[int, int, int, int]:
+    try:
+        padding = tuple(int(p) for p in _listed(raw))
+    except ValueError:
+        raise InputError(
+            f"--mask-padding takes 1 or 4 whole percentages: TOP,RIGHT,BOTTOM,LEFT (got {raw!r})"
+        ) from None
+    if len(padding) == 1:
+        padding = padding * 4
+    if len(padding) != 4:
+        raise InputError("--mask-padding takes 1 or 4 percentages: TOP,RIGHT,BOTTOM,LEFT")
+    return padding  # type: ignore[return-value]
+
+
+def render_settings(
+    params: Mapping[str, Any], *, given: Collection[str] | None = None, resolve: bool = True
+) -> tuple[RenderSettings, tuple[int, ...] | None]:
+    """render's parsed options (keyed by parameter name, as the command line parses them) →
+    validated settings, and the GPUs of a several-GPU render (None: this process).
+
+    `given`: the options the user set (the rest are defaults); None means all of them. Every
+    option must find its place here: a key nobody consumes is a programming error (TypeError),
+    so render, preview and plan cannot drift apart. Paths are checked by `validate_paths`
+    when a job runs, not here."""
+    kw = {k: v for k, v in params.items() if k not in COMMAND_OPTIONS}
+    given = set(params) if given is None else set(given)
+    inputs = kw.pop("inputs", None) or [kw.pop("input", None) or Path(".")]
+    kw.pop("input", None)
+    try:
+        classical = ClassicalSettings(
+            blend=kw.pop("blend"), eyes_mouth=kw.pop("eyes_mouth"), colour=kw.pop("colour")
+        )
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+    swap: ClassicalSettings | SwapSettings = classical
+    if "swapper" in kw:
+        swap = SwapSettings(
+            swapper=kw.pop("swapper"),
+            classical=classical,
+            learned=LearnedSettings(
+                swapper_model=kw.pop("swapper_model"),
+                weight=kw.pop("swapper_weight"),
+                pixel_boost=kw.pop("pixel_boost"),
+                enhancer_model=kw.pop("enhancer_model"),
+                enhancer_blend=kw.pop("enhancer_blend"),
+                masks=MaskSettings(
+                    types=_listed(kw.pop("mask")),
+                    blur=kw.pop("mask_blur"),
+                    padding=_mask_padding(kw.pop("mask_padding")),
+                    regions=_listed(kw.pop("mask_regions")) or MaskSettings().regions,
+                    occluder_model=kw.pop("occluder_model"),
+                    parser_model=kw.pop("parser_model"),
+                ),
+            ),
+            reference=ReferenceSettings(
+                image=kw.pop("reference_face"),
+                video=Path(inputs[0]),
+                frame=kw.pop("reference_frame"),
+                position=kw.pop("reference_face_position"),
+                distance=kw.pop("reference_distance"),
+            ),
+        )
+    defaults = EncoderSettings()
+    encoder = EncoderSettings(
+        codec=kw.pop("encoder", defaults.codec),
+        crf=kw.pop("crf", defaults.crf),
+        quality=kw.pop("quality", defaults.quality),
+        preset=kw.pop("preset", defaults.preset),
+    )
+    detector = DetectorSettings(score_threshold=kw.pop("score_threshold"))
+    batch_size = kw.pop("batch_size", CPU_BATCH)
+    plan = resolve_device(
+        backend=kw.pop("backend", "auto"),
+        precision=kw.pop("precision", "auto"),
+        streams=kw.pop("streams", None),
+        max_batch=kw.pop("max_batch", None),
+        gpus=params.get("gpus"),
+        hwaccel=kw.pop("hwaccel", "none"),
+        workers=kw.get("workers", 2),
+        batch_size=batch_size if "batch_size" in given else None,
+        resolve=resolve,
+    )
+    if "workers" in given and plan.device.on_gpu and "streams" not in given:
+        plan = replace(plan, device=replace(plan.device, streams=kw["workers"]), workers=kw["workers"])
+    kw["workers"] = plan.workers
+    force = kw.get("force", False)
+    kw["overwrite"] = kw.get("overwrite", False) or force
+    kw["sources"] = tuple(kw.pop("source", None) or kw.pop("sources", None) or ())
+    kw["output"] = Path(params.get("output") or ".")
+    settings = RenderSettings(
+        input=Path(inputs[0]),
+        swap=swap,
+        encoder=encoder,
+        detector=detector,
+        device=plan.device,
+        batch_size=plan.batch_size,
+        **kw,
+    )
+    return validate_options(settings), plan.gpus

@@ -1,4 +1,11 @@
-"""File-system details shared by everything that writes outputs atomically."""
+"""File-system details shared by everything that writes: one atomic writer, modes, hashes.
+
+Every file ffbatch writes (outputs, segments, reports, manifests, models, engines, caches)
+goes through `AtomicFile`: it is written under a hidden temporary name beside its final
+path (same file system), given the mode a plain `open()` would give it, synced, and renamed
+into place only when complete. A reader sees the old file or the new one, never half of one;
+on failure the temporary file is removed.
+"""
 
 from __future__ import annotations
 
@@ -12,8 +19,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from facefusion_batch.errors import OutputError
+
 _lock = threading.Lock()
 _mode: int | None = None
+PARTIAL = ".partial-"  # what every temporary name holds: `.{stem}.partial-XXXXXXXX{suffix}`
+NAME_MAX = 255  # bytes in one file name on the file systems renders land on
 
 
 def default_file_mode() -> int:
@@ -40,23 +51,75 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def write_json_atomically(path: Path, data: Mapping[str, Any], *, sort_keys: bool = False) -> None:
-    """Write JSON to a temporary file beside `path`, fsync it, then rename it into place.
+def temp_prefix(path: Path) -> tuple[str, str]:
+    """(prefix, suffix) of `path`'s temporary names: the stem is shortened so that the whole
+    name stays within NAME_MAX bytes (a legal 254-byte output name must not fail at the end);
+    the suffix is kept, so a container or image format is still told by its extension."""
+    suffix = path.suffix if len(path.suffix.encode()) <= 32 else ""
+    room = NAME_MAX - len(b".") - len(PARTIAL) - 8 - len(suffix.encode())
+    stem = path.name[: len(path.name) - len(path.suffix)] if suffix else path.name
+    encoded = stem.encode()[:room]
+    return f".{encoded.decode(errors='ignore')}{PARTIAL}", suffix
 
-    A reader sees the old file or the new one, never half of one.
-    """
-    path = Path(path)
-    parent = path.parent if str(path.parent) else Path(".")
-    parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, default_file_mode())
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=2, sort_keys=sort_keys)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
+
+class AtomicFile:
+    """A file that appears at `path` only when `commit()` is called (or its `with` block ends
+    without an error); `abort()` (or an error) removes the temporary file. Write to `temp`."""
+
+    def __init__(self, path: Path, *, make_parent: bool = False) -> None:
+        self.path = Path(path)
+        parent = self.path.parent if str(self.path.parent) else Path(".")
+        try:
+            if make_parent:
+                parent.mkdir(parents=True, exist_ok=True)
+            prefix, suffix = temp_prefix(self.path)
+            fd, name = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=parent)
+            os.fchmod(fd, default_file_mode())
+            os.close(fd)
+        except OSError as exc:
+            raise OutputError(f"cannot write {self.path}: {exc.strerror or exc}") from None
+        self.temp = Path(name)
+        self.done = False
+
+    def commit(self) -> None:
+        """Sync the temporary file and rename it into place (then sync the directory)."""
+        try:
+            with open(self.temp, "rb+") as fh:
+                os.fsync(fh.fileno())
+            os.replace(self.temp, self.path)
+        except OSError as exc:
+            self.abort()
+            raise OutputError(f"cannot write {self.path}: {exc.strerror or exc}") from None
+        self.done = True
+        with contextlib.suppress(OSError):
+            fd = os.open(self.temp.parent, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    def abort(self) -> None:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+            os.unlink(self.temp)
+
+    def __enter__(self) -> AtomicFile:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None and not self.done:
+            self.commit()
+        elif not self.done:
+            self.abort()
+
+
+def write_bytes_atomically(path: Path, data: bytes, *, make_parent: bool = True) -> None:
+    with AtomicFile(path, make_parent=make_parent) as out:
+        out.temp.write_bytes(data)
+
+
+def write_json_atomically(
+    path: Path, data: Mapping[str, Any], *, sort_keys: bool = False, indent: int = 2
+) -> None:
+    """JSON at `path`, atomically (see AtomicFile)."""
+    text = json.dumps(data, indent=indent, sort_keys=sort_keys) + "\n"
+    write_bytes_atomically(path, text.encode("utf-8"))

@@ -86,7 +86,7 @@ def make_clip(path: Path, faces: int, size: tuple[int, int], frames: int, fps: i
 
 def job_render(clip: Path, out: Path, source: Path, batch_size: int, workers: int) -> dict:
     from facefusion_batch.config import RenderSettings
-    from facefusion_batch.pipeline.render import render
+    from facefusion_batch.farm.jobs import render
 
     settings = RenderSettings(
         input=clip, output=out, sources=(source,), batch_size=batch_size, workers=workers, overwrite=True
@@ -128,13 +128,15 @@ def job_floor(clip: Path, out: Path, pixel_format: str = "bgr24", hwaccel: str =
 
 def job_naive(clip: Path, out: Path, source: Path) -> dict:
     """One frame at a time, one face at a time, one thread: what a simple loop would do."""
+    from facefusion_batch.faces.select import select_faces
+    from facefusion_batch.kernels.host import HostKernels
     from facefusion_batch.pipeline.build import build_pipeline, load_models
     from facefusion_batch.pipeline.report import peak_rss_mb
-    from facefusion_batch.pipeline.stages import select_faces
     from facefusion_batch.swap.classical import ClassicalSettings
 
     models = load_models("cpu", threads=os.cpu_count(), models_dir=None)
     pipe = build_pipeline(models, (source,), ClassicalSettings(), "many")
+    mesh, swapper, k = pipe.stage("mesh"), pipe.stage("swap"), HostKernels()
     t0 = time.perf_counter()
     n = faces = 0
     with av.open(str(clip)) as src, av.open(str(out), "w") as dst:
@@ -144,11 +146,12 @@ def job_naive(clip: Path, out: Path, source: Path) -> dict:
         vout.options = {"crf": "18", "preset": "veryfast"}
         vout.time_base = vin.time_base
         for frame in src.decode(vin):
-            image = frame.to_ndarray(format="bgr24")
-            table = select_faces(pipe.detector([image]), "many", 1)
-            rows = [pipe.mesh([image], table.select(np.array([i]))) for i in range(len(table))]
+            frames = k.upload([frame.to_ndarray(format="bgr24")])
+            table = select_faces(pipe.detector(k, frames), "many", 1)
+            rows = [mesh(k, frames, table.select(np.array([i]))) for i in range(len(table))]
             for row in rows:  # swap each face separately, like a per-face loop would
-                image = pipe.swapper([image], row)[0]
+                swapper(k, frames, row)
+            image = k.download(frames)[0]
             faces += sum(len(r) for r in rows)
             outf = av.VideoFrame.from_ndarray(image, format="bgr24")
             outf.pts, outf.time_base = frame.pts, frame.time_base

@@ -4,12 +4,12 @@ On synthesised 1080p clips with 1 and 6 faces it measures, in this process:
 
 - the floor: decode + encode only, through the same reader and writer as a render, the decoder's
   yuv420p planes straight to the encoder (and, for comparison, through BGR);
-- the classical default on each backend: cpu (onnxruntime), cuda with host pre/post-processing,
-  cuda device-resident (frames cross to the GPU once) with BGR frames and with yuv420p planes,
-  tensorrt (if installed);
+- the classical default on each backend: cpu (onnxruntime), cuda with the host kernel set (models
+  on the GPU, pixels on the CPU), cuda with the torch kernel set (frames cross to the GPU once) with
+  BGR frames and with yuv420p planes, tensorrt (if installed);
 - batch 1 versus batched, 1 stream versus N;
 - the inswapper-architecture stand-in (scripts/make_standins.py, random weights: compute
-  only) on the cuda backend, batch 1 versus batched, device-resident versus host pre/post;
+  only) on the cuda backend, batch 1 versus batched, torch kernel set versus host kernel set;
 
 and prints, per run: fps, render wall / floor wall, mean and p90 GPU utilisation (NVML),
 device time per stage (CUDA events), batch sizes achieved and OOM retries.
@@ -72,30 +72,28 @@ def floor(clip: Path, out: Path, pixel_format: str = "yuv420p", hwaccel: str = "
     }
 
 
-def render_run(settings, options, *, resident: bool, planes: bool = True) -> dict:
-    """One render with `options` scoped. `resident`: the device-resident pipeline (else the host
-    pipeline with its models on the GPU); `planes`: frames stay yuv420p planes where they can."""
+def render_run(settings, *, resident: bool, planes: bool = True) -> dict:
+    """One render. `resident`: the torch kernel set (frames stay on the device), else the host
+    kernel set with the models on the GPU; `planes`: frames stay yuv420p planes where they can."""
     import torch
 
-    from facefusion_batch.pipeline.render import Renderer, render
-    from facefusion_batch.runtime.backends import device_options
-    from facefusion_batch.runtime.device_pipeline import device_pipeline_for
+    from facefusion_batch.farm.jobs import render
+    from facefusion_batch.kernels.host import HostKernels
+    from facefusion_batch.pipeline.run import Renderer
     from facefusion_batch.runtime.nvml import NvmlSampler
 
-    with device_options(options):
-        renderer = Renderer.load(settings)
-        backend = renderer.models.backend
-        # build_pipeline already gives the device-resident twin on a GPU backend
-        host = getattr(renderer.pipeline, "host", renderer.pipeline)
-        renderer.pipeline = device_pipeline_for(host, backend) if resident else host
-        if not planes:
-            renderer.frame_layout = lambda info, report=None: None
-        device = torch.cuda.current_device() if torch.cuda.is_available() else 0
-        sampler = NvmlSampler([device], interval_s=0.2).start()
-        t0 = time.perf_counter()
-        report = render(settings, renderer=renderer)
-        wall = time.perf_counter() - t0
-        sampler.stop()
+    renderer = Renderer.load(settings)
+    backend = renderer.models.backend
+    if not resident:
+        renderer.kernel_set = HostKernels
+    if not planes:
+        renderer.frame_layout = lambda info, report=None: None
+    device = torch.cuda.current_device() if torch.cuda.is_available() else 0
+    sampler = NvmlSampler([device], interval_s=0.2).start()
+    t0 = time.perf_counter()
+    report = render(settings, renderer=renderer)
+    wall = time.perf_counter() - t0
+    sampler.stop()
     summary = report.summary()
     out = {
         "backend": summary["backend"],
@@ -145,8 +143,7 @@ def main() -> None:
 
     from facefusion_batch.assets import asset_path
     from facefusion_batch.config import RenderSettings
-    from facefusion_batch.runtime.gpu_cli import default_streams
-    from facefusion_batch.runtime.options import DeviceOptions
+    from facefusion_batch.runtime.device import DeviceSettings, default_streams
 
     props = torch.cuda.get_device_properties(0)
     streams = default_streams(props.total_memory)
@@ -170,7 +167,7 @@ def main() -> None:
     except Exception:
         has_trt = False
 
-    from facefusion_batch.video.reader import hwaccel_problem
+    from facefusion_batch.video.hwaccel import hwaccel_problem
 
     nvdec = not hwaccel_problem("cuda")
     results["nvdec"] = nvdec or hwaccel_problem("cuda")
@@ -196,38 +193,57 @@ def main() -> None:
         plan = [
             (
                 "cpu b8 w2",
-                replace(base, input=cpu_clip, backend="cpu", batch_size=8, workers=2),
-                DeviceOptions(),
+                replace(base, input=cpu_clip, batch_size=8, workers=2),
                 False,
             ),
             (
                 f"cuda resident BGR b16 s{streams}",
-                replace(base, backend="cuda", batch_size=16, workers=streams),
-                DeviceOptions(streams=streams),
+                replace(
+                    base,
+                    batch_size=16,
+                    workers=streams,
+                    device=DeviceSettings(backend="cuda", precision="auto", streams=streams),
+                ),
                 "bgr",
             ),
             (
-                "cuda host-pre/post b16 s1",
-                replace(base, backend="cuda", batch_size=16, workers=1),
-                DeviceOptions(streams=1),
+                "cuda host kernels b16 s1",
+                replace(
+                    base,
+                    batch_size=16,
+                    workers=1,
+                    device=DeviceSettings(backend="cuda", precision="auto", streams=1),
+                ),
                 False,
             ),
             (
                 "cuda resident b1 s1",
-                replace(base, backend="cuda", batch_size=1, workers=1),
-                DeviceOptions(streams=1),
+                replace(
+                    base,
+                    batch_size=1,
+                    workers=1,
+                    device=DeviceSettings(backend="cuda", precision="auto", streams=1),
+                ),
                 True,
             ),
             (
                 "cuda resident b16 s1",
-                replace(base, backend="cuda", batch_size=16, workers=1),
-                DeviceOptions(streams=1),
+                replace(
+                    base,
+                    batch_size=16,
+                    workers=1,
+                    device=DeviceSettings(backend="cuda", precision="auto", streams=1),
+                ),
                 True,
             ),
             (
                 f"cuda resident b16 s{streams}",
-                replace(base, backend="cuda", batch_size=16, workers=streams),
-                DeviceOptions(streams=streams),
+                replace(
+                    base,
+                    batch_size=16,
+                    workers=streams,
+                    device=DeviceSettings(backend="cuda", precision="auto", streams=streams),
+                ),
                 True,
             ),
         ]
@@ -235,8 +251,14 @@ def main() -> None:
             plan.append(
                 (
                     f"cuda resident b16 s{streams} NVDEC",
-                    replace(base, backend="cuda", batch_size=16, workers=streams, hwaccel="cuda"),
-                    DeviceOptions(streams=streams),
+                    replace(
+                        base,
+                        batch_size=16,
+                        workers=streams,
+                        device=DeviceSettings(
+                            backend="cuda", precision="auto", streams=streams, hwaccel="cuda"
+                        ),
+                    ),
                     True,
                 )
             )
@@ -244,19 +266,25 @@ def main() -> None:
             plan.append(
                 (
                     f"tensorrt resident b16 s{streams}",
-                    replace(base, backend="tensorrt", batch_size=16, workers=streams),
-                    DeviceOptions(streams=streams, max_batch=16),
+                    replace(
+                        base,
+                        batch_size=16,
+                        workers=streams,
+                        device=DeviceSettings(
+                            backend="tensorrt", precision="auto", streams=streams, max_batch=16
+                        ),
+                    ),
                     True,
                 )
             )
-        for name, settings, options, resident in plan:
+        for name, settings, resident in plan:
             need = 150.0 if name.startswith("tensorrt") else 25.0
             if left() < need:
                 runs[name] = {"skipped": f"budget: {left():.0f} s left"}
                 print(f"  {name:34s} skipped (budget)", flush=True)
                 continue
             try:
-                r = render_run(settings, options, resident=bool(resident), planes=resident != "bgr")
+                r = render_run(settings, resident=bool(resident), planes=resident != "bgr")
             except Exception as exc:  # a failed configuration is a finding; the rest still run
                 runs[name] = {"error": f"{type(exc).__name__}: {exc}"}
                 print(f"  {name:34s} FAILED {type(exc).__name__}: {exc}", flush=True)
@@ -338,7 +366,7 @@ def learned_standin(work: Path, args, left, source: Path) -> dict:
 
         from facefusion_batch.config import RenderSettings, SwapSettings
         from facefusion_batch.models.prepare import make_dynamic_batch
-        from facefusion_batch.runtime.options import DeviceOptions
+        from facefusion_batch.runtime.device import DeviceSettings
         from facefusion_batch.swap.learned import LearnedSettings
 
         models_dir = work / "standins"
@@ -355,7 +383,7 @@ def learned_standin(work: Path, args, left, source: Path) -> dict:
                 input=clip,
                 output=work / "out-learned.mp4",
                 sources=(source,),
-                backend="cuda",
+                device=DeviceSettings(backend="cuda", precision="auto", streams=1),
                 batch_size=batch,
                 workers=1,
                 swap=swap,
@@ -364,8 +392,8 @@ def learned_standin(work: Path, args, left, source: Path) -> dict:
                 quiet=True,
                 chunk_frames=0,
             )
-            name = f"b{batch}" + ("" if resident else " host-pre/post")
-            r = render_run(settings, DeviceOptions(streams=1), resident=resident)
+            name = f"b{batch}" + ("" if resident else " host kernels")
+            r = render_run(settings, resident=resident)
             out[name] = r
             print(
                 f"  inswapper stand-in cuda {name:18s} {r['fps']:7.1f} fps  "

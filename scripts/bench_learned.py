@@ -118,7 +118,7 @@ def main() -> None:
 
     from facefusion_batch.assets import asset_path
     from facefusion_batch.config import RenderSettings, SwapSettings
-    from facefusion_batch.pipeline.render import render
+    from facefusion_batch.farm.jobs import render
     from facefusion_batch.swap.learned import LearnedSettings
 
     source_path = asset_path("astronaut.png")
@@ -131,7 +131,6 @@ def main() -> None:
         batch_size=args.frames,
         workers=1,
         threads=args.threads,
-        backend="cpu",
         swap=SwapSettings(swapper="learned", learned=LearnedSettings(swapper_model="inswapper_128")),
         models_dir=models_dir,
         quiet=True,

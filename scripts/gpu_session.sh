@@ -25,7 +25,7 @@ fi
 } 2>&1 | tee "$OUT/env.txt"
 timeout "${DOCTOR_S:-60}" $PY -m facefusion_batch doctor 2>&1 | tee "$OUT/doctor.txt"
 timeout "${TESTS_S:-240}" $PY -m pytest -q -p no:cacheprovider -o addopts="" -rs \
-  tests/test_gpu_on_cuda.py tests/test_gpu_planes.py tests/test_gpu_device_pipeline.py tests/test_gpu_device_learned.py 2>&1 | tee "$OUT/pytest.txt"
+  tests/test_gpu_on_cuda.py tests/test_gpu_planes.py tests/test_kernels_pipeline.py tests/test_kernels_torch_ops.py 2>&1 | tee "$OUT/pytest.txt"
 timeout "${BENCH_S:-300}" $PY scripts/bench_gpu.py --budget "${BUDGET:-270}" --out "$OUT/gpu.json" 2>&1 \
   | tee "$OUT/bench.txt"
 ls -la "$OUT"

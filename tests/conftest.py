@@ -11,13 +11,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import cv2
+import hostk
 import numpy as np
 import pytest
 from media import make_clip
 
 from facefusion_batch.assets import asset_path
 from facefusion_batch.faces.table import FaceTable
-from facefusion_batch.pipeline.build import Models, load_models, read_image
+from facefusion_batch.pipeline.build import Models, load_models
+from facefusion_batch.video.stills import read_image
 
 FACE_CLIP_SIZE = (640, 360)  # (width, height) as displayed
 FACE_CLIP_FRAMES = 24
@@ -67,7 +69,7 @@ def t1_small(t1_image) -> np.ndarray:
 @pytest.fixture(scope="session")
 def t1_faces(models, t1_image) -> FaceTable:
     """t1's faces as the default pipeline sees them: detected, then meshed."""
-    return models.mesh([t1_image], models.detector([t1_image]))
+    return hostk.analyse(models, [t1_image])
 
 
 @pytest.fixture(scope="session")

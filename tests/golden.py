@@ -67,7 +67,7 @@ def demo_frames(numbers: tuple[int, ...]) -> list[np.ndarray]:
     from make_inputs import render_frame  # noqa: PLC0415
 
     from facefusion_batch.assets import asset_path
-    from facefusion_batch.pipeline.build import read_image
+    from facefusion_batch.video.stills import read_image
 
     photo = read_image(asset_path("t1.jpg"))
     return [render_frame(photo, i / DEMO_FPS, DEMO_SECONDS, DEMO_SIZE) for i in numbers]
@@ -94,10 +94,11 @@ def swap_settings(case: Case):
 
 
 def render_case(case: Case, models, source: Path) -> list[np.ndarray]:
+    from facefusion_batch.kernels.host import HostKernels
     from facefusion_batch.pipeline.build import build_pipeline
 
     pipeline = build_pipeline(models, (source,), swap_settings(case), case.faces)
-    return pipeline(demo_frames(case.frames)).frames
+    return pipeline(HostKernels(), demo_frames(case.frames)).frames
 
 
 def load_case_models(standin_dir: Path | None):

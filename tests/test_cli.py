@@ -19,6 +19,7 @@ from fractions import Fraction
 from pathlib import Path
 
 import cv2
+import hostk
 import numpy as np
 import pytest
 from media import audio_packets, decode_all, display_rotation, make_clip
@@ -122,7 +123,7 @@ def test_render_changes_the_faces_and_only_the_faces(rendered, face_clip, models
     _, out, _ = rendered
     src = [image for _, image in decode_all(face_clip)[0]]
     dst = [image for _, image in decode_all(out)[0]]
-    faces = models.detector(src)
+    faces = hostk.detect(models, src)
     far_diffs, face_means, face_diffs = [], [], []
     for i, (before, after) in enumerate(zip(src, dst, strict=True)):
         boxes = faces.box[faces.frame_index == i]
@@ -204,7 +205,7 @@ def test_rotated_input_comes_out_upright_with_faces_swapped(tmp_path, t1_small, 
     assert display_rotation(out) == 0
     with FrameReader(clip) as reader:
         upright = [frame.image for frame in reader]
-    faces = models.detector(upright)
+    faces = hostk.detect(models, upright)
     assert len(faces) >= 4 * 8, "the upright input shows its faces (else the test proves nothing)"
     for i, (before, after) in enumerate(zip(upright, dst, strict=True)):
         far, inside = frame_diffs(before, after, faces.box[faces.frame_index == i])
@@ -225,7 +226,7 @@ def test_faces_one_swaps_one_face_per_frame(tmp_path, face_clip, astronaut_path,
     dst = decode_all(out)[0]
     for i in (0, FACE_CLIP_FRAMES // 2, FACE_CLIP_FRAMES - 1):
         before, after = src[i][1], dst[i][1]
-        faces = models.detector([before])
+        faces = hostk.detect(models, [before])
         far, inside = frame_diffs(before, after, faces.box)
         largest = int(np.argmax(faces.areas()))
         moved = [k for k, d in enumerate(inside) if d > far + 2.0]

@@ -10,14 +10,15 @@ different picture, so only the boxes' overlap is compared.
 from __future__ import annotations
 
 import cv2
+import hostk
 import numpy as np
 import pytest
 
-from facefusion_batch.faces.detect import letterbox
 from facefusion_batch.faces.mesh import FaceMesh, MeshSettings
+from facefusion_batch.faces.select import select_faces
 from facefusion_batch.faces.table import FaceTable
+from facefusion_batch.kernels.host_ops import letterbox
 from facefusion_batch.models.store import model_path
-from facefusion_batch.pipeline.stages import select_faces
 
 PX = 2.0  # agreement with the oracle on the same input, in original-image pixels
 
@@ -60,7 +61,7 @@ def greedy_match(boxes_a: np.ndarray, boxes_b: np.ndarray) -> list[tuple[int, in
 
 
 def test_t1_six_faces_match_opencv_on_the_same_letterboxed_picture(models, t1_image):
-    table = models.detector([t1_image])
+    table = hostk.detect(models, [t1_image])
     assert len(table) == 6
     assert table.box.dtype == np.float32 and table.landmarks5.shape == (6, 5, 2)
     assert np.all(np.diff(table.score) <= 0), "rows are ordered by score"
@@ -83,7 +84,7 @@ def test_t1_six_faces_match_opencv_on_the_same_letterboxed_picture(models, t1_im
 
 
 def test_t1_agrees_with_opencv_at_full_resolution(models, t1_image):
-    table = models.detector([t1_image])
+    table = hostk.detect(models, [t1_image])
     boxes, landmarks, _ = oracle_detect(t1_image)
     assert len(boxes) == len(table) == 6
     matches = greedy_match(table.box.astype(np.float64), boxes)
@@ -96,7 +97,7 @@ def test_t1_agrees_with_opencv_at_full_resolution(models, t1_image):
 
 
 def test_astronaut_has_one_face_with_landmarks_inside_its_box(models, astronaut_image):
-    table = models.detector([astronaut_image])
+    table = hostk.detect(models, [astronaut_image])
     assert len(table) == 1
     x1, y1, x2, y2 = table.box[0]
     assert 0 <= x1 < x2 <= 512 and 0 <= y1 < y2 <= 512
@@ -110,10 +111,10 @@ def test_batched_detection_equals_each_image_alone(models, t1_image, astronaut_i
     crop_origin = np.array([200, 100])
     crop = np.ascontiguousarray(t1_image[100:700, 200:1000])
     images = [t1_image, astronaut_image, crop]
-    batched = models.detector(images)
+    batched = hostk.detect(models, images)
     assert np.all(np.diff(batched.frame_index) >= 0), "rows are grouped by frame"
     for i, image in enumerate(images):
-        alone = models.detector([image])
+        alone = hostk.detect(models, [image])
         rows = batched.select(batched.frame_index == i)
         assert len(rows) == len(alone) > 0, f"image {i}"
         np.testing.assert_allclose(rows.box, alone.box, atol=1e-3)
@@ -132,9 +133,9 @@ def test_batched_detection_equals_each_image_alone(models, t1_image, astronaut_i
 def test_no_face_and_empty_batch(models):
     yy, xx = np.mgrid[0:300, 0:400]
     gradient = np.dstack([xx * 255 // 400, yy * 255 // 300, np.full_like(xx, 128)]).astype(np.uint8)
-    assert len(models.detector([gradient])) == 0
-    assert len(models.detector([])) == 0
-    empty = models.mesh([gradient], FaceTable.empty())
+    assert len(hostk.detect(models, [gradient])) == 0
+    assert len(hostk.detect(models, [])) == 0
+    empty = hostk.analyse(models, [gradient], FaceTable.empty())
     assert len(empty) == 0 and empty.mesh.shape == (0, 468, 3)
 
 
@@ -142,8 +143,8 @@ def test_no_face_and_empty_batch(models):
 
 
 def test_mesh_keeps_every_t1_face_with_points_inside_its_box(models, t1_image):
-    table = models.detector([t1_image])
-    meshed = models.mesh([t1_image], table)
+    table = hostk.detect(models, [t1_image])
+    meshed = hostk.analyse(models, [t1_image], table)
     assert len(meshed) == 6
     assert meshed.mesh.shape == (6, 468, 3) and meshed.mesh.dtype == np.float32
     assert np.all(meshed.presence > 10), meshed.presence
@@ -160,21 +161,21 @@ def test_mesh_keeps_every_t1_face_with_points_inside_its_box(models, t1_image):
 
 def test_batched_mesh_equals_each_face_alone(models, t1_image, astronaut_image):
     images = [t1_image, astronaut_image]
-    table = models.detector(images)
+    table = hostk.detect(models, images)
     assert len(table) == 7
-    batched = models.mesh(images, table)
+    batched = hostk.analyse(models, images, table)
     assert len(batched) == 7
     for row in range(len(table)):
         frame = int(table.frame_index[row])
         one = table.select(np.array([row])).with_columns(frame_index=np.zeros(1, np.int32))
-        alone = models.mesh([images[frame]], one)
+        alone = hostk.analyse(models, [images[frame]], one)
         assert len(alone) == 1
         np.testing.assert_allclose(batched.mesh[row], alone.mesh[0], atol=1e-3)
         np.testing.assert_allclose(batched.presence[row], alone.presence[0], atol=1e-3)
 
 
 def test_a_non_face_row_gets_negative_presence_and_is_dropped(models, t1_image):
-    faces = models.detector([t1_image])
+    faces = hostk.detect(models, [t1_image])
     x0, y0, x1, y1 = 400.0, 780.0, 600.0, 880.0  # the wooden poker table, bottom middle
     w, h = x1 - x0, y1 - y0
     fake_landmarks = np.array(
@@ -190,12 +191,12 @@ def test_a_non_face_row_gets_negative_presence_and_is_dropped(models, t1_image):
     assert len(table) == 7
 
     keep_all = FaceMesh(models.mesh.session, MeshSettings(presence_threshold=-np.inf))
-    scored = keep_all([t1_image], table)
+    scored = keep_all(hostk.HOST, hostk.frames([t1_image]), table)
     assert len(scored) == 7
     assert scored.presence[6] < 0, f"the table scored {scored.presence[6]:.1f}"
     assert np.all(scored.presence[:6] > 10)
 
-    kept = models.mesh([t1_image], table)
+    kept = hostk.analyse(models, [t1_image], table)
     assert len(kept) == 6
     np.testing.assert_array_equal(kept.box, faces.box)
 
@@ -235,7 +236,7 @@ def test_select_one_keeps_the_largest_face_of_each_frame():
 
 
 def test_select_one_on_t1_is_the_biggest_face(models, t1_image):
-    table = models.detector([t1_image, t1_image])
+    table = hostk.detect(models, [t1_image, t1_image])
     one = select_faces(table, "one", 2)
     assert one.frame_index.tolist() == [0, 1]
     assert one.areas()[0] == pytest.approx(table.areas()[table.frame_index == 0].max())

@@ -19,7 +19,7 @@ from media import audio_packets, decode_all, make_clip
 
 from facefusion_batch.assets import asset_path
 from facefusion_batch.config import RenderSettings
-from facefusion_batch.pipeline.render import render
+from facefusion_batch.farm.jobs import render
 from facefusion_batch.video.writer import EncoderSettings
 
 
@@ -129,26 +129,30 @@ def test_ray_from_the_command_line_with_many_inputs(work, clip, source, local_ra
     assert len(frames) == 16
 
 
-def test_actors_load_their_models_under_the_drivers_gpu_options(monkeypatch, clip, source):
-    """--streams/--max-batch/--precision live in a context variable in the driver; an actor is
-    another process, so they are handed to it and scoped around its model loading."""
-    from facefusion_batch.farm.ray_runner import SegmentWorker
+def test_actors_load_their_models_under_the_drivers_device_settings(monkeypatch, clip, source):
+    """--backend/--streams/--max-batch/--precision are part of the settings an actor gets (it is
+    another process: nothing else of the driver's reaches it)."""
+    from facefusion_batch.farm.ray_runner import SegmentWorker, on_actor_gpu
     from facefusion_batch.pipeline import build
-    from facefusion_batch.runtime.backends import scoped_options
+    from facefusion_batch.runtime.device import DeviceSettings
     from facefusion_batch.runtime.onnxruntime_backend import OnnxRuntimeCpuBackend
-    from facefusion_batch.runtime.options import DeviceOptions
 
     seen = []
 
-    def select(name, *, threads=None, options=None):
-        seen.append(scoped_options())
+    def select(device, *, threads=None):
+        seen.append(device)
         return OnnxRuntimeCpuBackend(threads)
 
     monkeypatch.setattr(build, "select_backend", select)
-    options = DeviceOptions(streams=3, max_batch=24, precision="fp16")
-    settings = RenderSettings(input=clip, output=clip.with_name("x.mp4"), sources=(source,), backend="cpu")
-    worker = SegmentWorker(settings, 1, options)
-    assert seen == [options] and scoped_options() == DeviceOptions()  # scoped to the load only
+    device = DeviceSettings(backend="cuda", streams=3, max_batch=24, precision="fp16", gpu=1)
+    settings = RenderSettings(input=clip, output=clip.with_name("x.mp4"), sources=(source,), device=device)
+    worker = SegmentWorker(on_actor_gpu(settings), 1)
+    expected = DeviceSettings(backend="cuda", streams=3, max_batch=24, precision="fp16", gpu=0)
+    assert seen == [expected]  # the actor's one GPU is its device 0
     # a segment whose settings the loaded models do not serve (another reference face) reloads
-    worker.render(replace(settings, faces="one"), 0, 4, str(clip.with_name("seg.mp4")), {})
-    assert seen == [options, options]
+    worker.render(replace(on_actor_gpu(settings), faces="one"), 0, 4, str(clip.with_name("seg.mp4")), {})
+    assert seen == [expected, expected]
+    # auto, chosen as the CPU on a driver without a GPU, renders on the cluster's GPUs
+    auto = replace(settings, device=DeviceSettings(auto=True))
+    assert on_actor_gpu(auto).device.backend == "cuda"
+    assert on_actor_gpu(replace(settings, device=DeviceSettings())).device.backend == "cpu"

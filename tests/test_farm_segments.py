@@ -24,7 +24,8 @@ from facefusion_batch.assets import asset_path
 from facefusion_batch.config import RenderSettings
 from facefusion_batch.errors import InputError
 from facefusion_batch.farm.concat import inspect_segment, join_segments
-from facefusion_batch.pipeline.render import Renderer, render
+from facefusion_batch.farm.jobs import render
+from facefusion_batch.pipeline.run import Renderer
 from facefusion_batch.video.reader import FrameReader
 from facefusion_batch.video.segments import TAG_FRAMES, frame_index, parse_range, read_tags, split_frames
 

@@ -14,12 +14,18 @@ import numpy as np
 import pytest
 from media import decode_all, frame_number, make_clip
 
+from facefusion_batch.config import GPU_BATCH, RenderSettings, resolve_device
 from facefusion_batch.errors import EXIT_USAGE, BackendUnavailableError, InputError
-from facefusion_batch.runtime.backends import Availability, choose_auto, nvidia_gpu_count, select_backend
-from facefusion_batch.runtime.gpu_cli import default_streams, device_plan
-from facefusion_batch.runtime.multi_gpu import split_ranges
+from facefusion_batch.farm.multi_gpu import split_ranges
+from facefusion_batch.runtime.backends import (
+    Availability,
+    choose_auto,
+    choose_backend,
+    nvidia_gpu_count,
+    select_backend,
+)
+from facefusion_batch.runtime.device import DeviceSettings, default_streams, parse_gpu_list
 from facefusion_batch.runtime.nvml import NvmlSampler, nvml_gpus
-from facefusion_batch.runtime.options import DeviceOptions, parse_gpu_list
 from facefusion_batch.runtime.session import TensorInfo
 
 HAS_GPU = nvidia_gpu_count() > 0
@@ -59,19 +65,22 @@ def test_auto_prefers_tensorrt_only_with_built_engines():
 @pytest.mark.parametrize("name", ["cuda", "tensorrt"])
 def test_gpu_backends_without_a_gpu_are_usage_errors(name):
     with pytest.raises(BackendUnavailableError) as err:
-        select_backend(name)
+        select_backend(DeviceSettings(backend=name, precision="auto"))
     assert err.value.exit_code == EXIT_USAGE
     assert "no NVIDIA GPU" in str(err.value) and "--backend cpu" in str(err.value)
 
 
 @no_gpu
 def test_auto_without_a_gpu_is_the_cpu():
-    assert select_backend("auto", threads=1).name == "cpu"
+    assert choose_backend()[0] == "cpu"
+    plan = resolve_device(backend="auto", precision="auto")
+    assert plan.device == DeviceSettings(backend="cpu", precision="fp32", auto=True)
+    assert select_backend(plan.device, threads=1).name == "cpu"
 
 
 @no_gpu
 def test_doctor_without_a_gpu():
-    from facefusion_batch.doctor import report_lines
+    from facefusion_batch.tools.doctor import report_lines
 
     text = "\n".join(report_lines())
     for words in ("torch", "tensorrt", "ort providers", "no NVIDIA GPU", "nvenc", "nvdec", "engines"):
@@ -107,20 +116,37 @@ def test_cli_gpu_commands_without_a_gpu_exit_2(tmp_path, capsys):
 # --- GPU options --------------------------------------------------------------------------------------
 
 
-def plan(**kw):
-    base = dict(backend="cuda", workers=2, workers_given=False, streams=None, gpus=None, max_batch=None)
-    return device_plan(**{**base, "precision": "auto", **kw})
-
-
 def test_device_plan_maps_streams_to_workers():
-    p = plan(backend="cpu", streams=3, max_batch=8, precision="fp16")
-    assert p.workers == 3 and p.options.max_batch == 8 and p.options.precision == "fp16"
-    p = plan(workers=5, workers_given=True)
-    assert p.workers == 5 and p.options.streams == 5  # the memory guard plans for 5 streams
+    p = resolve_device(backend="cpu", streams=3, max_batch=8, precision="fp16")
+    assert p.workers == 3 and p.device.precision == "fp32"  # --streams on the CPU: as --workers
+    p = resolve_device(backend="cuda", streams=3, max_batch=8, precision="fp16")
+    assert p.workers == 3 and p.device.max_batch == 8 and p.device.precision == "fp16"
     with pytest.raises(InputError, match="--streams"):
-        plan(streams=99)
+        resolve_device(backend="cuda", streams=99)
     with pytest.raises(InputError, match="--max-batch"):
-        plan(max_batch=0)
+        resolve_device(backend="cuda", max_batch=0)
+    with pytest.raises(InputError, match="--precision"):
+        resolve_device(backend="cpu", precision="fp8")
+
+
+def test_workers_given_on_a_gpu_are_its_streams(monkeypatch):
+    from facefusion_batch.config import render_settings
+
+    params = dict(
+        inputs=[Path("in.mp4")],
+        source=[Path(__file__)],
+        output=Path("out.mp4"),
+        faces="many",
+        blend="multiband",
+        eyes_mouth="target",
+        colour="local",
+        score_threshold=0.6,
+        backend="cuda",
+        workers=5,
+    )
+    settings, gpus = render_settings(params, given={"workers", "backend"})
+    assert gpus is None and settings.workers == 5 and settings.device.streams == 5
+    assert settings.batch_size == GPU_BATCH  # not given: the GPU's default
 
 
 def test_gpu_list_and_default_streams():
@@ -132,10 +158,12 @@ def test_gpu_list_and_default_streams():
     assert default_streams(141 * 2**30) == 4
 
 
-def test_device_options_validation():
-    DeviceOptions(precision="int8", max_batch=64, streams=4).validated()
+def test_device_settings_validation():
+    DeviceSettings(backend="tensorrt", precision="int8", max_batch=64, streams=4).validated()
     with pytest.raises(InputError):
-        DeviceOptions(engine_policy="maybe").validated()
+        DeviceSettings(engine_policy="maybe").validated()
+    with pytest.raises(InputError, match="--backend"):
+        DeviceSettings(backend="auto").validated()  # resolved at the edge, never stored as auto
 
 
 # --- NVML ---------------------------------------------------------------------------------------------
@@ -315,16 +343,15 @@ def test_split_ranges_cover_every_frame_once():
 
 def test_fan_out_over_processes_joins_losslessly(tmp_path, astronaut_path):
     """The per-GPU fan-out, run with the CPU backend: two processes, frames 0..N-1 in order, audio kept."""
-    from facefusion_batch.config import RenderSettings
-    from facefusion_batch.runtime.multi_gpu import render_on_gpus
+    from facefusion_batch.farm.multi_gpu import render_on_gpus
 
     clip = make_clip(tmp_path / "in.mp4", size=(160, 96), frames=11, audio="aac")
     out = tmp_path / "out.mp4"
     report = tmp_path / "report.json"
     settings = RenderSettings(
-        input=clip, output=out, sources=(astronaut_path,), backend="cpu", workers=1, threads=1, report=report
+        input=clip, output=out, sources=(astronaut_path,), workers=1, threads=1, report=report
     )
-    merged = render_on_gpus(settings, (0, 1), DeviceOptions())
+    merged = render_on_gpus(settings, (0, 1))
     assert merged["frames_out"] == 11 and merged["audio"] == "copied"
     assert set(merged["per_gpu"]) == {"0", "1"}
     assert json.loads(report.read_text())["frames_out"] == 11
@@ -334,11 +361,8 @@ def test_fan_out_over_processes_joins_losslessly(tmp_path, astronaut_path):
 
 
 def test_gpu_batch_size_follows_max_batch_unless_given(monkeypatch):
-    import facefusion_batch.runtime.gpu_cli as gpu_cli
-
-    monkeypatch.setattr(gpu_cli, "_torch_cuda", lambda: True)
-    monkeypatch.setattr("facefusion_batch.runtime.nvml.list_gpus", lambda: [])
-    assert plan(batch_given=False).batch_size == gpu_cli.GPU_BATCH
-    assert plan(batch_given=False, max_batch=32).batch_size == 32
-    assert plan(batch_given=True, max_batch=32).batch_size is None  # --batch-size wins
-    assert plan(backend="cpu", batch_given=False).batch_size is None  # the CPU keeps its default
+    monkeypatch.setattr("facefusion_batch.config.list_gpus", lambda: [])
+    assert resolve_device(backend="cuda").batch_size == GPU_BATCH
+    assert resolve_device(backend="cuda", max_batch=32).batch_size == 32
+    assert resolve_device(backend="cuda", max_batch=32, batch_size=4).batch_size == 4  # --batch-size wins
+    assert resolve_device(backend="cpu", max_batch=32).batch_size == 8  # the CPU keeps its default

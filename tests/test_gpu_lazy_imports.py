@@ -22,25 +22,23 @@ SCRIPT = textwrap.dedent(
     for name in BLOCKED:  # `import torch` now raises ImportError; find_spec says "not installed"
         sys.modules[name] = None
 
-    import facefusion_batch.cli
-    import facefusion_batch.doctor
-    import facefusion_batch.pipeline.render
-    import facefusion_batch.pipeline.executor
+    import pkgutil, importlib
+    import facefusion_batch
+    # every module of the package imports (those of the GPU kernel set and the GPU backends too,
+    # which import torch only when used)
+    for info in pkgutil.walk_packages(facefusion_batch.__path__, "facefusion_batch."):
+        if info.name.endswith((".__main__", ".torch_ops", ".torch_paint", ".torch_kernels", ".onnx_torch")):
+            continue  # torch's own modules: imported only by the GPU kernel set or backend
+        importlib.import_module(info.name)
     import facefusion_batch.runtime.backends as backends
-    import facefusion_batch.runtime.engine_cache
-    import facefusion_batch.runtime.engines_cli
-    import facefusion_batch.runtime.gpu_cli
-    import facefusion_batch.runtime.memory
-    import facefusion_batch.runtime.multi_gpu
-    import facefusion_batch.runtime.nvml
-    import facefusion_batch.runtime.options
+    import facefusion_batch.tools.doctor
+    from facefusion_batch.config import resolve_device
 
     assert backends.nvidia_gpu_count() == 0
-    cpu = backends.select_backend("auto", threads=1)
+    device = resolve_device(backend="auto").device
+    cpu = backends.select_backend(device, threads=1)
     assert cpu.name == "cpu"
-    pipeline = object()
-    assert backends.device_pipeline_for(pipeline, cpu) is pipeline
-    lines = facefusion_batch.doctor.report_lines()
+    lines = facefusion_batch.tools.doctor.report_lines()
     assert any(line.startswith("auto backend  cpu") for line in lines), lines
     for argv in (["render", "x.mp4", "-s", "y.png", "-o", "z.mp4", "--backend", "cuda"],
                  ["engines", "build"]):

@@ -1,13 +1,13 @@
 """The GPU path on a real NVIDIA GPU: skipped where torch sees none (CI), run by scripts/gpu_session.sh.
 
-Each test holds the device path to the CPU path it replaces, on the real models and photos:
-torch sessions against onnxruntime, device ops on cuda against the same ops on the CPU, the
-device-resident pipeline against the host pipeline, several streams at once against one, a real
-render through the CLI, and the memory guard with most of the GPU's memory taken.
+Each test holds the GPU to the CPU on the real models and photos: torch sessions against
+onnxruntime, the torch kernel set's ops on cuda against the same ops on the CPU, the one face
+pipeline over the torch kernel set on cuda against the host kernel set, several streams at once
+against one, a real render through the CLI, and the memory guard with most of the GPU's memory taken.
 
 Tolerances (fp16 where the precision check allows it): model outputs within 2% of each output's
-range; uint8 device ops within 1 level of the CPU; whole swapped frames as in
-test_gpu_device_pipeline.py, loosened for fp16 (mean <= 0.5 levels, 99.9th percentile <= 12).
+range; uint8 kernel ops within 1 level of the CPU; whole swapped frames as in
+test_kernels_pipeline.py, loosened for fp16 (mean <= 0.5 levels, 99.9th percentile <= 12).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import threading
 
+import hostk
 import numpy as np
 import pytest
 from media import decode_all, make_clip
@@ -24,20 +25,27 @@ torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
     pytest.skip("no NVIDIA GPU visible to torch", allow_module_level=True)
 
+from facefusion_batch.kernels import torch_ops as D  # noqa: E402
+from facefusion_batch.kernels.host import HostKernels  # noqa: E402
+from facefusion_batch.kernels.torch_kernels import TorchKernels  # noqa: E402
 from facefusion_batch.pipeline.build import Models, build_pipeline  # noqa: E402
-from facefusion_batch.runtime import device_ops as D  # noqa: E402
-from facefusion_batch.runtime.device_pipeline import device_pipeline_for  # noqa: E402
-from facefusion_batch.runtime.options import DeviceOptions  # noqa: E402
+from facefusion_batch.runtime.device import DeviceSettings  # noqa: E402
 from facefusion_batch.runtime.torch_backend import TorchBackend  # noqa: E402
 from facefusion_batch.swap.classical import ClassicalSettings  # noqa: E402
 from facefusion_batch.video.planes import PlaneLayout, blank_picture  # noqa: E402
 
 pytestmark = pytest.mark.gpu
+HOST = HostKernels()
+
+
+def on_gpu(backend) -> TorchKernels:
+    """A torch kernel set on the backend's GPU (each thread that uses it gets its own stream)."""
+    return TorchKernels(backend.device, timer=backend.timer)
 
 
 @pytest.fixture(scope="module")
 def gpu_models(models):
-    backend = TorchBackend(DeviceOptions(streams=3))
+    backend = TorchBackend(DeviceSettings(backend="cuda", precision="auto", streams=3))
     detector = type(models.detector)(
         backend.load(models.paths["yunet_2023mar_batch"], label="yunet_2023mar_batch"),
         models.detector.settings,
@@ -53,12 +61,14 @@ def _close(a: np.ndarray, b: np.ndarray, levels: float = 1.0) -> None:
 
 def test_sessions_on_the_gpu_match_onnxruntime(models, gpu_models, t1_image):
     frames = [t1_image, np.ascontiguousarray(t1_image[:, ::-1])]
-    host = models.detector([np.ascontiguousarray(f) for f in frames])
-    gpu = gpu_models.detector([np.ascontiguousarray(f) for f in frames])
+    host = hostk.detect(models, [np.ascontiguousarray(f) for f in frames])
+    k = on_gpu(gpu_models.backend)
+    gpu_frames = k.upload([np.ascontiguousarray(f) for f in frames])
+    gpu = gpu_models.detector(k, gpu_frames)
     assert len(host) == len(gpu) >= 10
     np.testing.assert_allclose(gpu.box, host.box, atol=3.0)
-    meshed_host = models.mesh(frames, host)
-    meshed_gpu = gpu_models.mesh(frames, gpu)
+    meshed_host = hostk.analyse(models, frames, host)
+    meshed_gpu = gpu_models.mesh(k, gpu_frames, gpu)
     assert len(meshed_host) == len(meshed_gpu)
     iod = np.linalg.norm(meshed_host.mesh[:, 33, :2] - meshed_host.mesh[:, 263, :2], axis=-1)
     err = np.linalg.norm(meshed_gpu.mesh[:, :, :2] - meshed_host.mesh[:, :, :2], axis=-1).max(axis=1)
@@ -98,14 +108,21 @@ def test_device_ops_on_cuda_match_the_cpu(t1_image):
 
 @pytest.fixture(scope="module")
 def pipelines(models, gpu_models, astronaut_path):
+    """The classical pipeline on the host set and, the same stages, on the torch set on the GPU
+    (`device(frames, **kw)` runs it on a kernel set of the calling thread)."""
     host = build_pipeline(models, (astronaut_path,), ClassicalSettings(), "many")
-    device = device_pipeline_for(
-        build_pipeline(gpu_models, (astronaut_path,), ClassicalSettings(), "many"), gpu_models.backend
-    )
-    return host, device
+    gpu = build_pipeline(gpu_models, (astronaut_path,), ClassicalSettings(), "many")
+    local = threading.local()
+
+    def device(frames, **kw):
+        if not hasattr(local, "k"):
+            local.k = on_gpu(gpu_models.backend)
+        return gpu(local.k, frames, **kw)
+
+    return (lambda frames: host(HOST, frames)), device
 
 
-def test_device_pipeline_on_cuda_matches_the_host(pipelines, t1_image):
+def test_the_pipeline_on_the_torch_kernel_set_on_cuda_matches_the_host(pipelines, t1_image):
     host, device = pipelines
     a, b = host([t1_image]), device([t1_image])
     assert (a.faces_found, a.faces_swapped) == (b.faces_found, b.faces_swapped) and b.faces_swapped >= 5
@@ -154,14 +171,15 @@ def test_several_streams_at_once_give_what_one_gives(pipelines, t1_image):
 def test_memory_guard_under_real_memory_pressure(gpu_models, models, t1_image):
     """With all but ~1.5 GiB of the GPU taken, a 256-face mesh batch still comes back whole."""
     frames = [t1_image]
-    table = models.detector(frames)
+    table = hostk.detect(models, frames)
     rows = np.tile(np.arange(len(table)), 256 // len(table) + 1)[:256]
     big = table.select(rows)
-    want = models.mesh(frames, big)
+    want = hostk.analyse(models, frames, big)
     free, _ = torch.cuda.mem_get_info()
     hog = torch.empty(max(0, free - int(1.5 * 2**30)), dtype=torch.uint8, device="cuda")
     try:
-        got = gpu_models.mesh(frames, big)
+        k = on_gpu(gpu_models.backend)
+        got = gpu_models.mesh(k, k.upload(frames), big)
     finally:
         del hog
         torch.cuda.empty_cache()
@@ -210,24 +228,42 @@ def test_learned_standins_on_cuda_match_the_host(
 ):
     """The learned path (stand-in inswapper + gfpgan, random weights) resident on the GPU."""
     import standins
-    from test_gpu_device_learned import pipelines
 
     from facefusion_batch import paths
+    from facefusion_batch.config import SwapSettings
     from facefusion_batch.swap.learned import LearnedSettings
 
     home = standins.copy_store(paths.ffbatch_home(), tmp_path_factory.mktemp("home"))
     monkeypatch.setenv("FFBATCH_HOME", str(home))
     standin_dir = standins.write_standins(tmp_path_factory.mktemp("standins"))
     learned = LearnedSettings(swapper_model="inswapper_128", enhancer_model="gfpgan_1.4", pixel_boost=256)
-    host, device = pipelines(models, standin_dir, astronaut_path, learned, device=None)
-    a, b = host([t1_image]), device([t1_image])
+    swap = SwapSettings(swapper="learned", learned=learned)
+    backend = TorchBackend(DeviceSettings(backend="cuda", precision="auto"))
+    detector = type(models.detector)(
+        backend.load(models.paths["yunet_2023mar_batch"], label="yunet_2023mar_batch"),
+        models.detector.settings,
+    )
+    host = build_pipeline(
+        Models(backend=models.backend, detector=models.detector, paths={}, models_dir=standin_dir),
+        (astronaut_path,),
+        swap,
+        "many",
+    )
+    device = build_pipeline(
+        Models(backend=backend, detector=detector, paths={}, models_dir=standin_dir),
+        (astronaut_path,),
+        swap,
+        "many",
+    )
+    a, b = host(HOST, [t1_image]), device(on_gpu(backend), [t1_image])
     assert a.faces_swapped == b.faces_swapped >= 5
     d = np.abs(a.frames[0].astype(int) - b.frames[0].astype(int))
     assert d.mean() <= 1.0 and np.percentile(d, 99.9) <= 16, (d.mean(), np.percentile(d, 99.9))
 
 
 def test_nvdec_decodes_the_same_pictures_and_a_render_uses_it(tmp_path, t1_small):
-    from facefusion_batch.video.reader import FrameReader, hwaccel_problem
+    from facefusion_batch.video.hwaccel import hwaccel_problem
+    from facefusion_batch.video.reader import FrameReader
 
     if hwaccel_problem("cuda"):
         pytest.skip(f"no NVDEC here: {hwaccel_problem('cuda')}")

@@ -309,9 +309,9 @@ def test_output_batch_axes():
 
 def test_int8_precision_is_refused_on_the_cuda_backend(real_models):
     from facefusion_batch.errors import BackendUnavailableError
-    from facefusion_batch.runtime.options import DeviceOptions
+    from facefusion_batch.runtime.device import DeviceSettings
 
-    backend = TorchBackend(DeviceOptions(precision="int8"), device="cpu")
+    backend = TorchBackend(DeviceSettings(backend="cuda", precision="int8"), device="cpu")
     with pytest.raises(BackendUnavailableError, match="tensorrt"):
         backend.load(real_models["face_mesh_468"], label="face_mesh_468")
 

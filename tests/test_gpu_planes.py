@@ -1,7 +1,7 @@
 """Frames as yuv420p planes from decoder to encoder (what the GPU backends use), on the CPU.
 
-The torch device ops and the device-resident pipeline run with device="cpu"; a render goes through
-the whole path with the cuda backend's session class standing in on the CPU.
+The torch kernel set runs with device="cpu"; a render goes through the whole path with the cuda
+backend's session class standing in on the CPU.
 
 Tolerances: BGR → yuv420p agrees with FFmpeg's swscale (the CPU writer's conversion) within 1 level
 on every sample; a planar render and a BGR render of the same frames agree within the decoder's
@@ -19,11 +19,14 @@ from media import decode_all, make_clip
 torch = pytest.importorskip("torch")
 
 from facefusion_batch.config import RenderSettings  # noqa: E402
+from facefusion_batch.farm.jobs import render  # noqa: E402
+from facefusion_batch.kernels import torch_ops as D  # noqa: E402
+from facefusion_batch.kernels.host import HostKernels  # noqa: E402
+from facefusion_batch.kernels.torch_kernels import TorchKernels  # noqa: E402
 from facefusion_batch.pipeline import build as build_module  # noqa: E402
 from facefusion_batch.pipeline.build import build_pipeline  # noqa: E402
-from facefusion_batch.pipeline.render import Renderer, batch_pixel_budget, render  # noqa: E402
-from facefusion_batch.runtime import device_ops as D  # noqa: E402
-from facefusion_batch.runtime.device_pipeline import device_pipeline_for  # noqa: E402
+from facefusion_batch.pipeline.run import Renderer, batch_pixel_budget  # noqa: E402
+from facefusion_batch.runtime.device import DeviceSettings  # noqa: E402
 from facefusion_batch.runtime.torch_backend import TorchBackend  # noqa: E402
 from facefusion_batch.swap.classical import ClassicalSettings  # noqa: E402
 from facefusion_batch.video.planes import (  # noqa: E402
@@ -120,26 +123,24 @@ def cpu_torch_models(models):
     return Models(backend=backend, detector=detector, paths=dict(models.paths))
 
 
-def test_device_pipeline_on_planes_matches_bgr_and_passes_the_rest_through(
+def test_torch_kernels_on_planes_match_bgr_and_pass_the_rest_through(
     cpu_torch_models, t1_image, astronaut_path
 ):
     image = np.ascontiguousarray(t1_image[:884])  # even sides
     h, w = image.shape[:2]
     planes = av.VideoFrame.from_ndarray(image, format="bgr24").reformat(format="yuv420p").to_ndarray()
     blank = blank_picture("yuv420p", h, w)
-    pipeline = device_pipeline_for(
-        build_pipeline(cpu_torch_models, (astronaut_path,), ClassicalSettings(), "many"),
-        cpu_torch_models.backend,
-    )
-    assert pipeline.accepts_planes
+    pipeline = build_pipeline(cpu_torch_models, (astronaut_path,), ClassicalSettings(), "many")
+    k = TorchKernels("cpu")
+    assert k.accepts_planes and not HostKernels().accepts_planes
     layout = PlaneLayout(h, w, "bt601")
-    got = pipeline([planes, blank], planes=layout)
+    got = pipeline(k, [planes, blank], planes=layout)
     assert got.faces_swapped >= 5 and got.frames_with_faces == 1
     assert got.frames[0].shape == planes.shape and got.frames[0].dtype == np.uint8
     np.testing.assert_array_equal(got.frames[1], blank)  # no face: every byte as decoded
     # the same picture through the BGR path, converted the way the CPU writer would
     bgr = av.VideoFrame.from_ndarray(planes, format="yuv420p").to_ndarray(format="bgr24")
-    want = pipeline([bgr]).frames[0]
+    want = pipeline(k, [bgr]).frames[0]
     mine = av.VideoFrame.from_ndarray(got.frames[0], format="yuv420p").to_ndarray(format="bgr24")
     d = np.abs(mine.astype(int) - want.astype(int))
     assert d.mean() <= 0.5 and np.percentile(d, 99) <= 6
@@ -150,20 +151,9 @@ def test_device_pipeline_on_planes_matches_bgr_and_passes_the_rest_through(
     assert rows.min() > 0 or cols.min() > 0
 
 
-def test_planes_are_refused_when_a_host_stage_needs_bgr(cpu_torch_models, astronaut_path):
-    pipeline = device_pipeline_for(
-        build_pipeline(cpu_torch_models, (astronaut_path,), ClassicalSettings(), "many"),
-        cpu_torch_models.backend,
-    )
-    selector = pipeline.host.selector
-    pipeline.host.selector = type(selector)("many")
-    pipeline.host.selector.mode = "reference"  # the reference selector's recogniser reads BGR frames
-    try:
-        assert not pipeline.accepts_planes
-        with pytest.raises(ValueError, match="BGR"):
-            pipeline([blank_picture("yuv420p", 64, 64)], planes=PlaneLayout(64, 64, "bt601"))
-    finally:
-        pipeline.host.selector = selector
+def test_the_host_kernel_set_refuses_planes():
+    with pytest.raises(ValueError, match="BGR"):
+        HostKernels().upload([blank_picture("yuv420p", 64, 64)], planes=PlaneLayout(64, 64, "bt601"))
 
 
 def test_device_batches_take_the_asked_size_of_1080p_frames():
@@ -186,9 +176,11 @@ def test_render_on_a_device_backend_keeps_frames_as_planes(tmp_path, monkeypatch
     out = tmp_path / "out.mp4"
     from facefusion_batch.assets import asset_path
 
-    settings = RenderSettings(input=clip, output=out, sources=(asset_path("astronaut.png"),), backend="cuda")
+    settings = RenderSettings(
+        input=clip, output=out, sources=(asset_path("astronaut.png"),), device=DeviceSettings(backend="cuda")
+    )
     renderer = Renderer.load(settings)
-    assert getattr(renderer.pipeline, "accepts_planes", False)
+    assert renderer.accepts_planes
     report = render(settings, renderer=renderer)
     assert report.frames_as == "yuv420p (bt601)" and report.faces_swapped > 0
     before, _ = decode_all(clip)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import av
 import cv2
+import hostk
 import numpy as np
 import pytest
 from media import decode_all, frame_number, make_clip
@@ -146,7 +147,7 @@ def one_face_clip(tmp_path_factory, astronaut_image) -> Path:
 
 
 def test_source_face_index_picks_the_nth_largest_face(models, t1_image, t1_path):
-    table = models.detector([t1_image])
+    table = hostk.detect(models, [t1_image])
     assert len(table) == 6
     areas = np.sort(table.areas())[::-1]
     for k in (0, 3, 5):
@@ -169,7 +170,7 @@ def test_source_face_index_changes_the_swapped_face(tmp_path, one_face_clip, t1_
     a = [image for _, image in decode_all(outs[0])[0]]
     b = [image for _, image in decode_all(outs[3])[0]]
     assert len(a) == len(b) == 4
-    box = models.detector(before[:1]).box[0].astype(int)
+    box = hostk.detect(models, before[:1]).box[0].astype(int)
     x1, y1, x2, y2 = max(box[0], 0), max(box[1], 0), box[2], box[3]
 
     def face_diff(p, q):

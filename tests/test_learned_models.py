@@ -20,8 +20,9 @@ from facefusion_batch import paths
 from facefusion_batch.errors import ModelError
 from facefusion_batch.faces.identity import read_emap
 from facefusion_batch.models import catalog, facefusion, prepare, store
-from facefusion_batch.models.calibration import extract_crops, load_crops
+from facefusion_batch.models.calibration import load_crops
 from facefusion_batch.models.catalog import build_catalog
+from facefusion_batch.tools.calibration import extract_crops
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import cv2
+import hostk
 import numpy as np
 import pytest
 import standins
@@ -19,7 +20,6 @@ from facefusion_batch.faces.align import (
     alignment_affines,
     similarity_fit,
     template_points,
-    warp_crops,
 )
 from facefusion_batch.faces.identity import (
     IdentityEncoder,
@@ -29,13 +29,25 @@ from facefusion_batch.faces.identity import (
     normalise,
     read_emap,
 )
-from facefusion_batch.faces.mesh import invert_affines
+from facefusion_batch.faces.select import FaceSelector
+from facefusion_batch.kernels.geometry import invert_affines, join_tiles_nchw, split_tiles_nchw
+from facefusion_batch.kernels.host_ops import box_mask, combine
 from facefusion_batch.models.facefusion import MODELS
-from facefusion_batch.pipeline.stages import FaceSelector
 from facefusion_batch.runtime.onnxruntime_backend import OnnxRuntimeCpuBackend
-from facefusion_batch.swap.learned import LearnedSwapper, join_tiles, split_tiles
-from facefusion_batch.swap.masks import Occluder, RegionParser, box_mask, combine
-from facefusion_batch.swap.paste import paste_back
+from facefusion_batch.swap.learned import LearnedSwapper
+from facefusion_batch.swap.masks import CropMasker, MaskSettings, Occluder, RegionParser
+
+K = hostk.HOST
+
+
+def warp_crops(images, frame_index, affines, size):
+    return K.warp_crops(hostk.frames(images), frame_index, affines, size, "replicate")
+
+
+def paste_back(images, frame_index, crops, masks, affines):
+    frames = hostk.frames(images)
+    K.paste(frames, frame_index, crops, masks, affines)
+    return K.download(frames)
 
 
 @pytest.fixture(scope="module")
@@ -135,12 +147,7 @@ def test_inswapper_latent_matches_a_hand_computed_reference(standin_dir):
     emap = read_emap(standin_dir / "inswapper_128.onnx")
     rng = np.random.default_rng(3)
     e = rng.standard_normal(512).astype(np.float32) * 21.0  # raw ArcFace embeddings are long
-    source = SourceIdentity(
-        embedding=e / np.linalg.norm(e),
-        raw=e,
-        image=np.zeros((8, 8, 3), np.uint8),
-        landmarks5=np.zeros((5, 2)),
-    )
+    source = SourceIdentity(embedding=e / np.linalg.norm(e), raw=e)
     encoder = IdentityEncoder(MODELS["inswapper_128"], source, emap=emap)
     latent = encoder(3)
     expected = (e / np.linalg.norm(e)) @ emap
@@ -172,16 +179,20 @@ def test_box_mask_values():
 
 def test_occlusion_and_region_masks_and_their_minimum(backend, standin_dir, tmp_path):
     crops = np.full((2, 256, 256, 3), 128, np.uint8)
-    occlusion = Occluder(load(backend, standin_dir, "xseg_1", tmp_path), 256)(crops)
+    occlusion = Occluder(load(backend, standin_dir, "xseg_1", tmp_path), 256)(K, crops, 2, 256)
     y0, y1, x0, x1 = standins.XSEG_HOLE
     assert occlusion.shape == (2, 256, 256)
     assert occlusion[:, y0 + 12 : y1 - 12, x0 + 12 : x1 - 12].max() < 0.01  # occluded
     assert occlusion[:, 20:100, 20:230].min() > 0.99  # visible
-    region = RegionParser(load(backend, standin_dir, "bisenet_resnet_34", tmp_path), ("skin",))(crops)
+    region = RegionParser(load(backend, standin_dir, "bisenet_resnet_34", tmp_path), ("skin",))(
+        K, crops, 2, 256
+    )
     ry0, ry1, rx0, rx1 = (v * 4 for v in standins.SKIN_BOX)  # 64² map → 256² crop
     assert region[:, ry0 + 16 : ry1 - 16, rx0 + 16 : rx1 - 16].min() > 0.99
     assert region[:, : ry0 - 12].max() < 0.01  # hair is not chosen
-    no_skin = RegionParser(load(backend, standin_dir, "bisenet_resnet_34", tmp_path), ("nose",))(crops)
+    no_skin = RegionParser(load(backend, standin_dir, "bisenet_resnet_34", tmp_path), ("nose",))(
+        K, crops, 2, 256
+    )
     assert no_skin.max() == 0.0
     both = combine([box_mask(256), occlusion, region])
     np.testing.assert_allclose(both, np.minimum(np.minimum(box_mask(256), occlusion), region))
@@ -209,13 +220,21 @@ def test_paste_back_touches_only_the_crop_footprint_and_inverts_the_warp():
 
 def test_pixel_boost_tiles_round_trip_and_share_one_model_call(backend, standin_dir, tmp_path):
     x = np.random.default_rng(0).integers(0, 255, (3, 512, 512, 3)).astype(np.uint8)
-    tiles = split_tiles(x, 4)
-    assert tiles.shape == (48, 128, 128, 3)
-    np.testing.assert_array_equal(tiles[1], x[0, ::4, 1::4])  # tile (0, 1): every 4th pixel from (0, 1)
-    np.testing.assert_array_equal(join_tiles(tiles, 4), x)
+    planar = x.transpose(0, 3, 1, 2)
+    tiles = split_tiles_nchw(planar, 4)
+    assert tiles.shape == (48, 3, 128, 128)
+    # tile (0, 1): every 4th pixel from (0, 1)
+    np.testing.assert_array_equal(tiles[1], planar[0, :, ::4, 1::4])
+    np.testing.assert_array_equal(join_tiles_nchw(tiles, 4), planar)
     session = Counting(load(backend, standin_dir, "inswapper_128", tmp_path))
-    swapper = LearnedSwapper(session, MODELS["inswapper_128"], pixel_boost=512)
-    out = swapper.swap_crops(x, np.ones((3, 512), np.float32) / np.sqrt(512))
+    model = MODELS["inswapper_128"]
+    identity = IdentityEncoder(
+        model,
+        SourceIdentity(np.ones(512, np.float32) / np.sqrt(512), None),
+        emap=np.eye(512, dtype=np.float32),
+    )
+    swapper = LearnedSwapper(session, model, identity, CropMasker(MaskSettings()), pixel_boost=512)
+    out = swapper.swap_crops(K, x, np.ones((3, 512), np.float32) / np.sqrt(512))
     assert out.shape == (3, 512, 512, 3) and out.dtype == np.float32
     assert session.calls == [48]  # every tile of every face in one call
 
@@ -227,22 +246,23 @@ def test_reference_selection_finds_the_right_face_among_six(backend, standin_dir
     recogniser = Recogniser(
         load(backend, standin_dir, "arcface_w600k_r50", tmp_path), MODELS["arcface_w600k_r50"]
     )
-    table = models.detector([t1_image])
+    table = hostk.detect(models, [t1_image])
     assert len(table) == 6
     for k in range(6):
         x0, y0, x1, y1 = table.box[k]
         pad = 0.6 * (x1 - x0)
         crop = t1_image[int(max(0, y0 - pad)) : int(y1 + pad), int(max(0, x0 - pad)) : int(x1 + pad)]
-        ref_table = models.detector([np.ascontiguousarray(crop)])
+        ref_table = hostk.detect(models, [np.ascontiguousarray(crop)])
         assert len(ref_table) >= 1
         largest = ref_table.select(np.array([int(np.argmax(ref_table.areas()))]))
-        reference = recogniser([np.ascontiguousarray(crop)], largest)[0]
+        reference = recogniser.embed(K, hostk.frames([np.ascontiguousarray(crop)]), largest)[0]
         # the stand-in recogniser is a random projection: the right face is the nearest by a
         # margin of about 0.02 in (1 - cos) / 2, so the threshold sits between
-        assert int(np.argmin(face_distance(recogniser([t1_image], table), reference))) == k
+        embedded = recogniser.embed(K, hostk.frames([t1_image]), table)
+        assert int(np.argmin(face_distance(embedded, reference))) == k
         selector = FaceSelector("reference", recogniser, reference, distance=0.125)
-        chosen, embeddings = selector([t1_image], table)
-        assert len(chosen) == 1 and embeddings.shape == (1, 512), k
+        chosen = selector(K, hostk.frames([t1_image]), table)
+        assert len(chosen) == 1 and chosen.embedding.shape == (1, 512), k
         np.testing.assert_allclose(chosen.box[0], table.box[k])
 
 
@@ -311,7 +331,7 @@ def test_render_with_standins_end_to_end(tmp_path, standin_dir, private_home, cl
     assert diff > 3.0, diff  # faces changed
     # away from every face (boxes grown 3x about their centres: the enhancer's ffhq_512 crop is
     # wide) the picture is untouched but for the re-encoding
-    table = models.detector([before[0][1]])
+    table = hostk.detect(models, [before[0][1]])
     far = np.ones(before[0][1].shape[:2], bool)
     for x0, y0, x1, y1 in table.box:
         cx, cy, w, h = (x0 + x1) / 2, (y0 + y1) / 2, x1 - x0, y1 - y0

@@ -390,7 +390,7 @@ def test_interrupted_copy_keeps_the_previous_good_file(home, fake_pip, monkeypat
 
 def test_stale_temp_files_of_killed_fetches_are_removed(home, fake_pip):
     cat = build_catalog([spec()])
-    stale = home / "models" / ".fake.bin.abc123.part"
+    stale = home / "models" / ".fake.partial-abc12345.bin"  # fsutil.AtomicFile's temporary name
     stale.parent.mkdir(parents=True)
     stale.write_bytes(b"half")
     store.model_path("fake", catalog=cat)

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from facefusion_batch.config import FACE_MODES, validate_choices
 from facefusion_batch.errors import InputError
-from facefusion_batch.runtime.options import parse_gpu_list
+from facefusion_batch.runtime.device import parse_gpu_list
 from facefusion_batch.video.segments import parse_range, split_frames
 from facefusion_batch.video.writer import EncoderSettings, quality_to_crf, validate_encoder
 

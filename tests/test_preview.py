@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import cv2
+import hostk
 import numpy as np
 import pytest
 import standins
@@ -23,9 +24,9 @@ from facefusion_batch.cli import app
 from facefusion_batch.config import SwapSettings
 from facefusion_batch.errors import ModelError
 from facefusion_batch.pipeline import build
-from facefusion_batch.pipeline.preview import SHEET_COLUMN_WIDTH
-from facefusion_batch.pipeline.stages import FaceSwapPipeline, LearnedFacePipeline
-from facefusion_batch.swap.learned import LearnedSettings
+from facefusion_batch.swap.classical import ClassicalSwapper
+from facefusion_batch.swap.learned import LearnedSettings, LearnedSwapper
+from facefusion_batch.tools.preview import SHEET_COLUMN_WIDTH
 
 CLIP_SIZE = (480, 320)  # (width, height)
 ROW_HEIGHT = round(CLIP_SIZE[1] * SHEET_COLUMN_WIDTH / CLIP_SIZE[0])  # each side scaled to 640 wide
@@ -110,7 +111,7 @@ def read_sheet(sheet: Path, rows: int) -> list[tuple[np.ndarray, np.ndarray]]:
 
 def face_mask(models, picture: np.ndarray, grow: float = 1.0) -> np.ndarray:
     """Where the detector's face boxes (grown `grow` times about their centres) lie."""
-    table = models.detector([np.ascontiguousarray(picture)])
+    table = hostk.detect(models, [np.ascontiguousarray(picture)])
     assert len(table) >= 1
     mask = np.zeros(picture.shape[:2], bool)
     for x0, y0, x1, y1 in table.box:
@@ -299,8 +300,8 @@ def test_the_learned_path_never_asks_for_the_face_mesh(
     models = build.load_models("cpu", threads=2, models_dir=standin_dir)
     learned = SwapSettings(swapper="learned", learned=LearnedSettings(swapper_model="inswapper_128"))
     pipeline = build.build_pipeline(models, (astronaut_path,), learned, "many")
-    assert isinstance(pipeline, LearnedFacePipeline)
-    assert pipeline([t1_small]).faces_swapped >= 1
+    assert isinstance(pipeline.stage("swap"), LearnedSwapper) and pipeline.stage("mesh") is None
+    assert hostk.run(pipeline, [t1_small]).faces_swapped >= 1
     assert build.MESH_MODEL not in asked and build.TOPOLOGY not in asked, asked
     assert build.MESH_MODEL not in models.paths and build.TOPOLOGY not in models.paths
     # the classical swap does need them: the same models then ask for the mesh
@@ -312,6 +313,6 @@ def test_the_classical_path_loads_the_mesh_and_topology_on_first_use(astronaut_p
     models = build.load_models("cpu", threads=2, models_dir=None)
     assert set(models.paths) == {build.DETECTOR_MODEL}
     pipeline = build.build_pipeline(models, (astronaut_path,), SwapSettings(swapper="classical"), "many")
-    assert isinstance(pipeline, FaceSwapPipeline) and pipeline.mesh is models.mesh
+    assert isinstance(pipeline.stage("swap"), ClassicalSwapper) and pipeline.stage("mesh") is models.mesh
     assert {build.MESH_MODEL, build.TOPOLOGY} <= set(models.paths)
-    assert pipeline([t1_small]).faces_swapped >= 1
+    assert hostk.run(pipeline, [t1_small]).faces_swapped >= 1

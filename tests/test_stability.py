@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import cv2
+import hostk
 import numpy as np
 import pytest
 
@@ -37,7 +38,7 @@ def test_mesh_follows_a_known_camera_path():
     photo = cv2.imread(str(asset_path("t1.jpg")))
     times = [i / FPS for i in range(24)]
     frames = [render_frame(photo, t, DURATION, SIZE) for t in times]
-    table = models.mesh(frames, models.detector(frames))
+    table = hostk.analyse(models, frames, hostk.detect(models, frames))
     tracks: dict[tuple, list[np.ndarray]] = {}
     for k in range(len(table)):
         pts = photo_coordinates(table.mesh[k, :, :2], times[table.frame_index[k]], photo.shape)

@@ -17,13 +17,15 @@ Thresholds were measured on t1.jpg (six faces) with astronaut.png as the source
 from __future__ import annotations
 
 import cv2
+import hostk
 import numpy as np
 import pytest
 
 from facefusion_batch.errors import EXIT_USAGE, InputError, NoFaceError
 from facefusion_batch.faces.table import FaceTable
-from facefusion_batch.pipeline.build import build_pipeline, prepare_sources, read_image
+from facefusion_batch.pipeline.build import build_pipeline, prepare_sources
 from facefusion_batch.swap.classical import ClassicalSettings, ClassicalSwapper, SourceFace, eye_frame
+from facefusion_batch.video.stills import read_image
 
 FAR = 0.75  # box sizes from a face's box centre beyond which nothing may change
 CHEEK_POINTS = (50, 280, 36, 266)  # MediaPipe mesh points on both cheeks
@@ -67,7 +69,7 @@ def swap(models, astronaut_path):
 
     def run(images, settings: ClassicalSettings = ClassicalSettings(), sources=None, faces="many"):
         pipeline = build_pipeline(models, tuple(sources or (astronaut_path,)), settings, faces)
-        return pipeline(list(images))
+        return hostk.run(pipeline, images)
 
     return run
 
@@ -117,7 +119,7 @@ def test_a_batch_keeps_frames_apart(swap, models, t1_image, t1_faces, astronaut_
     # the astronaut swapped onto itself: small changes, all on the face
     self_swap = abs_diff(result.frames[2], astronaut_image)
     assert self_swap.max() > 0
-    assert not np.any(self_swap[far_mask(self_swap.shape, models.detector([astronaut_image]).box)])
+    assert not np.any(self_swap[far_mask(self_swap.shape, hostk.detect(models, [astronaut_image]).box)])
     # t1 comes out as when it was swapped alone. (Not bit for bit: the warp map's resolution
     # follows the median face size of the batch; measured 0.17-0.33 per box.)
     batched, alone = abs_diff(result.frames[0], t1_image), default_result.frames[0]
@@ -241,7 +243,7 @@ def test_identity_moves_to_the_source(default_result, models, astronaut_image, t
     0.24->0.64, 0.16->0.47, 0.13->0.54, 0.25->0.65; two unrelated people score 0.1-0.4 here,
     so a rise of 0.15 per face (0.25 on average) cannot come from alignment noise.
     """
-    source = models.mesh([astronaut_image], models.detector([astronaut_image]))
+    source = hostk.analyse(models, [astronaut_image], hostk.detect(models, [astronaut_image]))
     frame = CanonicalFrame(source.mesh[0], models.triangles, models.regions)
     assert frame.mask.sum() > 3000
     src = frame.warp(astronaut_image, source.mesh[0])
@@ -377,16 +379,16 @@ def test_several_sources_each_face_takes_the_photo_turned_like_it(
     assert abs(sources[0].yaw) < 0.1 and sources[1].yaw < -0.3 and sources[2].yaw > 0.3
 
     pipeline = build_pipeline(models, paths, ClassicalSettings(), "many")
-    choice = pipeline.swapper.choose_sources(t1_faces)
+    choice = pipeline.stage("swap").choose_sources(t1_faces)
     assert choice[turned] == 1
     assert np.all(choice[np.abs(yaws) < 0.05] == 0)
 
     mirrored = np.ascontiguousarray(t1_image[:, ::-1])
-    result = pipeline([mirrored])
+    result = hostk.run(pipeline, [mirrored])
     assert result.faces_swapped == 6
-    table = models.mesh([mirrored], models.detector([mirrored]))
+    table = hostk.analyse(models, [mirrored], hostk.detect(models, [mirrored]))
     width = t1_image.shape[1]
     mirror_box = np.array([width - 1 - box[2], box[1], width - 1 - box[0], box[3]])
     row = int(np.argmin(np.abs(table.box - mirror_box).sum(axis=1)))
     assert np.abs(table.box[row] - mirror_box).max() < 15
-    assert pipeline.swapper.choose_sources(table)[row] == 2
+    assert pipeline.stage("swap").choose_sources(table)[row] == 2

@@ -1,85 +1,14 @@
-"""Five-point face alignment for every face of a batch: templates, similarity fit, crop warp.
-
-The fit is the closed-form least-squares 4-degree-of-freedom similarity
-(rotation, uniform scale, translation; Umeyama's solution in 2-D, which cannot
-reflect), solved for all faces at once with numpy. Crops are warped with border
-replication, as the learned models were trained on.
+"""Five-point face alignment for every face of a batch: the similarity to a model's template
+(models/templates.py), and the crops the kernel set warps with it (`align_crops`, border
+replicated, as the learned models were trained on).
 """
 
 from __future__ import annotations
 
-import cv2
 import numpy as np
 
-from facefusion_batch.faces.mesh import invert_affines
-
-# Normalised five-point templates (right eye, left eye, nose tip, right and left mouth
-# corner, image-left first); multiply by the crop size.
-TEMPLATES: dict[str, np.ndarray] = {
-    # InsightFace's frontal 112-px template (its face_align "src3"):
-    # (39.730, 51.138) (72.270, 51.138) (56.000, 68.493) (42.463, 87.010) (69.537, 87.010) / 112
-    "arcface_112_v1": np.array(
-        [[39.730, 51.138], [72.270, 51.138], [56.000, 68.493], [42.463, 87.010], [69.537, 87.010]]
-    )
-    / 112.0,
-    # ArcFace's 112-px template (the 96x112 one shifted by 8 px)
-    "arcface_112_v2": np.array(
-        [
-            [0.34191607, 0.46157411],
-            [0.65653393, 0.45983393],
-            [0.50022500, 0.64050536],
-            [0.37097589, 0.82469196],
-            [0.63151696, 0.82325089],
-        ]
-    ),
-    "arcface_128": np.array(
-        [
-            [0.36167656, 0.40387734],
-            [0.63696719, 0.40235469],
-            [0.50019687, 0.56044219],
-            [0.38710391, 0.72160547],
-            [0.61507734, 0.72034453],
-        ]
-    ),
-    "ffhq_512": np.array(
-        [
-            [0.37691676, 0.46864664],
-            [0.62285697, 0.46912813],
-            [0.50123859, 0.61331904],
-            [0.39308822, 0.72541100],
-            [0.61150205, 0.72490465],
-        ]
-    ),
-}
-
-
-def template_points(template: str, size: int) -> np.ndarray:
-    try:
-        return TEMPLATES[template] * float(size)
-    except KeyError:
-        raise ValueError(f"unknown alignment template {template!r} (known: {', '.join(TEMPLATES)})") from None
-
-
-def similarity_fit(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
-    """[F,2,3] similarities mapping each src[F,K,2] onto dst ([K,2] or [F,K,2]) in least squares.
-
-    With x = src - mean(src), y = dst - mean(dst): a = Σ x·y / Σ|x|², b = Σ x×y / Σ|x|²
-    gives the rotation-and-scale [[a, -b], [b, a]]; the translation maps the means.
-    """
-    src = np.asarray(src, np.float64)
-    dst = np.broadcast_to(np.asarray(dst, np.float64), src.shape)
-    src_mean = src.mean(axis=1, keepdims=True)
-    dst_mean = dst.mean(axis=1, keepdims=True)
-    x = src - src_mean
-    y = dst - dst_mean
-    norm = np.maximum((x**2).sum(axis=(1, 2)), 1e-12)
-    a = (x * y).sum(axis=(1, 2)) / norm
-    b = (x[..., 0] * y[..., 1] - x[..., 1] * y[..., 0]).sum(axis=1) / norm
-    m = np.empty((len(src), 2, 3), np.float64)
-    m[:, 0, 0], m[:, 0, 1] = a, -b
-    m[:, 1, 0], m[:, 1, 1] = b, a
-    m[:, :, 2] = dst_mean[:, 0] - np.einsum("fij,fj->fi", m[:, :, :2], src_mean[:, 0])
-    return m
+from facefusion_batch.kernels.base import Array, Frames, Kernels
+from facefusion_batch.models.templates import TEMPLATES, similarity_fit, template_points, template_to_template
 
 
 def alignment_affines(landmarks5: np.ndarray, template: str, size: int) -> np.ndarray:
@@ -89,25 +18,13 @@ def alignment_affines(landmarks5: np.ndarray, template: str, size: int) -> np.nd
     return similarity_fit(landmarks5, template_points(template, size))
 
 
-def warp_crops(
-    images: list[np.ndarray], frame_index: np.ndarray, affines: np.ndarray, size: int
-) -> np.ndarray:
-    """[F,size,size,C] crops, each image warped through its face's affine, borders replicated."""
-    channels = images[0].shape[2] if images and images[0].ndim == 3 else 3
-    crops = np.empty((len(frame_index), size, size, channels), images[0].dtype if images else np.uint8)
-    for i, (fi, m) in enumerate(zip(frame_index, affines, strict=True)):
-        crops[i] = cv2.warpAffine(
-            images[fi], m, (size, size), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE
-        ).reshape(size, size, channels)
-    return crops
-
-
-def align_faces(
-    images: list[np.ndarray], frame_index: np.ndarray, landmarks5: np.ndarray, template: str, size: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Crops [F,size,size,3] and the affines [F,2,3] that made them."""
+def align_crops(
+    k: Kernels, frames: Frames, frame_index: np.ndarray, landmarks5: np.ndarray, template: str, size: int
+) -> tuple[Array, np.ndarray]:
+    """Crops of every face aligned to `template` at `size` px (the kernel set's own arrays),
+    and the affines [F,2,3] that made them."""
     affines = alignment_affines(landmarks5, template, size)
-    return warp_crops(images, frame_index, affines, size), affines
+    return k.warp_crops(frames, frame_index, affines, size, "replicate"), affines
 
 
 def transform_points(points: np.ndarray, affines: np.ndarray) -> np.ndarray:
@@ -115,19 +32,12 @@ def transform_points(points: np.ndarray, affines: np.ndarray) -> np.ndarray:
     return np.einsum("fij,fkj->fki", affines[:, :, :2], points) + affines[:, None, :, 2]
 
 
-def template_to_template(src: str, src_size: int, dst: str, dst_size: int) -> np.ndarray:
-    """[2,3] similarity from a crop aligned to `src` to one aligned to `dst` (re-cropping a crop)."""
-    return similarity_fit(template_points(src, src_size)[None], template_points(dst, dst_size))[0]
-
-
 __all__ = [
     "TEMPLATES",
-    "align_faces",
+    "align_crops",
     "alignment_affines",
-    "invert_affines",
     "similarity_fit",
     "template_points",
     "template_to_template",
     "transform_points",
-    "warp_crops",
 ]

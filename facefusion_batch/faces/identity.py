@@ -18,11 +18,12 @@ from pathlib import Path
 
 import numpy as np
 
-from facefusion_batch.faces.align import align_faces
+from facefusion_batch.faces.align import align_crops
 from facefusion_batch.faces.table import FaceTable
+from facefusion_batch.kernels.base import Frames, Kernels
 from facefusion_batch.models.facefusion import MODELS, RECOGNISER, LearnedModel
-from facefusion_batch.runtime.session import Session
-from facefusion_batch.swap.infer import batch_limit, run_chunked
+from facefusion_batch.runtime.batching import batch_limit
+from facefusion_batch.runtime.session import Session, run_chunked
 
 # InsightFace (inswapper's publisher) normalises the latent (e/|e|) @ emap once more before
 # feeding it; FaceFusion does not. The publisher's own inference code defines what the model
@@ -44,15 +45,12 @@ def face_distance(embeddings: np.ndarray, reference: np.ndarray) -> np.ndarray:
     return (1.0 - normalise(embeddings) @ normalise(reference)) / 2.0
 
 
-def to_model_input(crops: np.ndarray, model: LearnedModel) -> np.ndarray:
-    """BGR uint8 crops [F,S,S,3] → the model's NCHW float32: RGB, /255, then (x − mean) / std."""
-    x = crops[..., ::-1].astype(np.float32) / 255.0
-    x = (x - np.asarray(model.mean, np.float32)) / np.asarray(model.std, np.float32)
-    return np.ascontiguousarray(x.transpose(0, 3, 1, 2))
-
-
 class Recogniser:
-    """A stage: frames + face table → raw ArcFace embeddings [F,512], one model call per chunk."""
+    """A stage: frames + face table → raw ArcFace embeddings [F,512], one model call per chunk.
+
+    As a pipeline stage (`Recognise`) it adds them to the table as its `embedding` column."""
+
+    name = "recognise"
 
     def __init__(self, session: Session, model: LearnedModel = MODELS[RECOGNISER]) -> None:
         self.session = session
@@ -61,22 +59,19 @@ class Recogniser:
         self.input_name = "input" if "input" in names else names[0]
         self.max_batch = batch_limit(model.size, channels=64, budget_mb=512.0)
 
-    def embed_crops(self, crops: np.ndarray) -> np.ndarray:
-        if len(crops) == 0:
-            return np.zeros((0, 512), np.float32)
-        out = run_chunked(self.session, {self.input_name: to_model_input(crops, self.model)}, self.max_batch)
-        return out[0].reshape(len(crops), -1)
-
-    def crops(self, images: list[np.ndarray], table: FaceTable) -> np.ndarray:
-        crops, _ = align_faces(
-            images, table.frame_index, table.landmarks5, self.model.template, self.model.size
-        )
-        return crops
-
-    def __call__(self, images: list[np.ndarray], table: FaceTable) -> np.ndarray:
+    def embed(self, k: Kernels, frames: Frames, table: FaceTable) -> np.ndarray:
         if len(table) == 0:
             return np.zeros((0, 512), np.float32)
-        return self.embed_crops(self.crops(images, table))
+        m = self.model
+        crops, _ = align_crops(k, frames, table.frame_index, table.landmarks5, m.template, m.size)
+        out = k.run(self.session, {self.input_name: k.model_input(crops, m.mean, m.std)}, self.max_batch)
+        return k.to_host(out[self.session.outputs[0].name]).reshape(len(table), -1)
+
+    def __call__(self, k: Kernels, frames: Frames, table: FaceTable) -> FaceTable:
+        """The table with its `embedding` column (computed only where it is missing)."""
+        if table.embedding is not None or len(table) == 0:
+            return table
+        return table.with_columns(embedding=self.embed(k, frames, table))
 
 
 @dataclass(frozen=True)
@@ -85,21 +80,30 @@ class SourceIdentity:
 
     embedding: np.ndarray | None  # [512] unit: the normalised embeddings averaged, normalised again
     raw: np.ndarray | None  # [512] the raw embeddings averaged
-    image: np.ndarray  # the first source photo (blendswap / uniface take the face itself)
-    landmarks5: np.ndarray  # [5,2] its face
+    face: np.ndarray | None = None  # [3,S,S] RGB 0–1: the first photo's face (blendswap / uniface)
 
 
 def source_identity(
-    images: list[np.ndarray], table: FaceTable, recogniser: Recogniser | None
+    k: Kernels,
+    frames: Frames,
+    table: FaceTable,
+    recogniser: Recogniser | None,
+    family: str | None = None,
 ) -> SourceIdentity:
-    """`table` holds one face per image (row i ↔ image i); one recogniser call for all of them."""
-    first = int(np.flatnonzero(table.frame_index == 0)[0])
-    embedding = raw = None
+    """`table` holds one face per source photo (row i ↔ photo i); one recogniser call for all of
+    them. Image-source families (blendswap, uniface) also get the first photo's face crop."""
+    embedding = raw = face = None
     if recogniser is not None:
-        raw_all = recogniser(images, table)
+        raw_all = recogniser.embed(k, frames, table)
         raw = raw_all.mean(axis=0)
         embedding = normalise(normalise(raw_all).mean(axis=0))
-    return SourceIdentity(embedding=embedding, raw=raw, image=images[0], landmarks5=table.landmarks5[first])
+    if family in IMAGE_SOURCE_CROPS:
+        template, size = IMAGE_SOURCE_CROPS[family]
+        first = table.select(np.flatnonzero(table.frame_index == 0)[:1])
+        crops, _ = align_crops(k, frames, first.frame_index, first.landmarks5, template, size)
+        # the source face goes in as RGB 0–1, whatever the target's normalisation
+        face = k.to_host(k.model_input(crops))[0]
+    return SourceIdentity(embedding=embedding, raw=raw, face=face)
 
 
 def read_emap(model_path: Path) -> np.ndarray:
@@ -160,19 +164,12 @@ class IdentityEncoder:
             raise ValueError("inswapper needs its emap")
         if self.family in ("simswap", "ghost") and converter is None:
             raise ValueError(f"{model.name} needs its embedding converter {model.converter}")
+        if self.family in IMAGE_SOURCE_CROPS and source.face is None:
+            raise ValueError(f"{model.name} takes the source face itself; source_identity() crops it")
         self.source = source
         self._source_input = (
-            self._map(self._source_side()[None])[0] if self.family in EMBEDDING_FAMILIES else None
+            self._map(self._source_side()[None])[0] if self.family in EMBEDDING_FAMILIES else source.face
         )
-        if self.family in IMAGE_SOURCE_CROPS:
-            template, size = IMAGE_SOURCE_CROPS[self.family]
-            crops, _ = align_faces(
-                [source.image], np.zeros(1, np.int32), source.landmarks5[None], template, size
-            )
-            # the source face goes in as RGB 0–1, whatever the target's normalisation
-            self._source_input = np.ascontiguousarray(
-                crops[..., ::-1].astype(np.float32).transpose(0, 3, 1, 2)[0] / 255.0
-            )
 
     @property
     def needs_target_embeddings(self) -> bool:
@@ -193,7 +190,7 @@ class IdentityEncoder:
         converted = run_chunked(
             self.converter, {_input_name(self.converter): vectors.astype(np.float32)}, 4096
         )
-        converted = converted[0].reshape(len(vectors), -1)
+        converted = converted[self.converter.outputs[0].name].reshape(len(vectors), -1)
         return normalise(converted) if self.family == "simswap" else converted
 
     def __call__(self, count: int, target_embeddings: np.ndarray | None = None) -> np.ndarray:

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import cv2
 import numpy as np
 
 from facefusion_batch.faces.table import FaceTable
+from facefusion_batch.kernels.base import Frames, Kernels
+from facefusion_batch.kernels.geometry import invert_affines
 from facefusion_batch.runtime.session import Session
 
 MESH_SIZE = 192
@@ -43,31 +44,6 @@ def roi_affines(centre: np.ndarray, side: np.ndarray, angle: np.ndarray) -> np.n
     return m
 
 
-def invert_affines(m: np.ndarray) -> np.ndarray:
-    a = m[:, :, :2]
-    inv_a = np.linalg.inv(a)
-    out = np.empty_like(m)
-    out[:, :, :2] = inv_a
-    out[:, :, 2] = -np.einsum("fij,fj->fi", inv_a, m[:, :, 2])
-    return out
-
-
-def crop_batch(images: list[np.ndarray], frame_index: np.ndarray, affines: np.ndarray) -> np.ndarray:
-    """Warp each face's ROI to MESH_SIZE², RGB in [0,1], NCHW. Zero padding outside the frame."""
-    crops = np.empty((len(frame_index), MESH_SIZE, MESH_SIZE, 3), np.uint8)
-    for i, (fi, m) in enumerate(zip(frame_index, affines, strict=True)):
-        crops[i] = cv2.warpAffine(
-            images[fi],
-            m,
-            (MESH_SIZE, MESH_SIZE),
-            flags=cv2.INTER_LINEAR,
-            borderMode=cv2.BORDER_CONSTANT,
-            borderValue=0,
-        )
-    # BGR → RGB by reversing channels during the layout change
-    return np.ascontiguousarray(crops[..., ::-1].transpose(0, 3, 1, 2), dtype=np.float32) / 255.0
-
-
 def roi_from_detection(table: FaceTable, box_scale: float) -> tuple[np.ndarray, ...]:
     box = table.box.astype(np.float64)
     centre = (box[:, :2] + box[:, 2:]) / 2
@@ -93,22 +69,34 @@ def roi_from_mesh(mesh: np.ndarray, mesh_scale: float) -> tuple[np.ndarray, ...]
 
 
 class FaceMesh:
-    """A stage: frames + face table → the same table with `mesh` and `presence`, absent faces dropped."""
+    """A stage: frames + face table → the same table with `mesh` and `presence`, absent faces dropped.
 
-    def __init__(self, session: Session, settings: MeshSettings = MeshSettings()) -> None:
+    Each pass warps every face's crop out of the frames (zero padding outside the frame) and
+    runs them all in one model call; only the 468 points per face come back to the host."""
+
+    name = "mesh"
+
+    def __init__(
+        self,
+        session: Session,
+        settings: MeshSettings = MeshSettings(),
+        *,
+        points: str = "conv2d_20",
+        presence: str = "conv2d_30",
+    ) -> None:
         self.session = session
         self.settings = settings
         self.input_name = session.inputs[0].name
-        names = [o.name for o in session.outputs]
-        self.points_name = "conv2d_20" if "conv2d_20" in names else names[0]
-        self.presence_name = "conv2d_30" if "conv2d_30" in names else names[1]
+        self.points_name = points
+        self.presence_name = presence
 
     def run_pass(
-        self, images: list[np.ndarray], frame_index: np.ndarray, roi: tuple[np.ndarray, ...]
+        self, k: Kernels, frames: Frames, frame_index: np.ndarray, roi: tuple[np.ndarray, ...]
     ) -> tuple[np.ndarray, np.ndarray]:
         affines = roi_affines(*roi)
-        batch = crop_batch(images, frame_index, affines)
-        out = self.session.run({self.input_name: batch})
+        crops = k.warp_crops(frames, frame_index, affines, MESH_SIZE, "zeros")
+        out = k.run(self.session, {self.input_name: k.model_input(crops)}, None)  # RGB, 0–1
+        out = k.to_host({name: out[name] for name in (self.points_name, self.presence_name)})
         points = out[self.points_name].reshape(len(frame_index), 468, 3).astype(np.float64)
         presence = out[self.presence_name].reshape(len(frame_index)).astype(np.float32)
         inverse = invert_affines(affines)
@@ -117,16 +105,16 @@ class FaceMesh:
         mesh = np.concatenate([xy, z[..., None]], axis=-1).astype(np.float32)
         return mesh, presence
 
-    def __call__(self, images: list[np.ndarray], table: FaceTable) -> FaceTable:
+    def __call__(self, k: Kernels, frames: Frames, table: FaceTable) -> FaceTable:
         if len(table) == 0:
             return table.with_columns(
                 mesh=np.zeros((0, 468, 3), np.float32), presence=np.zeros((0,), np.float32)
             )
         roi = roi_from_detection(table, self.settings.box_scale)
-        mesh, presence = self.run_pass(images, table.frame_index, roi)
+        mesh, presence = self.run_pass(k, frames, table.frame_index, roi)
         for _ in range(self.settings.passes - 1):
             mesh, presence = self.run_pass(
-                images, table.frame_index, roi_from_mesh(mesh, self.settings.mesh_scale)
+                k, frames, table.frame_index, roi_from_mesh(mesh, self.settings.mesh_scale)
             )
         table = table.with_columns(mesh=mesh, presence=presence)
         return table.select(presence > self.settings.presence_threshold)

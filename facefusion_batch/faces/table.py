@@ -19,6 +19,7 @@ class FaceTable:
     score: np.ndarray  # [F] float32: detector confidence
     mesh: np.ndarray | None = None  # [F,468,3] float32: dense landmarks, x/y in pixels, z same scale
     presence: np.ndarray | None = None  # [F] float32: face-mesh presence logit
+    embedding: np.ndarray | None = None  # [F,512] float32: raw recogniser embedding (when one ran)
 
     @staticmethod
     def empty() -> FaceTable:

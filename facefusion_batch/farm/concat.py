@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import tempfile
 import time
 from dataclasses import dataclass
 from fractions import Fraction
@@ -29,7 +28,7 @@ import av
 import av.error
 
 from facefusion_batch.errors import FfbatchError, InputError, Interrupted, OutputError
-from facefusion_batch.fsutil import default_file_mode
+from facefusion_batch.fsutil import AtomicFile
 from facefusion_batch.video.audio import AudioMuxer
 from facefusion_batch.video.probe import check_readable_file, pick_video_stream
 from facefusion_batch.video.segments import TAG_FRAME_COUNT, TAG_FRAMES, TAG_INPUT, TAG_SETTINGS
@@ -238,23 +237,16 @@ def join_segments(
     parent = output.parent if str(output.parent) else Path(".")
     if not parent.is_dir():
         raise OutputError(f"cannot write {output}: the directory {parent} does not exist")
+    out = AtomicFile(output)
     try:
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{output.stem}.partial-", suffix=output.suffix, dir=parent)
-        os.close(fd)
-    except OSError as exc:
-        raise OutputError(f"cannot write {output}: {exc.strerror or exc}") from None
-    tmp = Path(tmp_name)
-    try:
-        packets, audio_packets = _copy(infos, tmp, fmt, audio_from, metadata or {})
-        os.chmod(tmp, default_file_mode())  # mkstemp makes 0600
-        os.replace(tmp, output)
+        packets, audio_packets = _copy(infos, out.temp, fmt, audio_from, metadata or {})
+        out.commit()
     except KeyboardInterrupt:
         raise Interrupted("interrupted (SIGINT) while joining; the partial output was removed") from None
     except (av.error.FFmpegError, OSError) as exc:
         raise OutputError(f"cannot write {output}: {getattr(exc, 'strerror', None) or exc}") from None
     finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
+        out.abort()
     elapsed = time.perf_counter() - started
     log.info("joined %d segments (%d packets) into %s in %.2f s", len(infos), packets, output, elapsed)
     return JoinReport(output, len(infos), packets, audio_packets, elapsed, output.stat().st_size)

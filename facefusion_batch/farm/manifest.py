@@ -55,9 +55,13 @@ _NOT_IN_DIGEST = frozenset(
         "frames",
         "chunk_frames",
         "force",
-        "hwaccel",  # H.264/HEVC/AV1 decoding is bit-exact: NVDEC gives the same pictures
+        "device",  # only what of it changes pixels: DEVICE_IN_DIGEST
     }
 )
+# Of the device settings, what changes pixels: the backend as chosen (torch and onnxruntime sum in
+# another order) and the precision. Not the streams, batch sizes, GPU index or the decoder
+# (H.264/HEVC/AV1 decoding is bit-exact: NVDEC gives the same pictures).
+DEVICE_IN_DIGEST = ("backend", "precision")
 _FINGERPRINT_BYTES = 1 << 20
 
 
@@ -81,6 +85,7 @@ def settings_digest(settings: RenderSettings) -> str:
     """What decides the output's pixels and timing: the input, the source photos (by content),
     every rendering setting, and the ffbatch version. 16 hex digits."""
     fields = {k: v for k, v in asdict(settings).items() if k not in _NOT_IN_DIGEST}
+    fields["device"] = {k: getattr(settings.device, k) for k in DEVICE_IN_DIGEST}
     data = {
         "ffbatch": __version__,
         "input": file_fingerprint(Path(settings.input)),

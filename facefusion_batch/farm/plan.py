@@ -30,9 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from facefusion_batch.config import render_settings
 from facefusion_batch.errors import InputError
-from facefusion_batch.farm.batch import DEFAULT_PATTERN, outputs_for
 from facefusion_batch.farm.manifest import segment_name, work_dir_for
+from facefusion_batch.farm.outputs import DEFAULT_PATTERN, outputs_for
 from facefusion_batch.video.probe import probe
 from facefusion_batch.video.segments import format_range, frame_index, split_frames
 
@@ -342,6 +343,7 @@ def render_plan(plan: Plan, fmt: str, sbatch: list[str] | None = None) -> str:
 def plan_command(
     tokens: list[str],
     *,
+    render_command,
     chunk_frames: int,
     fmt: str,
     output: Path | None,
@@ -351,16 +353,13 @@ def plan_command(
     sbatch: list[str] | None,
     overwrite: bool,
 ) -> str:
-    """`ffbatch plan`: `tokens` are the inputs mixed with the render options to pass through."""
-    import typer.main
-
-    from facefusion_batch import cli
-
+    """`ffbatch plan`: `tokens` are the inputs mixed with the render options to pass through,
+    parsed by `render_command` (the click command of `ffbatch render`) and checked by the same
+    option schema as a render (`config.render_settings`): what render refuses, plan refuses."""
     if fmt not in FORMATS:
         raise InputError(f"--format must be one of {', '.join(FORMATS)} (got {fmt!r})")
-    render_cmd = typer.main.get_command(cli.app).commands["render"]
     try:
-        ctx = render_cmd.make_context("render", list(tokens), resilient_parsing=False)
+        ctx = render_command.make_context("render", list(tokens), resilient_parsing=False)
     except Exception as exc:  # the render command's own parse error, e.g. --crf eighteen
         message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
         raise InputError(f"plan: {message}") from None
@@ -371,17 +370,15 @@ def plan_command(
         raise InputError("plan writes farm commands; --ray is for `ffbatch render`")
     if params.get("gpus"):
         raise InputError("plan: every farm task renders on one GPU; leave out --gpus")
-    settings = cli._settings(**_settings_kwargs(params))
-    from facefusion_batch.config import validate_options
-
-    validate_options(settings)
+    # the farm's hosts resolve the device themselves; this machine's GPUs say nothing about theirs
+    render_settings(params, resolve=False)
     command = shlex.split(ffbatch)
     if not command:
         raise InputError("--ffbatch must name the command that runs ffbatch, e.g. ffbatch")
     plan = make_plan(
         [Path(p) for p in params["inputs"]],
         chunk_frames=chunk_frames,
-        render_args=passthrough_args(render_cmd, params),
+        render_args=passthrough_args(render_command, params),
         output=output,
         output_dir=output_dir,
         output_pattern=output_pattern,
@@ -389,19 +386,3 @@ def plan_command(
         overwrite=overwrite,
     )
     return render_plan(plan, fmt, sbatch)
-
-
-def _settings_kwargs(params: dict[str, Any]) -> dict[str, Any]:
-    """The render command's parsed options as `cli._settings` takes them."""
-    from dataclasses import fields
-
-    from facefusion_batch.config import RenderSettings
-
-    # `cli._settings` builds the nested settings from these; the rest are RenderSettings fields
-    nested = {"blend", "eyes_mouth", "colour", "encoder", "crf", "quality", "preset", "score_threshold"}
-    known = nested | {f.name for f in fields(RenderSettings)}
-    kwargs = {k: v for k, v in params.items() if k in known and k not in ("input", "output", "frames")}
-    kwargs["sources"] = tuple(params.get("source") or ())
-    kwargs["input"] = Path(params["inputs"][0])
-    kwargs["output"] = Path("plan.mp4")
-    return kwargs

@@ -38,8 +38,7 @@ from facefusion_batch.errors import (
     InputError,
     Interrupted,
 )
-from facefusion_batch.runtime.backends import scoped_options
-from facefusion_batch.runtime.options import DeviceOptions
+from facefusion_batch.farm.outputs import is_done, output_tags
 
 log = logging.getLogger("ffbatch")
 
@@ -65,31 +64,28 @@ def import_ray():
 class SegmentWorker:
     """Models loaded once per actor; renders one segment per call (wrapped by `ray.remote`)."""
 
-    def __init__(self, settings: RenderSettings, threads: int, options: DeviceOptions | None = None) -> None:
-        """`options`: the driver's GPU settings (--streams, --max-batch, --precision); they live in a
-        context variable there, which does not cross to the actor's process."""
+    def __init__(self, settings: RenderSettings, threads: int) -> None:
+        """`settings` carry the device (backend, --streams, --max-batch, --precision) as the
+        driver resolved it for the actors."""
         logging.getLogger("ffbatch").setLevel(logging.WARNING)
         if settings.threads is None:
             settings = replace(settings, threads=threads)
-        self.options = options or DeviceOptions()
         self.renderer = self._load(settings)
         self.host = socket.gethostname()
         self._indexes: dict[str, Any] = {}
 
     def _load(self, settings: RenderSettings):
-        from facefusion_batch.pipeline.render import Renderer
-        from facefusion_batch.runtime.backends import device_options
+        from facefusion_batch.pipeline.run import Renderer
 
-        with device_options(self.options):
-            return Renderer.load(settings)
+        return Renderer.load(settings)
 
     def where(self) -> str:
         return f"{self.host}:{os.getpid()}"
 
     def render(self, settings: RenderSettings, start: int, end: int, path: str, tags: dict) -> dict:
         from facefusion_batch.farm.segment import write_segment
-        from facefusion_batch.pipeline.render import JobReport
-        from facefusion_batch.pipeline.report import StageTimer
+        from facefusion_batch.pipeline.run import JobReport
+        from facefusion_batch.timing import StageTimer
         from facefusion_batch.video.probe import probe
         from facefusion_batch.video.segments import frame_index
 
@@ -216,19 +212,17 @@ def render_with_ray(
     report_path: Path | None = None,
     batch: bool = False,
     on_dispatch: Callable[[Any, SegmentTask], None] | None = None,
-    options: DeviceOptions | None = None,
 ) -> int:
     """Render `jobs` on Ray; returns the exit status (2 if any input failed).
 
-    `options`: GPU settings for the actors (default: those the CLI scoped around this call). An
-    actor with a GPU sees only its own, as device 0 (Ray sets CUDA_VISIBLE_DEVICES).
+    The jobs' device settings go to the actors. An actor with a GPU sees only its own, as
+    device 0 (Ray sets CUDA_VISIBLE_DEVICES); `--backend auto` resolved to the CPU here (a driver
+    without a GPU) renders on the cluster's GPUs when it has some.
 
     `batch`: several inputs (`--output-dir`): up-to-date outputs are skipped, a failed input does
     not stop the others. Otherwise one input, whose failure raises. `on_dispatch(actor, task)`
     is called as each segment is handed out (progress displays, tests).
     """
-    from facefusion_batch.farm.batch import is_done, output_tags
-
     if workers is not None and workers < 1:
         raise InputError(f"--ray-workers must be at least 1 (got {workers})")
     ray = import_ray()
@@ -240,9 +234,8 @@ def render_with_ray(
         if shutdown:
             stack.callback(ray.shutdown)
         count, resources, threads = plan_pool(ray, workers)
-        options = options or scoped_options()
         if resources.get("num_gpus"):
-            options = replace(options, device_index=0)
+            entries = [replace(e, settings=on_actor_gpu(e.settings)) for e in entries]
         tasks: deque[SegmentTask] = deque()
         for number, entry in enumerate(entries):
             if batch and is_done(entry.settings):
@@ -273,8 +266,7 @@ def render_with_ray(
             remote = ray.remote(max_restarts=0, max_task_retries=0)(SegmentWorker)
             template = entries[tasks[0].job].settings
             actors = [
-                remote.options(**resources).remote(template, threads, options)
-                for _ in range(min(count, len(tasks)))
+                remote.options(**resources).remote(template, threads) for _ in range(min(count, len(tasks)))
             ]
         from facefusion_batch.progress import Progress
 
@@ -294,6 +286,16 @@ def render_with_ray(
             if entry.status == "rendering":
                 _join(entry, output_tags(entry.settings) if batch else None, batch)
     return _finish(entries, report_path, time.perf_counter() - started, batch)
+
+
+def on_actor_gpu(settings: RenderSettings) -> RenderSettings:
+    """The settings an actor with one GPU renders with: that GPU as device 0; `--backend auto`
+    chosen on a driver without a GPU becomes cuda, the cluster's GPUs (said in the log)."""
+    device = replace(settings.device, gpu=0)
+    if device.auto and device.backend == "cpu":
+        log.info("ray: --backend auto renders on the cluster's GPUs (cuda)")
+        device = replace(device, backend="cuda", precision="auto", streams=2)
+    return replace(settings, device=device)
 
 
 def _name(frames: tuple[int, int]) -> str:

@@ -33,7 +33,7 @@ from facefusion_batch.farm.manifest import (
     work_dir_for,
 )
 from facefusion_batch.farm.segment import is_up_to_date, segment_tags
-from facefusion_batch.pipeline.render import JobReport, log_start, pixel_format_of, read_ranges, run_frames
+from facefusion_batch.pipeline.run import JobReport, log_start, pixel_format_of, read_ranges, run_frames
 from facefusion_batch.video.planes import BGR24
 from facefusion_batch.video.probe import VideoInfo
 from facefusion_batch.video.reader import Frame

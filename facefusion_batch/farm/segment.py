@@ -15,7 +15,7 @@ from pathlib import Path
 from facefusion_batch.config import RenderSettings
 from facefusion_batch.errors import FfbatchError, OutputError
 from facefusion_batch.farm.manifest import settings_digest
-from facefusion_batch.pipeline.render import JobReport, log_start, pixel_format_of, render_into
+from facefusion_batch.pipeline.run import JobReport, log_start, pixel_format_of, render_into
 from facefusion_batch.video.reader import FrameReader
 from facefusion_batch.video.segments import (
     TAG_FRAME_COUNT,
@@ -110,7 +110,7 @@ def write_segment(
         frames=(start, end),
         index=index,
         pixel_format=pixels,
-        hwaccel=settings.hwaccel,
+        hwaccel=settings.device.hwaccel,
     )
     writer = VideoWriter(path, info, settings.encoder, metadata=tags, pixel_format=pixels)
     frames_before = report.frames_out

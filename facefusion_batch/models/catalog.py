@@ -108,6 +108,9 @@ class ModelSpec:
     validator: str | None = None
     # Parameters a recipe reads (e.g. the calibration set of an INT8 variant), as pairs.
     options: tuple[tuple[str, str], ...] = ()
+    # What each graph tensor is to the stage that runs the model: (role, tensor name) pairs, so no
+    # stage guesses from node names (the converted face mesh's outputs are `conv2d_20`/`conv2d_30`).
+    tensors: tuple[tuple[str, str], ...] = ()
 
 
 # --- numeric fingerprint of the face mesh --------------------------------------------
@@ -233,6 +236,7 @@ ENTRIES: tuple[ModelSpec, ...] = (
         sources=(Derived("face_mesh_onnx"),),
         derived_from="face_landmark_tflite",
         validator="face_mesh_onnx",
+        tensors=(("input", "input_1"), ("points", "conv2d_20"), ("presence", "conv2d_30")),
         note="468-point face mesh: input RGB 0-1 NCHW 192x192; conv2d_20 = 468 x (x, y, z) in crop "
         "pixels, conv2d_30 = face-presence logit. Converted with tflite2onnx, batch dim symbolic; "
         "validated numerically against TFLite when converted.",
@@ -367,6 +371,22 @@ def build_catalog(entries: Iterable[ModelSpec]) -> Mapping[str, ModelSpec]:
 
 
 CATALOG: Mapping[str, ModelSpec] = build_catalog(ENTRIES)
+
+
+def tensor_name(name: str, role: str) -> str:
+    """The graph tensor that plays `role` (input, points, presence, ...) in model `name`."""
+    roles = dict(get(name).tensors)
+    if role not in roles:
+        raise KeyError(f"the catalogue gives no {role!r} tensor for {name!r}")
+    return roles[role]
+
+
+# The embedded default: what a fresh machine fetches (`ffbatch models fetch`) and runs.
+DEFAULT_DETECTOR = "yunet_2023mar_batch"
+DEFAULT_MESH = "face_mesh_468"
+DEFAULT_TOPOLOGY = "face_mesh_topology"
+# astronaut.png first: the face mesh's conversion is validated on that real face when present
+DEFAULT_SET = ("astronaut.png", DEFAULT_DETECTOR, DEFAULT_MESH, DEFAULT_TOPOLOGY)
 
 
 def get(name: str, catalog: Mapping[str, ModelSpec] | None = None) -> ModelSpec:

@@ -8,8 +8,6 @@ equal N single runs) and kept beside the original.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
@@ -18,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import onnx
 
+from .. import fsutil
 from .catalog import Derived, ModelSpec
 from .convert import ValidationError
 
@@ -74,15 +73,8 @@ def check_yunet_batch_equality(path: Path, batch: int = 3, size: int = 640) -> f
 
 
 def write_model_atomically(model: onnx.ModelProto, dst: Path) -> None:
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent)
-    os.close(fd)
-    try:
-        onnx.save(model, tmp)
-        os.replace(tmp, dst)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    with fsutil.AtomicFile(dst, make_parent=True) as out:
+        onnx.save(model, str(out.temp))
 
 
 def prepare_yunet(src: Path, dst: Path) -> float:

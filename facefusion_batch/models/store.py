@@ -22,11 +22,10 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import glob
 import hashlib
 import json
 import logging
-import os
-import tempfile
 import textwrap
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -45,7 +44,6 @@ from .sources import DeriveContext, FetchSession, SourceError
 log = logging.getLogger(__name__)
 
 SIDECAR_SUFFIX = ".verified.json"
-_PART_SUFFIX = ".part"
 
 
 @dataclass(frozen=True)
@@ -112,15 +110,6 @@ def _write_memo(path: Path, data: Mapping[str, Any]) -> None:
         log.debug("cannot update %s: %s", path, exc)
 
 
-def _fsync_dir(directory: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
 @contextlib.contextmanager
 def _lock(final: Path) -> Iterator[None]:
     """Serialise fetches of one file across processes (no-op where fcntl is missing)."""
@@ -140,7 +129,8 @@ def _lock(final: Path) -> Iterator[None]:
 
 def _remove_stale_parts(final: Path) -> None:
     """Temporary files of fetches that were killed outright (called under the lock)."""
-    for p in final.parent.glob(f".{final.name}.*{_PART_SUFFIX}"):
+    prefix, _ = fsutil.temp_prefix(final)
+    for p in final.parent.glob(f"{glob.escape(prefix)}*"):
         with contextlib.suppress(OSError):
             p.unlink()
 
@@ -355,25 +345,19 @@ def _atomic_install(
     `check` run on it, and only then renamed to `final`. Any failure removes
     the temporary file and propagates.
     """
-    final.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=final.parent, prefix=f".{final.name}.", suffix=_PART_SUFFIX)
-    os.close(fd)
-    tmp = Path(tmp_name)
+    out = fsutil.AtomicFile(final, make_parent=True)  # the store is shared: the usual file mode
+    tmp = out.temp
     try:
         sha = fill(tmp)
-        with open(tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
         if sha is None:
             sha = sha256_file(tmp)
         if expected_sha is not None and sha != expected_sha:
             raise SourceError(f"sha256 mismatch: expected {expected_sha} got {sha}")
         info = check(tmp) if check is not None else {}
-        os.replace(tmp, final)
+        out.commit()
     except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
+        out.abort()
         raise
-    _fsync_dir(final.parent)
     return sha, info
 
 

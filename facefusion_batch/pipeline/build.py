@@ -11,7 +11,6 @@ import logging
 from functools import cached_property
 from pathlib import Path
 
-import cv2
 import numpy as np
 
 from facefusion_batch.config import ReferenceSettings, SwapSettings, swap_settings
@@ -25,26 +24,32 @@ from facefusion_batch.faces.identity import (
     source_identity,
 )
 from facefusion_batch.faces.mesh import FaceMesh, MeshSettings
+from facefusion_batch.faces.select import FaceSelector, select_faces
 from facefusion_batch.faces.table import FaceTable
+from facefusion_batch.kernels.host import HostKernels
 from facefusion_batch.models import store
+from facefusion_batch.models.catalog import DEFAULT_DETECTOR, DEFAULT_MESH, DEFAULT_TOPOLOGY, tensor_name
 from facefusion_batch.models.facefusion import MODELS, RECOGNISER, learned_model
 from facefusion_batch.models.prepare import prepared_path, variant_catalog
 from facefusion_batch.models.topology import Topology, load_topology
-from facefusion_batch.pipeline.report import StageTimer
-from facefusion_batch.pipeline.stages import FaceSelector, FaceSwapPipeline, LearnedFacePipeline, select_faces
-from facefusion_batch.runtime.backends import device_pipeline_for, select_backend
+from facefusion_batch.pipeline.stages import FacePipeline
+from facefusion_batch.runtime.backends import select_backend
+from facefusion_batch.runtime.device import DeviceSettings
 from facefusion_batch.runtime.session import Backend, Session
 from facefusion_batch.swap.classical import ClassicalSettings, ClassicalSwapper, SourceFace, prepare_source
 from facefusion_batch.swap.enhance import FaceEnhancer
 from facefusion_batch.swap.learned import AUTO_ORDER, LearnedSwapper
 from facefusion_batch.swap.masks import CropMasker, Occluder, RegionParser
 from facefusion_batch.swap.regions import FaceRegions
+from facefusion_batch.timing import StageTimer
+from facefusion_batch.video.reader import FrameReader
+from facefusion_batch.video.stills import read_image
 
 log = logging.getLogger("ffbatch")
 
-DETECTOR_MODEL = "yunet_2023mar_batch"
-MESH_MODEL = "face_mesh_468"
-TOPOLOGY = "face_mesh_topology"
+DETECTOR_MODEL = DEFAULT_DETECTOR
+MESH_MODEL = DEFAULT_MESH
+TOPOLOGY = DEFAULT_TOPOLOGY
 
 
 class Models:
@@ -80,7 +85,12 @@ class Models:
     @cached_property
     def mesh(self) -> FaceMesh:
         path = self._resolve(MESH_MODEL)
-        return FaceMesh(self.backend.load(path, label=MESH_MODEL), self.mesh_settings)
+        return FaceMesh(
+            self.backend.load(path, label=MESH_MODEL),
+            self.mesh_settings,
+            points=tensor_name(MESH_MODEL, "points"),
+            presence=tensor_name(MESH_MODEL, "presence"),
+        )
 
     @cached_property
     def topology(self) -> Topology:
@@ -101,15 +111,18 @@ class Models:
 
 
 def load_models(
-    backend_name: str,
+    device: DeviceSettings | str,
     *,
     threads: int | None,
     models_dir: Path | None,
     detector: DetectorSettings = DetectorSettings(),
     mesh: MeshSettings = MeshSettings(),
 ) -> Models:
-    """The backend and the detector; the face mesh and topology follow when first used."""
-    backend = select_backend(backend_name, threads=threads)
+    """The backend of `device` (or of a backend's name) and the detector; the face mesh and
+    topology follow when first used."""
+    if isinstance(device, str):
+        device = DeviceSettings(backend=device, precision="fp32" if device == "cpu" else "auto")
+    backend = select_backend(device, threads=threads)
     path = store.model_path(DETECTOR_MODEL, models_dir=models_dir)
     return Models(
         backend=backend,
@@ -118,24 +131,6 @@ def load_models(
         models_dir=models_dir,
         mesh_settings=mesh,
     )
-
-
-def read_image(path: Path, what: str = "--source") -> np.ndarray:
-    """Any still image as 8-bit BGR: grayscale and alpha are flattened, 16-bit scaled."""
-    if not path.is_file():
-        raise InputError(f"{what} {path}: no such file")
-    data = np.fromfile(str(path), dtype=np.uint8)
-    image = cv2.imdecode(data, cv2.IMREAD_UNCHANGED) if data.size else None
-    if image is None:
-        raise InputError(f"{what} {path}: not an image OpenCV can read")
-    if image.dtype != np.uint8:
-        image = (image / 257).astype(np.uint8) if image.dtype == np.uint16 else image.astype(np.uint8)
-    if image.ndim == 2:
-        image = cv2.cvtColor(image, cv2.COLOR_GRAY2BGR)
-    elif image.shape[2] == 4:
-        alpha = image[..., 3:4].astype(np.float32) / 255.0
-        image = (image[..., :3] * alpha + 255 * (1 - alpha)).astype(np.uint8)
-    return np.ascontiguousarray(image)
 
 
 def pick_source_faces(table: FaceTable, paths: list[str], face_index: int = 0) -> FaceTable:
@@ -165,23 +160,32 @@ def pick_source_faces(table: FaceTable, paths: list[str], face_index: int = 0) -
     return table.select(np.array(rows))
 
 
+def detect_sources(
+    models: Models, source_paths: tuple[Path, ...], face_index: int = 0, *, mesh: bool = False
+):
+    """The source photos on the host kernel set (photos of different sizes share one batch: the
+    detector letterboxes each) and face `face_index` of each (largest first), meshed if asked."""
+    k = HostKernels()
+    frames = k.upload([read_image(p) for p in source_paths])
+    table = pick_source_faces(models.detector(k, frames), [str(p) for p in source_paths], face_index)
+    if mesh:
+        table = models.mesh(k, frames, table)
+        missing = [str(p) for i, p in enumerate(source_paths) if i not in set(table.frame_index.tolist())]
+        if missing:
+            raise NoFaceError(f"no face found in source image {', '.join(missing)}")
+    return k, frames, table
+
+
 def prepare_sources(
     models: Models, source_paths: tuple[Path, ...], settings: ClassicalSettings, face_index: int = 0
 ) -> list[SourceFace]:
     """Detect and mesh every source image in one batch; keep face `face_index` of each
     (faces ordered largest first: 0, the default, is the largest)."""
-    images = [read_image(p) for p in source_paths]
-    # the detector letterboxes each image, so photos of different sizes share one batch
-    table = models.detector(images)
-    table = models.mesh(images, pick_source_faces(table, [str(p) for p in source_paths], face_index))
-    found = set(table.frame_index.tolist())
-    missing = [str(p) for i, p in enumerate(source_paths) if i not in found]
-    if missing:
-        raise NoFaceError(f"no face found in source image {', '.join(missing)}")
+    _, frames, table = detect_sources(models, source_paths, face_index, mesh=True)
     sources = []
-    for i in range(len(images)):
+    for i in range(frames.count):
         row = int(np.flatnonzero(table.frame_index == i)[0])
-        sources.append(prepare_source(images[i], table.mesh[row], models.regions, settings))
+        sources.append(prepare_source(frames.pixels[i], table.mesh[row], models.regions, settings))
     return sources
 
 
@@ -192,7 +196,10 @@ def build_pipeline(
     faces_mode: str,
     timer: StageTimer | None = None,
     source_face_index: int = 0,
-) -> FaceSwapPipeline | LearnedFacePipeline:
+) -> FacePipeline:
+    """The face pipeline of these settings: its stages, their sessions and the prepared sources.
+
+    One pipeline serves every kernel set (each executor worker passes its own)."""
     settings = swap_settings(swap)
     learned = settings.learned
     swapper_name = choose_swapper(settings, models.models_dir)
@@ -203,7 +210,7 @@ def build_pipeline(
     reference = (
         reference_embedding(models, recogniser, settings.reference) if faces_mode == "reference" else None
     )
-    selector = FaceSelector(faces_mode, recogniser, reference, settings.reference.distance)
+    stages: list = [FaceSelector(faces_mode, recogniser, reference, settings.reference.distance)]
     masks = learned.masks
     occluder = parser = None
     if "occlusion" in masks.types and (swapper_name or learned.enhancer_model):
@@ -213,43 +220,40 @@ def build_pipeline(
         parser = RegionParser(
             load_learned(models, masks.parser_model)[0], masks.regions, model.size, model.mean, model.std
         )
-    enhancer = None
-    if learned.enhancer_model:
-        enhancer = FaceEnhancer(
-            load_learned(models, learned.enhancer_model)[0],
-            learned_model(learned.enhancer_model),
-            blend=learned.enhancer_blend,
-            mask_blur=masks.blur,
-            occluder=occluder,
-        )
     if swapper_name is None:
         sources = prepare_sources(models, source_paths, settings.classical, source_face_index)
-        swapper = ClassicalSwapper(sources, models.triangles, models.regions, settings.classical)
-        pipeline = FaceSwapPipeline(
-            models.detector, models.mesh, swapper, faces_mode, timer, selector=selector, enhancer=enhancer
+        stages += [
+            models.mesh,
+            ClassicalSwapper(sources, models.triangles, models.regions, settings.classical),
+        ]
+    else:
+        model = learned_model(swapper_name)
+        session, base_path = load_learned(models, swapper_name)
+        identity = IdentityEncoder(
+            model,
+            learned_sources(models, source_paths, recogniser, source_face_index, model.family),
+            weight=learned.weight,
+            emap=read_emap(base_path) if model.family == "inswapper" else None,
+            converter=load_learned(models, model.converter)[0] if model.converter else None,
         )
-        # on a GPU backend: the same stages with frames kept on the device (a no-op on the CPU)
-        return device_pipeline_for(pipeline, models.backend)
-    model = learned_model(swapper_name)
-    session, base_path = load_learned(models, swapper_name)
-    identity = IdentityEncoder(
-        model,
-        learned_sources(models, source_paths, recogniser, source_face_index),
-        weight=learned.weight,
-        emap=read_emap(base_path) if model.family == "inswapper" else None,
-        converter=load_learned(models, model.converter)[0] if model.converter else None,
-    )
-    pipeline = LearnedFacePipeline(
-        models.detector,
-        selector,
-        LearnedSwapper(session, model, learned.pixel_boost),
-        identity,
-        CropMasker(masks, occluder, parser),
-        recogniser=recogniser,
-        enhancer=enhancer,
-        timer=timer,
-    )
-    return device_pipeline_for(pipeline, models.backend)
+        if identity.needs_target_embeddings:
+            if recogniser is None:
+                raise ValueError("a swapper weight other than 0.5 needs the target faces' embeddings")
+            stages.append(recogniser)
+        stages.append(
+            LearnedSwapper(session, model, identity, CropMasker(masks, occluder, parser), learned.pixel_boost)
+        )
+    if learned.enhancer_model:
+        stages.append(
+            FaceEnhancer(
+                load_learned(models, learned.enhancer_model)[0],
+                learned_model(learned.enhancer_model),
+                blend=learned.enhancer_blend,
+                mask_blur=masks.blur,
+                occluder=occluder,
+            )
+        )
+    return FacePipeline(models.detector, stages, timer, swapper=swapper_name or "classical")
 
 
 # --- learned models ------------------------------------------------------------------------
@@ -330,26 +334,18 @@ def load_recogniser(models: Models, *, required_by: str) -> Recogniser:
     return Recogniser(load_learned(models, RECOGNISER)[0], MODELS[RECOGNISER])
 
 
-def detect_largest(models: Models, images: list[np.ndarray], paths: list[str]) -> FaceTable:
-    """One detector call over `images`; the largest face of each (error naming those without)."""
-    table = select_faces(models.detector(images), "one", len(images))
-    missing = [p for i, p in enumerate(paths) if i not in set(table.frame_index.tolist())]
-    if missing:
-        raise NoFaceError(f"no face found in source image {', '.join(missing)}")
-    return table
-
-
 def learned_sources(
-    models: Models, source_paths: tuple[Path, ...], recogniser: Recogniser | None, face_index: int = 0
+    models: Models,
+    source_paths: tuple[Path, ...],
+    recogniser: Recogniser | None,
+    face_index: int = 0,
+    family: str | None = None,
 ):
-    images = [read_image(p) for p in source_paths]
-    table = pick_source_faces(models.detector(images), [str(p) for p in source_paths], face_index)
-    return source_identity(images, table, recogniser)
+    k, frames, table = detect_sources(models, source_paths, face_index)
+    return source_identity(k, frames, table, recogniser, family)
 
 
 def read_frame(video: Path, index: int) -> np.ndarray:
-    from facefusion_batch.video.reader import FrameReader
-
     with FrameReader(video) as reader:
         for i, frame in enumerate(reader):
             if i == index:
@@ -363,9 +359,11 @@ def reference_embedding(models: Models, recogniser: Recogniser, reference: Refer
         image, what = read_image(reference.image, "--reference-face"), f"--reference-face {reference.image}"
     else:
         image, what = read_frame(reference.video, reference.frame), f"frame {reference.frame} of the input"
-    table = models.detector([image])
+    k = HostKernels()
+    frames = k.upload([image])
+    table = models.detector(k, frames)
     if len(table) == 0:
         raise NoFaceError(f"no face found in {what}")
     order = np.argsort(-table.areas(), kind="stable")
     row = order[min(reference.position, len(order) - 1)]
-    return recogniser([image], table.select(np.array([row])))[0]
+    return recogniser.embed(k, frames, table.select(np.array([row])))[0]

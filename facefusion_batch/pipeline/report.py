@@ -4,41 +4,10 @@ from __future__ import annotations
 
 import resource
 import sys
-import threading
-import time
-from collections import defaultdict
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
-
-from facefusion_batch import fsutil
-
-
-class StageTimer:
-    """Accumulates wall seconds per stage across worker threads."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.seconds: dict[str, float] = defaultdict(float)
-        self.calls: dict[str, int] = defaultdict(int)
-
-    @contextmanager
-    def stage(self, name: str):
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            elapsed = time.perf_counter() - start
-            with self._lock:
-                self.seconds[name] += elapsed
-                self.calls[name] += 1
-
-    def add(self, name: str, seconds: float) -> None:
-        with self._lock:
-            self.seconds[name] += seconds
-            self.calls[name] += 1
 
 
 def peak_rss_mb() -> float:
@@ -87,6 +56,3 @@ class RenderReport:
         data["wall_seconds"] = round(self.wall_seconds, 3)
         data["peak_rss_mb"] = round(self.peak_rss_mb, 1)
         return data
-
-
-write_json_atomically = fsutil.write_json_atomically

@@ -1,50 +1,40 @@
-"""Choosing a backend: `auto` takes the best one present and says which, and why, once.
+"""Choosing a backend: `auto` takes the best one present and says why; loading it.
 
 GPU backends are imported lazily so that this module, and everything that
-uses it, imports on a machine without CUDA, torch or TensorRT.
+uses it, imports on a machine without CUDA, torch or TensorRT. Asking whether
+there is a GPU at all is cheap (the driver's device files): a machine without
+an NVIDIA driver never imports torch to find out.
 """
 
 from __future__ import annotations
 
-import contextvars
+import glob
 import importlib.util
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
+import os
 from dataclasses import dataclass
 
 from facefusion_batch.errors import BackendUnavailableError
+from facefusion_batch.models.catalog import DEFAULT_DETECTOR, DEFAULT_MESH
+from facefusion_batch.runtime.device import DeviceSettings
+from facefusion_batch.runtime.engine_cache import EngineCache, MachineKey
 from facefusion_batch.runtime.onnxruntime_backend import OnnxRuntimeCpuBackend
-from facefusion_batch.runtime.options import DeviceOptions
 from facefusion_batch.runtime.session import Backend
 
 log = logging.getLogger("ffbatch")
 
-BACKENDS = ("auto", "cpu", "cuda", "tensorrt")
 
-# Until RenderSettings carries DeviceOptions, the CLI scopes them around a render with
-# `device_options(...)`; an explicit `options=` argument always wins.
-_SCOPED_OPTIONS: contextvars.ContextVar[DeviceOptions | None] = contextvars.ContextVar(
-    "ffbatch_device_options", default=None
-)
-
-
-@contextmanager
-def device_options(options: DeviceOptions) -> Iterator[DeviceOptions]:
-    token = _SCOPED_OPTIONS.set(options.validated())
-    try:
-        yield options
-    finally:
-        _SCOPED_OPTIONS.reset(token)
-
-
-def scoped_options() -> DeviceOptions:
-    return _SCOPED_OPTIONS.get() or DeviceOptions()
+def nvidia_driver_present() -> bool:
+    """Whether an NVIDIA driver exposes any GPU here (its /dev and /proc entries): no imports."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+        return False
+    return bool(glob.glob("/dev/nvidia[0-9]*") or glob.glob("/proc/driver/nvidia/gpus/*"))
 
 
 def nvidia_gpu_count() -> int:
-    """Number of CUDA devices torch can see; 0 without torch or without a GPU."""
-    if importlib.util.find_spec("torch") is None:
+    """Number of CUDA devices torch can see; 0 without torch, a driver or a GPU (torch is only
+    imported where a driver is present)."""
+    if importlib.util.find_spec("torch") is None or not nvidia_driver_present():
         return 0
     try:
         import torch
@@ -86,9 +76,13 @@ def _tensorrt_version() -> tuple[str | None, str]:
 
 
 def availability(check_engines: bool = True) -> Availability:
+    """What the GPU backends need and whether it is here. Imports torch (to read its version)
+    only where an NVIDIA driver is present; elsewhere torch is reported as installed or not."""
     torch_version = cuda_version = None
     gpus = 0
-    if importlib.util.find_spec("torch") is not None:
+    if importlib.util.find_spec("torch") is not None and not nvidia_driver_present():
+        torch_version = "installed"
+    elif importlib.util.find_spec("torch") is not None:
         try:
             import torch
 
@@ -109,16 +103,12 @@ def _default_engines_ready(trt_version: str) -> bool:
     try:
         import torch
 
-        from facefusion_batch.runtime.engine_cache import EngineCache, MachineKey
-
         p = torch.cuda.get_device_properties(0)
         machine = MachineKey(gpu=p.name, sm=f"sm_{p.major}{p.minor}", tensorrt=trt_version)
         models = {
             e.key.model for e in EngineCache().entries() if e.key is not None and e.key.machine == machine
         }
-        from facefusion_batch.pipeline.build import DETECTOR_MODEL, MESH_MODEL
-
-        return {DETECTOR_MODEL, MESH_MODEL} <= models
+        return {DEFAULT_DETECTOR, DEFAULT_MESH} <= models
     except Exception:
         return False
 
@@ -138,45 +128,28 @@ def choose_auto(avail: Availability) -> tuple[str, str]:
     return "cpu", "no NVIDIA GPU visible to torch"
 
 
-def device_pipeline_for(pipeline, backend):
-    """The device-resident twin of a classical pipeline on a GPU backend; `pipeline` itself on the
-    CPU (and for pipelines without a twin, whose sessions still run on the device).
-
-    Imports torch only when the backend has a device.
-    """
-    if getattr(backend, "device", None) is None:
-        return pipeline
-    from facefusion_batch.runtime.device_pipeline import device_pipeline_for as resident
-
-    return resident(pipeline, backend)
+def choose_backend() -> tuple[str, str]:
+    """What `--backend auto` becomes here, and why: without an NVIDIA driver, the CPU at once."""
+    if not nvidia_driver_present():
+        return "cpu", "no NVIDIA GPU driver on this machine"
+    return choose_auto(availability())
 
 
-def select_backend(name: str, *, threads: int | None = None, options: DeviceOptions | None = None) -> Backend:
-    options = (options or scoped_options()).validated()
-    if name == "auto":
-        chosen, why = choose_auto(availability())
-        log.info("backend auto: %s (%s)", chosen, why)
-        if chosen == "cpu":
-            return OnnxRuntimeCpuBackend(threads)
-        try:
-            return select_backend(chosen, threads=threads, options=options)
-        except BackendUnavailableError as exc:
-            log.warning("backend auto: %s failed (%s); using cpu", chosen, exc)
-            return OnnxRuntimeCpuBackend(threads)
-    if name == "cpu":
+def select_backend(device: DeviceSettings, *, threads: int | None = None) -> Backend:
+    """The backend of `device` (resolved: cpu, cuda or tensorrt), loaded."""
+    device = device.validated()
+    if device.backend == "cpu":
         return OnnxRuntimeCpuBackend(threads)
-    if name in ("cuda", "tensorrt"):
-        if nvidia_gpu_count() == 0:
-            what = "torch with CUDA" if name == "cuda" else "TensorRT and torch with CUDA"
-            raise BackendUnavailableError(
-                f"--backend {name}: no NVIDIA GPU available (needs an NVIDIA GPU and {what}); "
-                "use --backend cpu or auto"
-            )
-        if name == "cuda":
-            from facefusion_batch.runtime.torch_backend import TorchBackend
+    if nvidia_gpu_count() == 0:
+        what = "torch with CUDA" if device.backend == "cuda" else "TensorRT and torch with CUDA"
+        raise BackendUnavailableError(
+            f"--backend {device.backend}: no NVIDIA GPU available (needs an NVIDIA GPU and {what}); "
+            "use --backend cpu or auto"
+        )
+    if device.backend == "cuda":
+        from facefusion_batch.runtime.torch_backend import TorchBackend
 
-            return TorchBackend(options)
-        from facefusion_batch.runtime.tensorrt_backend import TensorRTBackend
+        return TorchBackend(device)
+    from facefusion_batch.runtime.tensorrt_backend import TensorRTBackend
 
-        return TensorRTBackend(options)
-    raise BackendUnavailableError(f"--backend must be one of {', '.join(BACKENDS)} (got {name!r})")
+    return TensorRTBackend(device)

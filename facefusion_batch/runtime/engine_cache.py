@@ -21,10 +21,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import platform
 import re
-import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -32,6 +30,7 @@ from typing import Any
 
 from facefusion_batch import fsutil
 from facefusion_batch.errors import InputError
+from facefusion_batch.paths import ffbatch_home
 from facefusion_batch.runtime.session import TensorInfo
 
 log = logging.getLogger("ffbatch")
@@ -46,8 +45,6 @@ class EngineMismatchError(InputError):
 
 
 def default_engines_dir() -> Path:
-    from facefusion_batch.paths import ffbatch_home
-
     return ffbatch_home() / "engines"
 
 
@@ -230,16 +227,7 @@ class EngineEntry:
 _sha256 = fsutil.sha256_file
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+_write_atomic = fsutil.write_bytes_atomically
 
 
 class EngineCache:

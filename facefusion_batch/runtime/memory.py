@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
+
+from facefusion_batch import fsutil
 
 log = logging.getLogger("ffbatch")
 
@@ -120,15 +120,7 @@ class CostCache:
         with self._lock:
             data = self._load()
             data[key] = cost.to_json()
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=self.path.parent)
-            try:
-                with os.fdopen(fd, "w") as fh:
-                    json.dump(data, fh, indent=1, sort_keys=True)
-                os.replace(tmp, self.path)
-            finally:
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
+            fsutil.write_json_atomically(self.path, data, sort_keys=True, indent=1)
 
 
 class MemoryGuard:

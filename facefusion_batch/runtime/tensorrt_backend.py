@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from facefusion_batch.errors import BackendUnavailableError, ModelError
+from facefusion_batch.runtime.device import DeviceSettings
 from facefusion_batch.runtime.engine_cache import (
     EngineCache,
     EngineKey,
@@ -41,7 +42,6 @@ from facefusion_batch.runtime.engine_cache import (
     slug,
 )
 from facefusion_batch.runtime.memory import MemoryGuard, batch_of, merge_outputs, split_feeds
-from facefusion_batch.runtime.options import DeviceOptions
 from facefusion_batch.runtime.session import TensorInfo
 from facefusion_batch.runtime.streams import (
     DeviceTimer,
@@ -294,15 +294,15 @@ class TensorRTBackend:
 
     def __init__(
         self,
-        options: DeviceOptions | None = None,
+        options: DeviceSettings | None = None,
         *,
         trt: ModuleType | None = None,
         purpose: str = "--backend tensorrt",
     ) -> None:
-        self.options = (options or DeviceOptions()).validated()
+        self.options = (options or DeviceSettings(backend=self.name, precision="auto")).validated()
         torch = require_cuda_torch(purpose)
         self.trt = trt or import_tensorrt()
-        index = self.options.device_index
+        index = self.options.gpu
         if index >= torch.cuda.device_count():
             raise BackendUnavailableError(
                 f"GPU {index} does not exist (torch sees {torch.cuda.device_count()})"

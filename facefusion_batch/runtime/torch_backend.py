@@ -21,6 +21,7 @@ import numpy as np
 
 from facefusion_batch import fsutil
 from facefusion_batch.errors import BackendUnavailableError, ModelError
+from facefusion_batch.runtime.device import DeviceSettings
 from facefusion_batch.runtime.memory import (
     CostCache,
     MemoryGuard,
@@ -30,7 +31,6 @@ from facefusion_batch.runtime.memory import (
     merge_outputs,
     split_feeds,
 )
-from facefusion_batch.runtime.options import DeviceOptions
 from facefusion_batch.runtime.session import TensorInfo
 from facefusion_batch.runtime.streams import (
     DeviceTimer,
@@ -261,22 +261,21 @@ class TorchBackend:
 
     name = "cuda"
 
-    def __init__(self, options: DeviceOptions | None = None, *, device: str | None = None) -> None:
+    def __init__(self, options: DeviceSettings | None = None, *, device: str | None = None) -> None:
         import torch
 
-        self.options = (options or DeviceOptions()).validated()
+        self.options = (options or DeviceSettings(backend=self.name, precision="auto")).validated()
         if device is None:
             if not torch.cuda.is_available():
                 raise BackendUnavailableError(
                     "--backend cuda: no NVIDIA GPU visible to torch (torch.cuda.is_available() is False); "
                     "use --backend cpu or auto"
                 )
-            if self.options.device_index >= torch.cuda.device_count():
+            if self.options.gpu >= torch.cuda.device_count():
                 raise BackendUnavailableError(
-                    f"GPU {self.options.device_index} does not exist "
-                    f"(torch sees {torch.cuda.device_count()} GPU(s))"
+                    f"GPU {self.options.gpu} does not exist (torch sees {torch.cuda.device_count()} GPU(s))"
                 )
-            device = f"cuda:{self.options.device_index}"
+            device = f"cuda:{self.options.gpu}"
         self.device = device
         # bucketed batch shapes (bucket_batch) where cuDNN autotunes each new shape: on a GPU
         self.pad_batches = is_cuda(device)

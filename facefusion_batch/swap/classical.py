@@ -9,15 +9,24 @@ expression); the source brings its skin, brows, nose and face shape texture.
 
 from __future__ import annotations
 
+import threading
+import weakref
 from dataclasses import dataclass
+from typing import Any
 
 import cv2
 import numpy as np
 
 from facefusion_batch.faces.mesh import LEFT_EYE_OUTER, NOSE_TIP, RIGHT_EYE_OUTER
 from facefusion_batch.faces.table import FaceTable
-from facefusion_batch.swap.blend import BLEND_MODES, blend
-from facefusion_batch.swap.colour import COLOUR_MODES, transfer_colour
+from facefusion_batch.kernels.base import (
+    BLEND_MODES,
+    COLOUR_MODES,
+    FaceRegion,
+    Frames,
+    Kernels,
+    PaintSettings,
+)
 from facefusion_batch.swap.raster import rasterize
 from facefusion_batch.swap.regions import FaceRegions
 
@@ -42,6 +51,10 @@ class ClassicalSettings:
             raise ValueError(f"blend must be one of {', '.join(BLEND_MODES)}")
         if self.eyes_mouth not in EYES_MOUTH_CHOICES:
             raise ValueError(f"eyes_mouth must be one of {', '.join(EYES_MOUTH_CHOICES)}")
+
+    @property
+    def paint(self) -> PaintSettings:
+        return PaintSettings(colour=self.colour, colour_strength=self.colour_strength, blend=self.blend)
 
 
 def eye_frame(mesh: np.ndarray) -> tuple[float, float, float]:
@@ -123,7 +136,12 @@ def prepare_source(
 
 
 class ClassicalSwapper:
-    """A stage: frames + face table (with mesh) → frames with every listed face swapped."""
+    """A stage: frames + face table (with mesh) → every listed face painted over by its source.
+
+    The geometry (source choice, rasteriser, warp maps) is numpy on the host; the kernel set
+    samples the source textures, recolours and blends every face of the batch."""
+
+    name = "swap"
 
     def __init__(
         self,
@@ -143,6 +161,8 @@ class ClassicalSwapper:
             triangles = np.concatenate([triangles, *fills], axis=0)
         self.triangles = np.ascontiguousarray(triangles, np.int32)
         self.source_yaw = np.array([s.yaw for s in sources], np.float32)
+        self._textures: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
 
     def choose_sources(self, table: FaceTable) -> np.ndarray:
         """Per target face, the source whose head turn (yaw) is closest."""
@@ -162,71 +182,50 @@ class ClassicalSwapper:
         scales = np.clip(RASTER_SPAN / np.maximum(spans, 1.0), 0.25, 1.0)
         return np.ceil(scales * 8) / 8
 
-    def __call__(self, frames: list[np.ndarray], table: FaceTable) -> list[np.ndarray]:
-        if len(table) == 0:
-            return frames
-        assert table.mesh is not None, "the classical swap needs the face mesh"
+    def regions(self, table: FaceTable, frame_shapes: np.ndarray) -> list[FaceRegion]:
+        """Every face's warp map (source texture coordinates over its region of the frame);
+        `frame_shapes` [B, 2]: (height, width) of each frame of the batch."""
         choice = self.choose_sources(table)
         src_mesh = np.stack([self.sources[c].mesh[:, :2] for c in choice])
         scales = self.raster_scales(table)
-        frame_shapes = np.array([frames[i].shape[:2] for i in table.frame_index], np.float64)
-        bounds = np.ceil(frame_shapes * scales[:, None]).astype(np.int64)
+        shapes = frame_shapes[table.frame_index].astype(np.float64)
+        bounds = np.ceil(shapes * scales[:, None]).astype(np.int64)
         dst = table.mesh[:, :, :2] * scales[:, None, None]
         cov = rasterize(dst, src_mesh, table.mesh[:, :, 2], self.triangles, bounds)
         order = np.argsort(cov.face, kind="stable")
-        bounds = np.searchsorted(cov.face[order], np.arange(len(table) + 1))
-        out = list(frames)
-        written = set()
+        starts = np.searchsorted(cov.face[order], np.arange(len(table) + 1))
+        out: list[FaceRegion] = []
         for f in range(len(table)):
-            rows = order[bounds[f] : bounds[f + 1]]
+            rows = order[starts[f] : starts[f + 1]]
             if rows.size < 16:
                 continue
-            fi = int(table.frame_index[f])
-            if fi not in written:  # copy-on-write: the caller's frames stay untouched
-                out[fi] = out[fi].copy()
-                written.add(fi)
+            frame_hw = (int(shapes[f, 0]), int(shapes[f, 1]))
             map_x, map_y, (x0, y0) = warp_map(
-                cov.x[rows],
-                cov.y[rows],
-                cov.src_x[rows],
-                cov.src_y[rows],
-                float(scales[f]),
-                out[fi].shape[:2],
+                cov.x[rows], cov.y[rows], cov.src_x[rows], cov.src_y[rows], float(scales[f]), frame_hw
             )
             iod = 0.7 * eye_frame(table.mesh[f])[1]
-            self._paint(out[fi], self.sources[choice[f]], iod, map_x, map_y, x0, y0)
+            sigma = max(1.0, self.settings.shading_scale * iod)
+            out.append(
+                FaceRegion(int(table.frame_index[f]), int(x0), int(y0), map_x, map_y, int(choice[f]), sigma)
+            )
         return out
 
-    def _paint(
-        self,
-        frame: np.ndarray,
-        source: SourceFace,
-        iod: float,
-        map_x: np.ndarray,
-        map_y: np.ndarray,
-        x0: int,
-        y0: int,
-    ) -> None:
-        """Sample the source texture through the map and blend it into frame[y0:, x0:]."""
-        rh, rw = map_x.shape
-        covered = ~np.isnan(map_x)
-        map_x[~covered] = -1e4
-        map_y[~covered] = -1e4
-        warped = cv2.remap(
-            source.texture, map_x, map_y, cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT, borderValue=0
-        )
-        target = frame[y0 : y0 + rh, x0 : x0 + rw].astype(np.float32)
-        face = np.where(covered[..., None], warped[..., :3], target)
-        alpha = np.where(covered, warped[..., 3], 0.0).astype(np.float32)
-        skin = covered & (warped[..., 4] > 0.5)
-        if self.settings.colour != "none":
-            sigma = max(1.0, self.settings.shading_scale * iod)
-            face = transfer_colour(
-                face, target, skin, self.settings.colour_strength, self.settings.colour, sigma
-            )
-            face = np.where(covered[..., None], face, target)
-        result = blend(self.settings.blend, target, face.astype(np.float32), alpha)
-        frame[y0 : y0 + rh, x0 : x0 + rw] = np.clip(result + 0.5, 0, 255).astype(np.uint8)
+    def textures_for(self, k: Kernels) -> Any:
+        """The source textures as `k` holds them (uploaded once per kernel set, on a GPU)."""
+        with self._lock:
+            textures = self._textures.get(k)
+            if textures is None:
+                textures = self._textures[k] = k.textures([s.texture for s in self.sources])
+        return textures
+
+    def __call__(self, k: Kernels, frames: Frames, table: FaceTable) -> FaceTable:
+        if len(table) == 0:
+            return table
+        if table.mesh is None:
+            raise ValueError("the classical swap needs the face mesh (run FaceMesh first)")
+        regions = self.regions(table, frames.shapes)
+        k.paint_faces(frames, regions, self.textures_for(k), self.settings.paint)
+        return table
 
 
 def warp_map(

@@ -10,21 +10,22 @@ from __future__ import annotations
 
 import numpy as np
 
-from facefusion_batch.faces.align import align_faces
-from facefusion_batch.faces.identity import to_model_input
+from facefusion_batch.faces.align import align_crops
 from facefusion_batch.faces.table import FaceTable
+from facefusion_batch.kernels.base import Frames, Kernels
+from facefusion_batch.kernels.host_ops import box_mask
 from facefusion_batch.models.facefusion import LearnedModel
+from facefusion_batch.runtime.batching import batch_limit
 from facefusion_batch.runtime.session import Session
-from facefusion_batch.swap.infer import batch_limit, run_chunked
-from facefusion_batch.swap.learned import from_model_output
-from facefusion_batch.swap.masks import Occluder, box_mask, combine
-from facefusion_batch.swap.paste import paste_back
+from facefusion_batch.swap.masks import Occluder
 
 CODEFORMER_FIDELITY = 0.5  # FaceFusion's default --face-enhancer-weight
 
 
 class FaceEnhancer:
     """A stage: frames + face table → frames with every listed face enhanced."""
+
+    name = "enhance"
 
     def __init__(
         self,
@@ -45,21 +46,22 @@ class FaceEnhancer:
         self.occluder = occluder
         self.max_batch = batch_limit(model.size, channels=64)
 
-    def __call__(self, frames: list[np.ndarray], table: FaceTable) -> list[np.ndarray]:
+    def __call__(self, k: Kernels, frames: Frames, table: FaceTable) -> FaceTable:
         if len(table) == 0 or self.blend <= 0:
-            return frames
-        size = self.model.size
-        crops, affines = align_faces(frames, table.frame_index, table.landmarks5, self.model.template, size)
-        feeds = {self.input_name: to_model_input(crops, self.model)}
+            return table
+        m, size, count = self.model, self.model.size, len(table)
+        crops, affines = align_crops(k, frames, table.frame_index, table.landmarks5, m.template, size)
+        feeds = {self.input_name: k.model_input(crops, m.mean, m.std)}
         if self.weight_name:
-            feeds[self.weight_name] = np.array([CODEFORMER_FIDELITY], np.float64)
-        out = run_chunked(self.session, feeds, self.max_batch)[0]
-        enhanced = from_model_output(
-            np.clip(out, -1.0, 1.0) if self.model.output_denormalise else out, self.model
+            feeds[self.weight_name] = k.from_host(np.array([CODEFORMER_FIDELITY], np.float64))
+        out = k.run(self.session, feeds, self.max_batch)[self.session.outputs[0].name]
+        enhanced = k.model_output(
+            out, m.mean, m.std, denormalise=m.output_denormalise, pre_clip=m.output_denormalise
         )
-        masks = [np.broadcast_to(box_mask(size, self.mask_blur), crops.shape[:3])]
+        masks = [k.constant_masks(box_mask(size, self.mask_blur), count)]
         if self.occluder is not None:
-            masks.append(self.occluder(crops))
+            masks.append(self.occluder(k, crops, count, size))
         # blending the pasted frame with the original at `blend` is the same as scaling the mask
-        alpha = combine(masks) * self.blend
-        return paste_back(frames, table.frame_index, enhanced, alpha, affines)
+        alpha = k.scale_masks(k.min_masks(masks), self.blend)
+        k.paste(frames, table.frame_index, enhanced, alpha, affines)
+        return table

@@ -14,15 +14,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
-from facefusion_batch.faces.align import align_faces
-from facefusion_batch.faces.identity import to_model_input
+from facefusion_batch.faces.align import align_crops
+from facefusion_batch.faces.identity import IdentityEncoder
 from facefusion_batch.faces.table import FaceTable
+from facefusion_batch.kernels.base import Array, Frames, Kernels
 from facefusion_batch.models.facefusion import LearnedModel
+from facefusion_batch.runtime.batching import batch_limit
 from facefusion_batch.runtime.session import Session
-from facefusion_batch.swap.infer import batch_limit, run_chunked
-from facefusion_batch.swap.masks import MaskSettings
+from facefusion_batch.swap.masks import CropMasker, MaskSettings
+from facefusion_batch.timing import StageTimer
 
 # When no --swapper-model is named, `auto` takes the first of these that is present
 # (FaceFusion's default first, then the model most users already have).
@@ -39,36 +39,23 @@ class LearnedSettings:
     masks: MaskSettings = MaskSettings()
 
 
-def split_tiles(crops: np.ndarray, k: int) -> np.ndarray:
-    """[F, k·S, k·S, C] → [F·k², S, S, C]; tile (a, b) holds pixels (a + k·i, b + k·j)."""
-    if k == 1:
-        return crops
-    f, side, _, c = crops.shape
-    s = side // k
-    return crops.reshape(f, s, k, s, k, c).transpose(0, 2, 4, 1, 3, 5).reshape(f * k * k, s, s, c)
-
-
-def join_tiles(tiles: np.ndarray, k: int) -> np.ndarray:
-    """The inverse of `split_tiles`."""
-    if k == 1:
-        return tiles
-    n, s, _, c = tiles.shape
-    f = n // (k * k)
-    return tiles.reshape(f, k, k, s, s, c).transpose(0, 3, 1, 4, 2, 5).reshape(f, s * k, s * k, c)
-
-
-def from_model_output(out: np.ndarray, model: LearnedModel) -> np.ndarray:
-    """Model output NCHW RGB → BGR float32 0–255 NHWC."""
-    x = out.transpose(0, 2, 3, 1)
-    if model.output_denormalise:
-        x = x * np.asarray(model.std, np.float32) + np.asarray(model.mean, np.float32)
-    return np.clip(x, 0.0, 1.0)[..., ::-1] * 255.0
-
-
 class LearnedSwapper:
-    """A stage: frames + face table + identity inputs → swapped crops and their affines."""
+    """A stage: frames + face table → every listed face swapped by the model, masked and pasted.
 
-    def __init__(self, session: Session, model: LearnedModel, pixel_boost: int | None = None) -> None:
+    Align every face to the model's template (at the pixel-boost size), split the crops into
+    tiles, run all tiles of all faces together (chunked only by a memory bound), join, mask,
+    and paste back through the inverse of the alignment."""
+
+    name = "swap"
+
+    def __init__(
+        self,
+        session: Session,
+        model: LearnedModel,
+        identity: IdentityEncoder,
+        masker: CropMasker,
+        pixel_boost: int | None = None,
+    ) -> None:
         names = {t.name for t in session.inputs}
         missing = {"source", "target"} - names
         if missing:
@@ -80,19 +67,40 @@ class LearnedSwapper:
             raise ValueError(f"--pixel-boost {crop} is not a multiple of {model.name}'s {model.size} px")
         self.session = session
         self.model = model
+        self.identity = identity
+        self.masker = masker
         self.crop_size = crop
         self.tiles = crop // model.size
         self.max_batch = batch_limit(model.size)
+        self.timer = StageTimer()  # the pipeline hands it the job's; this stage times its parts
 
-    def crop(self, images: list[np.ndarray], table: FaceTable) -> tuple[np.ndarray, np.ndarray]:
-        return align_faces(images, table.frame_index, table.landmarks5, self.model.template, self.crop_size)
+    @property
+    def needs_embeddings(self) -> bool:
+        """Whether the targets' own embeddings blend in (a swapper weight other than 0.5)."""
+        return self.identity.needs_target_embeddings
 
-    def swap_crops(self, crops: np.ndarray, identity: np.ndarray) -> np.ndarray:
-        """crops [F,C,C,3] BGR uint8, identity [F,...] → swapped crops [F,C,C,3] BGR float32 0–255."""
-        if len(crops) == 0:
-            return crops.astype(np.float32)
-        k2 = self.tiles * self.tiles
-        target = to_model_input(split_tiles(crops, self.tiles), self.model)
-        source = np.repeat(identity.astype(np.float32), k2, axis=0)
-        out = run_chunked(self.session, {"target": target, "source": source}, self.max_batch)[0]
-        return join_tiles(from_model_output(out, self.model), self.tiles)
+    def swap_crops(self, k: Kernels, crops: Array, identity: Array) -> Array:
+        """Aligned crops (uint8-valued BGR) and one identity row per face → swapped crops (BGR
+        float 0–255), every tile of every face in one model call (chunked by memory)."""
+        m, t = self.model, self.tiles
+        target = k.split_tiles(k.model_input(crops, m.mean, m.std), t)
+        source = k.repeat_rows(identity, t * t)
+        out = k.run(self.session, {"target": target, "source": source}, self.max_batch)
+        joined = k.join_tiles(out[self.session.outputs[0].name], t)
+        return k.model_output(joined, m.mean, m.std, denormalise=m.output_denormalise)
+
+    def __call__(self, k: Kernels, frames: Frames, table: FaceTable) -> FaceTable:
+        count, size = len(table), self.crop_size
+        with self.timer.stage("align"):
+            crops, affines = align_crops(
+                k, frames, table.frame_index, table.landmarks5, self.model.template, size
+            )
+            masks = self.masker.before(k, crops, count, size)
+        with self.timer.stage("swap"):
+            identity = k.from_host(self.identity(count, table.embedding))
+            swapped = self.swap_crops(k, crops, identity)
+        with self.timer.stage("mask"):
+            alpha = self.masker.after(k, swapped, masks, count, size)
+        with self.timer.stage("paste"):
+            k.paste(frames, table.frame_index, swapped, alpha, affines)
+        return table

@@ -13,13 +13,13 @@ Model stages run every crop of the batch in one call (chunked to `max_batch`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
-import cv2
 import numpy as np
 
+from facefusion_batch.kernels.base import Array, Kernels
+from facefusion_batch.kernels.host_ops import box_mask
+from facefusion_batch.runtime.batching import batch_limit
 from facefusion_batch.runtime.session import Session
-from facefusion_batch.swap.infer import batch_limit, run_chunked
 
 MASK_TYPES = ("box", "occlusion", "region")
 # BiSeNet face-parsing classes (CelebAMask-HQ order)
@@ -35,7 +35,6 @@ REGION_CLASSES: dict[str, int] = {
     "upper-lip": 12,
     "lower-lip": 13,
 }
-MODEL_MASK_BLUR = 5.0  # px, for occlusion and region masks
 
 
 @dataclass(frozen=True)
@@ -48,51 +47,8 @@ class MaskSettings:
     parser_model: str = "bisenet_resnet_34"
 
 
-@lru_cache(maxsize=32)
-def _box_mask(size: int, blur: float, padding: tuple[int, int, int, int]) -> np.ndarray:
-    blur_px = int(size * 0.5 * blur)
-    border = max(blur_px // 2, 1)
-    top, right, bottom, left = (max(border, int(size * p / 100)) for p in padding)
-    mask = np.zeros((size, size), np.float32)
-    mask[top : size - bottom, left : size - right] = 1.0
-    if blur_px > 0:
-        mask = cv2.GaussianBlur(mask, (0, 0), blur_px * 0.25)
-    mask.setflags(write=False)
-    return mask
-
-
-def box_mask(size: int, blur: float = 0.3, padding: tuple[int, int, int, int] = (0, 0, 0, 0)) -> np.ndarray:
-    """[size,size] float32 in 0–1: one at the centre, ramping to zero at the borders (read-only)."""
-    return _box_mask(int(size), float(blur), tuple(int(p) for p in padding))
-
-
-def soften(masks: np.ndarray, size: int) -> np.ndarray:
-    """Resize model masks [F,h,w] to `size`², blur, and rescale the 0.5–1 band to 0–1."""
-    out = np.empty((len(masks), size, size), np.float32)
-    for i, m in enumerate(masks):
-        m = cv2.resize(np.clip(m, 0, 1).astype(np.float32), (size, size), interpolation=cv2.INTER_LINEAR)
-        m = cv2.GaussianBlur(m, (0, 0), MODEL_MASK_BLUR)
-        out[i] = (np.clip(m, 0.5, 1.0) - 0.5) * 2.0
-    return out
-
-
-def combine(masks: list[np.ndarray]) -> np.ndarray:
-    """Element-wise minimum of several [F,S,S] (or broadcastable [S,S]) masks, in 0–1."""
-    out = masks[0]
-    for m in masks[1:]:
-        out = np.minimum(out, m)
-    return np.clip(out, 0.0, 1.0).astype(np.float32)
-
-
-def resize_batch(crops: np.ndarray, size: int) -> np.ndarray:
-    if crops.shape[1] == size:
-        return crops
-    interp = cv2.INTER_AREA if crops.shape[1] > size else cv2.INTER_LINEAR
-    return np.stack([cv2.resize(c, (size, size), interpolation=interp) for c in crops])
-
-
 class Occluder:
-    """A stage: crops [F,S,S,3] BGR uint8 → occlusion masks [F,S,S] (1 = face visible)."""
+    """A model stage: crops (uint8-valued BGR) → occlusion masks [F,S,S] (1 = face visible)."""
 
     def __init__(self, session: Session, size: int = 256) -> None:
         self.session = session
@@ -100,17 +56,14 @@ class Occluder:
         self.input_name = session.inputs[0].name
         self.max_batch = batch_limit(size, channels=64)
 
-    def __call__(self, crops: np.ndarray) -> np.ndarray:
-        if len(crops) == 0:
-            return np.zeros((0,) + crops.shape[1:3], np.float32)
-        x = resize_batch(crops, self.size).astype(np.float32) / 255.0  # NHWC, BGR as trained
-        masks = run_chunked(self.session, {self.input_name: x}, self.max_batch)[0]
-        masks = masks.reshape(len(crops), self.size, self.size)
-        return soften(masks, crops.shape[1])
+    def __call__(self, k: Kernels, crops: Array, count: int, crop_size: int) -> Array:
+        x = k.model_input(k.resize_crops(crops, self.size), rgb=False, nhwc=True)  # BGR /255, as trained
+        masks = k.run(self.session, {self.input_name: x}, self.max_batch)[self.session.outputs[0].name]
+        return k.soften_masks(masks.reshape(count, self.size, self.size), crop_size)
 
 
 class RegionParser:
-    """A stage: crops [F,S,S,3] BGR uint8 → masks [F,S,S] of the chosen face-parsing regions."""
+    """A model stage: crops (uint8-valued BGR) → masks [F,S,S] of the chosen face-parsing regions."""
 
     def __init__(
         self,
@@ -126,24 +79,20 @@ class RegionParser:
         self.session = session
         self.size = size
         self.classes = np.array(sorted({REGION_CLASSES[r] for r in regions}), np.int64)
-        self.mean = np.asarray(mean, np.float32)
-        self.std = np.asarray(std, np.float32)
+        self.mean = tuple(mean)
+        self.std = tuple(std)
         self.input_name = session.inputs[0].name
         self.max_batch = batch_limit(size, channels=64)
 
-    def __call__(self, crops: np.ndarray) -> np.ndarray:
-        if len(crops) == 0:
-            return np.zeros((0,) + crops.shape[1:3], np.float32)
-        x = resize_batch(crops, self.size)[..., ::-1].astype(np.float32) / 255.0
-        x = ((x - self.mean) / self.std).transpose(0, 3, 1, 2)
-        logits = run_chunked(self.session, {self.input_name: x}, self.max_batch)[0]
-        labels = logits.argmax(axis=1)
-        return soften(np.isin(labels, self.classes).astype(np.float32), crops.shape[1])
+    def __call__(self, k: Kernels, crops: Array, count: int, crop_size: int) -> Array:
+        x = k.model_input(k.resize_crops(crops, self.size), self.mean, self.std)
+        logits = k.run(self.session, {self.input_name: x}, self.max_batch)[self.session.outputs[0].name]
+        return k.soften_masks(k.class_masks(logits, self.classes), crop_size)
 
 
 class CropMasker:
-    """A stage in two halves around the swap: box and occlusion masks from the target crops,
-    the region mask from the swapped crops, combined by minimum."""
+    """Masks in two halves around the swap: box and occlusion from the target crops, the region
+    mask from the swapped crops, combined by minimum."""
 
     def __init__(
         self, settings: MaskSettings, occluder: Occluder | None = None, parser: RegionParser | None = None
@@ -156,16 +105,15 @@ class CropMasker:
         self.occluder = occluder
         self.parser = parser
 
-    def before(self, crops: np.ndarray) -> list[np.ndarray]:
+    def before(self, k: Kernels, crops: Array, count: int, size: int) -> list[Array]:
         masks = []
         if "box" in self.settings.types:
-            box = box_mask(crops.shape[1], self.settings.blur, self.settings.padding)
-            masks.append(np.broadcast_to(box, crops.shape[:3]))
+            masks.append(k.constant_masks(box_mask(size, self.settings.blur, self.settings.padding), count))
         if "occlusion" in self.settings.types and self.occluder is not None:
-            masks.append(self.occluder(crops))
-        return masks or [np.ones(crops.shape[:3], np.float32)]
+            masks.append(self.occluder(k, crops, count, size))
+        return masks or [k.constant_masks(np.ones((size, size), np.float32), count)]
 
-    def after(self, swapped: np.ndarray, masks: list[np.ndarray]) -> np.ndarray:
+    def after(self, k: Kernels, swapped: Array, masks: list[Array], count: int, size: int) -> Array:
         if "region" in self.settings.types and self.parser is not None:
-            masks = masks + [self.parser(np.clip(swapped + 0.5, 0, 255).astype(np.uint8))]
-        return combine(masks)
+            masks = masks + [self.parser(k, k.crops_to_uint8(swapped), count, size)]
+        return k.min_masks(masks)

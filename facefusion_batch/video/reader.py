@@ -49,6 +49,7 @@ import cv2
 import numpy as np
 
 from facefusion_batch.errors import FfbatchError, InputError
+from facefusion_batch.video.hwaccel import HWACCELS
 from facefusion_batch.video.planes import BGR24, PIXEL_FORMATS, YUV420P, blank_picture
 from facefusion_batch.video.probe import VideoInfo, probe
 from facefusion_batch.video.segments import FrameIndex, frame_index
@@ -88,17 +89,6 @@ class _Failure:
 _END = _End()
 
 DECODE_ERROR_MODES = ("fail", "skip")
-HWACCELS = ("none", "cuda")
-
-
-def hwaccel_problem(hwaccel: str) -> str:
-    """'' when frames can be decoded with `hwaccel` here, else why not (NVDEC needs an NVIDIA
-    GPU and driver; PyAV's FFmpeg has the CUDA hwaccel built in)."""
-    if hwaccel == "none":
-        return ""
-    from facefusion_batch.doctor import nvdec_opens
-
-    return nvdec_opens()
 
 
 def rotate_upright(image: np.ndarray, rotation: int) -> np.ndarray:

@@ -35,7 +35,6 @@ import functools
 import logging
 import os
 import queue
-import tempfile
 import threading
 from dataclasses import dataclass
 from fractions import Fraction
@@ -46,7 +45,7 @@ import av.error
 import numpy as np
 
 from facefusion_batch.errors import FfbatchError, InputError, OutputError
-from facefusion_batch.fsutil import default_file_mode
+from facefusion_batch.fsutil import AtomicFile
 from facefusion_batch.video.audio import AudioMuxer
 from facefusion_batch.video.planes import BGR24, PIXEL_FORMATS, YUV420P, picture_shape
 from facefusion_batch.video.probe import VideoInfo
@@ -283,7 +282,8 @@ class VideoWriter:
         self._warned_pts = False
         self._step = self._default_step()
 
-        self._temp = self._make_temp()
+        self._file = AtomicFile(self.output)  # a hidden temporary name beside the output
+        self._temp = self._file.temp
         try:
             self._open_container(audio_from)
             thread = threading.Thread(target=self._run, name="ffbatch-encode", daemon=True)
@@ -309,18 +309,6 @@ class VideoWriter:
         for label, other in (("input video", self.info.path), ("audio source", audio_from)):
             if other is not None and _same_file(out, Path(other)):
                 raise InputError(f"output {out} is the {label}; write the result to another file")
-
-    def _make_temp(self) -> Path:
-        out = self.output
-        try:
-            fd, name = tempfile.mkstemp(
-                prefix=f".{out.stem}.partial-", suffix=out.suffix, dir=out.parent or "."
-            )
-        except OSError as exc:
-            raise OutputError(f"cannot write {out}: {exc.strerror or exc}") from None
-        os.fchmod(fd, default_file_mode())
-        os.close(fd)
-        return Path(name)
 
     def _default_step(self) -> int:
         """pts increment used when frames come without one: one frame at the average rate."""
@@ -411,10 +399,7 @@ class VideoWriter:
             self._put_blocking(_CLOSE)
             self._thread.join()
             self._raise_if_failed()
-            try:
-                os.replace(self._temp, self.output)
-            except OSError as exc:
-                raise OutputError(f"cannot write {self.output}: {exc.strerror or exc}") from None
+            self._file.commit()
         except BaseException:
             # Includes KeyboardInterrupt while waiting for the flush: never leave a partial file.
             self._discard()
@@ -473,8 +458,7 @@ class VideoWriter:
             # Only once the encoder thread is gone: FFmpeg objects must not be used from two threads.
             # (Were it still busy, it finishes into the unlinked file and the space is freed then.)
             self._close_quietly()
-        with contextlib.suppress(FileNotFoundError):
-            self._temp.unlink()
+        self._file.abort()
 
     def _close_quietly(self) -> None:
         if self._audio is not None:

@@ -11,10 +11,12 @@ from __future__ import annotations
 import importlib.util
 import os
 import platform
-from fractions import Fraction
 
-NVENC = ("h264_nvenc", "hevc_nvenc", "av1_nvenc")
-NVDEC = ("h264_cuvid", "hevc_cuvid", "av1_cuvid")
+from facefusion_batch.paths import ffbatch_home
+from facefusion_batch.runtime.backends import availability, choose_auto
+from facefusion_batch.runtime.engine_cache import EngineCache, MachineKey
+from facefusion_batch.runtime.nvml import list_gpus, load_pynvml
+from facefusion_batch.video.hwaccel import NVDEC, NVENC, codecs_present, nvdec_opens, nvenc_opens
 
 
 def _version(module: str) -> str:
@@ -27,55 +29,7 @@ def _version(module: str) -> str:
         return f"broken ({type(exc).__name__}: {exc})"
 
 
-def _codecs(names: tuple[str, ...], mode: str) -> list[str]:
-    import av
-
-    usable = []
-    for name in names:
-        try:
-            av.codec.Codec(name, mode)
-            usable.append(name)
-        except Exception:
-            continue
-    return usable
-
-
-def nvenc_opens(name: str = "h264_nvenc") -> str:
-    """'' when an NVENC encoder opens here (GPU and driver support it), else why not."""
-    import av
-
-    try:
-        ctx = av.codec.CodecContext.create(name, "w")
-        ctx.width, ctx.height, ctx.pix_fmt = 256, 256, "yuv420p"
-        ctx.time_base = Fraction(1, 25)
-        ctx.open()
-        return ""
-    except Exception as exc:
-        return f"{type(exc).__name__}: {exc}"
-
-
-def nvdec_opens() -> str:
-    """'' when FFmpeg can create a CUDA hardware decoding device here, else why not."""
-    import av
-
-    try:
-        from av.codec.hwaccel import HWAccel, hwdevices_available
-
-        if "cuda" not in hwdevices_available():
-            return "this FFmpeg build has no CUDA hwaccel"
-        av.codec.CodecContext.create(
-            "h264", "r", hwaccel=HWAccel(device_type="cuda", allow_software_fallback=False)
-        )
-        return ""
-    except Exception as exc:
-        return f"{type(exc).__name__}: {exc}"
-
-
 def report_lines() -> list[str]:
-    from facefusion_batch.paths import ffbatch_home
-    from facefusion_batch.runtime.backends import availability, choose_auto
-    from facefusion_batch.runtime.nvml import list_gpus, load_pynvml
-
     avail = availability()
     torch_line = _version("torch")
     if avail.torch is not None:
@@ -109,8 +63,9 @@ def report_lines() -> list[str]:
             lines.append(f"gpu {g.index}         {g.describe()}{driver}")
     else:
         lines.append("gpu           no NVIDIA GPU (no driver/NVML, or torch without CUDA, or no device)")
-    enc, dec = _codecs(NVENC, "w"), _codecs(NVDEC, "r")
-    lines.append(f"encoders      {', '.join(_codecs(('libx264', 'libx265', 'libsvtav1'), 'w'))} (software)")
+    enc, dec = codecs_present(NVENC, "w"), codecs_present(NVDEC, "r")
+    software = codecs_present(("libx264", "libx265", "libsvtav1"), "w")
+    lines.append(f"encoders      {', '.join(software)} (software)")
     if not gpus:
         lines.append(
             f"nvenc         in this FFmpeg build: {', '.join(enc) or 'none'}; unusable here (no NVIDIA GPU)"
@@ -133,8 +88,6 @@ def report_lines() -> list[str]:
 
 
 def _engine_lines(gpus, trt_version: str | None) -> list[str]:
-    from facefusion_batch.runtime.engine_cache import EngineCache, MachineKey
-
     cache = EngineCache()
     entries = cache.entries()
     if not entries:

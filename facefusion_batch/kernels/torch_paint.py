@@ -11,9 +11,9 @@ Each face's canvas is a window of its frame, as large as the largest face
 region of the batch (rounded up to 32 pixels), placed over the face's region
 and kept inside the frame. Outside its own warp map a canvas holds the
 frame's pixels and zero alpha, so the blend leaves them as they were. Face by
-face the host path differs only in what it reads past a region's border (the
+face the host set differs only in what it reads past a region's border (the
 frame's pixels here, a mirror of the region there) and in where the colour
-blur's downscaling grid falls; tests/test_gpu_device_pipeline.py bounds the
+blur's downscaling grid falls; tests/test_kernels_pipeline.py bounds the
 difference on real faces.
 
 Faces whose canvases overlap in one frame are painted in successive waves,
@@ -24,85 +24,13 @@ few GiB of float intermediates at most), to bound device memory.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import torch
 
-from facefusion_batch.runtime import device_ops as D
-from facefusion_batch.swap.blend import pyramid_levels
-
-CANVAS_STEP = 32
-# canvas pixels painted in one go: ~160 canvases of a 1080p face (320 x 320 px); the float
-# intermediates of a chunk (~40 values a pixel) stay under ~3 GiB
-CHUNK_PIXELS = 1 << 24
-
-
-def faces_per_chunk(canvas: tuple[int, int], budget: int = CHUNK_PIXELS) -> int:
-    return max(1, budget // max(1, canvas[0] * canvas[1]))
-
-
-@dataclass(frozen=True)
-class FaceRegion:
-    """One face to paint: its frame, the top-left of its warp map in the frame, the map itself
-    (source texture pixels; NaN where the face does not cover), its source and blur width."""
-
-    frame: int
-    x0: int
-    y0: int
-    map_x: np.ndarray
-    map_y: np.ndarray
-    source: int
-    sigma: float
-
-    @property
-    def height(self) -> int:
-        return int(self.map_x.shape[0])
-
-    @property
-    def width(self) -> int:
-        return int(self.map_x.shape[1])
-
-
-def canvas_size(heights, widths, frame_hw: tuple[int, int]) -> tuple[int, int]:
-    """One canvas for all: the largest region rounded up to CANVAS_STEP, at most the frame."""
-    height, width = frame_hw
-
-    def round_up(n) -> int:
-        return -(-int(n) // CANVAS_STEP) * CANVAS_STEP
-
-    return min(height, round_up(max(heights))), min(width, round_up(max(widths)))
-
-
-def canvas_origins(ys, xs, canvas: tuple[int, int], frame_hw: tuple[int, int]) -> np.ndarray:
-    """[F, 2] (y, x) top-left of each canvas: over its region's top-left, inside the frame."""
-    ch, cw = canvas
-    height, width = frame_hw
-    oy = np.minimum(np.asarray(ys, np.int64), height - ch)
-    ox = np.minimum(np.asarray(xs, np.int64), width - cw)
-    return np.stack([np.maximum(oy, 0), np.maximum(ox, 0)], axis=1)
-
-
-def plan_waves(frame_of, origins: np.ndarray, canvas: tuple[int, int]) -> list[list[int]]:
-    """Faces in waves: within a wave no two canvases of one frame overlap; a face goes into the
-    wave after the last earlier face it overlaps, so the painting order of overlapping faces
-    stays the table's."""
-    ch, cw = canvas
-    frame_of = [int(f) for f in frame_of]
-    wave_of: list[int] = []
-    for i in range(len(frame_of)):
-        wave = 0
-        for j in range(i):
-            if frame_of[j] != frame_of[i]:
-                continue
-            (ya, xa), (yb, xb) = origins[i], origins[j]
-            if ya < yb + ch and yb < ya + ch and xa < xb + cw and xb < xa + cw:
-                wave = max(wave, wave_of[j] + 1)
-        wave_of.append(wave)
-    waves: list[list[int]] = [[] for _ in range(max(wave_of, default=-1) + 1)]
-    for i, w in enumerate(wave_of):
-        waves[w].append(i)
-    return waves
+from facefusion_batch.kernels import torch_ops as D
+from facefusion_batch.kernels.base import FaceRegion
+from facefusion_batch.kernels.geometry import canvas_origins, canvas_size, faces_per_chunk, plan_waves
+from facefusion_batch.kernels.host_ops import pyramid_levels
 
 
 def gather_canvases(frames: torch.Tensor, index: np.ndarray, origins: np.ndarray, canvas: tuple[int, int]):

@@ -21,8 +21,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from facefusion_batch.config import RenderSettings, validate
 from facefusion_batch.errors import FfbatchError, InputError
-from facefusion_batch.runtime.options import DeviceOptions
+from facefusion_batch.farm.concat import join_segments
+from facefusion_batch.farm.jobs import render
+from facefusion_batch.farm.manifest import remove_work_dir, segment_name, work_dir_for
+from facefusion_batch.fsutil import write_json_atomically
+from facefusion_batch.video.probe import probe
+from facefusion_batch.video.segments import frame_index
 
 log = logging.getLogger("ffbatch")
 
@@ -39,20 +45,6 @@ def split_ranges(frame_count: int, parts: int) -> list[tuple[int, int]]:
     return out
 
 
-def check_gpus(gpus: tuple[int, ...]) -> None:
-    """Every listed GPU exists (exit 2 with what does, otherwise)."""
-    from facefusion_batch.runtime.nvml import list_gpus
-
-    present = {g.index for g in list_gpus()}
-    if not present:
-        raise InputError("--gpus: no NVIDIA GPU found on this machine; use --backend cpu without --gpus")
-    missing = [g for g in gpus if g not in present]
-    if missing:
-        raise InputError(
-            f"--gpus: no GPU {', '.join(map(str, missing))} here (GPUs present: {sorted(present)})"
-        )
-
-
 def _pin_to_gpu(gpu: int, quiet: bool) -> None:
     """Process initialiser: this worker sees one GPU, as CUDA device 0."""
     os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
@@ -66,24 +58,12 @@ def _pin_to_gpu(gpu: int, quiet: bool) -> None:
     root.propagate = False
 
 
-def _render_range(settings, options: DeviceOptions) -> dict[str, Any]:
-    from facefusion_batch.pipeline.render import render
-    from facefusion_batch.runtime.backends import device_options
-
-    with device_options(replace(options, device_index=0)):
-        report = render(settings)
-    return report.summary()
+def _render_range(settings: RenderSettings) -> dict[str, Any]:
+    return render(settings).summary()
 
 
-def render_on_gpus(settings, gpus: tuple[int, ...], options: DeviceOptions) -> dict[str, Any]:
+def render_on_gpus(settings: RenderSettings, gpus: tuple[int, ...]) -> dict[str, Any]:
     """Render `settings` over `gpus` (one process each) and join; returns a merged report."""
-    from facefusion_batch.config import validate
-    from facefusion_batch.farm.concat import join_segments
-    from facefusion_batch.farm.manifest import remove_work_dir, segment_name, work_dir_for
-    from facefusion_batch.pipeline.report import write_json_atomically
-    from facefusion_batch.video.probe import probe
-    from facefusion_batch.video.segments import frame_index
-
     if settings.frames is not None:
         raise InputError("--gpus renders the whole input; it does not combine with --frames")
     started = time.perf_counter()
@@ -107,6 +87,7 @@ def render_on_gpus(settings, gpus: tuple[int, ...], options: DeviceOptions) -> d
                     report=work / f"gpu{gpu}-report.json",
                     chunk_frames=None,
                     quiet=True,
+                    device=replace(settings.device, gpu=0),  # the process sees only its GPU
                 ),
             )
         )
@@ -126,7 +107,7 @@ def render_on_gpus(settings, gpus: tuple[int, ...], options: DeviceOptions) -> d
     futures: dict[Future, int] = {}
     try:
         for pool, (gpu, job) in zip(pools, jobs, strict=True):
-            futures[pool.submit(_render_range, job, options)] = gpu
+            futures[pool.submit(_render_range, job)] = gpu
         done, _ = wait(futures, return_when=FIRST_EXCEPTION)
         failed = [f for f in done if f.exception() is not None]
         if failed:
@@ -173,3 +154,32 @@ def render_on_gpus(settings, gpus: tuple[int, ...], options: DeviceOptions) -> d
     if settings.report:
         write_json_atomically(Path(settings.report), merged)
     return merged
+
+
+def render_on_several_gpus(
+    settings: RenderSettings,
+    gpus: tuple[int, ...],
+    *,
+    inputs: list[Path],
+    output: Path | None,
+    frames: str | None,
+    ray: str | None,
+) -> None:
+    """`render --gpus A,B,…`: one input, one output, rendered over the GPUs and joined."""
+    import typer
+
+    if len(inputs) != 1 or output is None:
+        raise InputError("--gpus renders one input to one -o/--output")
+    if frames is not None or ray is not None:
+        raise InputError("--gpus does not combine with --frames or --ray (each makes its own segments)")
+    result = render_on_gpus(settings, gpus)
+    log.info(
+        "done: %d frames on %d GPUs in %.1f s (%.1f fps), %d faces swapped, audio %s",
+        result["frames_out"],
+        len(gpus),
+        result["wall_seconds"],
+        result["fps"],
+        result["faces_swapped"],
+        result["audio"],
+    )
+    typer.echo(str(output))

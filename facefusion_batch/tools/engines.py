@@ -11,17 +11,34 @@ import logging
 from dataclasses import replace
 from pathlib import Path
 
+import onnx
+
 from facefusion_batch.errors import InputError
-from facefusion_batch.runtime.engine_cache import EngineCache, EngineEntry, MachineKey
-from facefusion_batch.runtime.options import DeviceOptions
+from facefusion_batch.models import store
+from facefusion_batch.models.catalog import DEFAULT_DETECTOR, DEFAULT_MESH
+from facefusion_batch.runtime.device import DeviceSettings
+from facefusion_batch.runtime.engine_cache import (
+    SIDECAR_SUFFIX,
+    EngineCache,
+    EngineEntry,
+    EngineKey,
+    MachineKey,
+)
+from facefusion_batch.runtime.tensorrt_backend import (
+    TensorRTBackend,
+    TensorRTSession,
+    engine_deviation,
+    import_tensorrt,
+    machine_key,
+    profiles_for,
+)
+from facefusion_batch.runtime.torch_backend import file_sha256, graph_signature
 
 log = logging.getLogger("ffbatch")
 
 
 def default_models() -> list[str]:
-    from facefusion_batch.pipeline.build import DETECTOR_MODEL, MESH_MODEL
-
-    return [DETECTOR_MODEL, MESH_MODEL]
+    return [DEFAULT_DETECTOR, DEFAULT_MESH]
 
 
 def describe_entry(entry: EngineEntry, machine: MachineKey | None) -> str:
@@ -40,21 +57,19 @@ def describe_entry(entry: EngineEntry, machine: MachineKey | None) -> str:
     return f"{entry.path.name}\n    {what}: {state}"
 
 
-def current_machine(options: DeviceOptions) -> MachineKey | None:
+def current_machine(options: DeviceSettings) -> MachineKey | None:
     """This machine's key when TensorRT and a GPU are usable, else None (nothing raised)."""
     try:
         import torch
 
-        from facefusion_batch.runtime.tensorrt_backend import import_tensorrt, machine_key
-
         if not torch.cuda.is_available():
             return None
-        return machine_key(import_tensorrt(), options.device_index)
+        return machine_key(import_tensorrt(), options.gpu)
     except Exception:
         return None
 
 
-def list_engines(options: DeviceOptions) -> list[str]:
+def list_engines(options: DeviceSettings) -> list[str]:
     cache = EngineCache(options.engines_dir)
     entries = cache.entries()
     if not entries:
@@ -65,16 +80,13 @@ def list_engines(options: DeviceOptions) -> list[str]:
 
 def build_engines(
     names: list[str] | None,
-    options: DeviceOptions,
+    options: DeviceSettings,
     *,
     onnx: Path | None = None,
     force: bool = False,
     models_dir: Path | None = None,
 ) -> list[str]:
     """Build (or find) an engine per model for this GPU; returns one line per engine."""
-    from facefusion_batch.models import store
-    from facefusion_batch.runtime.tensorrt_backend import TensorRTBackend, TensorRTSession, engine_deviation
-
     names = names or default_models()
     if onnx is not None and len(names) != 1:
         raise InputError("--onnx gives the ONNX of one model: name exactly one model")
@@ -102,13 +114,7 @@ def build_engines(
 
 
 def _remove_matching(backend, path: Path, name: str, precision: str, onnx: Path | None) -> None:
-    import onnx as onnx_lib
-
-    from facefusion_batch.runtime.engine_cache import SIDECAR_SUFFIX, EngineKey
-    from facefusion_batch.runtime.tensorrt_backend import profiles_for
-    from facefusion_batch.runtime.torch_backend import file_sha256, graph_signature
-
-    inputs, _ = graph_signature(onnx_lib.load(str(path), load_external_data=False))
+    inputs, _ = graph_signature(onnx.load(str(path), load_external_data=False))
     sha = file_sha256(Path(onnx) if (onnx and precision == "int8") else path)
     wanted = EngineKey(name, sha, precision, profiles_for(name, inputs, backend.max_batch), backend.machine)
     for entry in backend.cache.entries():
@@ -117,7 +123,7 @@ def _remove_matching(backend, path: Path, name: str, precision: str, onnx: Path 
             entry.path.with_name(entry.path.name + SIDECAR_SUFFIX).unlink(missing_ok=True)
 
 
-def verify_engines(options: DeviceOptions) -> tuple[list[str], bool]:
+def verify_engines(options: DeviceSettings) -> tuple[list[str], bool]:
     """Check every engine: bytes against their sha256, key against this machine, and (with a GPU)
     its outputs against onnxruntime. Returns the lines and whether all passed."""
     cache = EngineCache(options.engines_dir)
@@ -140,8 +146,6 @@ def verify_engines(options: DeviceOptions) -> tuple[list[str], bool]:
         if not problems and machine is not None:
             try:
                 if backend is None:
-                    from facefusion_batch.runtime.tensorrt_backend import TensorRTBackend
-
                     backend = TensorRTBackend(replace(options, engine_policy="refuse"))
                 problems += _run_check(backend, entry)
             except Exception as exc:  # a verify reports, it does not stop at the first bad engine
@@ -154,12 +158,6 @@ def verify_engines(options: DeviceOptions) -> tuple[list[str], bool]:
 
 
 def _run_check(backend, entry: EngineEntry) -> list[str]:
-    import onnx
-
-    from facefusion_batch.models import store
-    from facefusion_batch.runtime.tensorrt_backend import TensorRTSession, engine_deviation
-    from facefusion_batch.runtime.torch_backend import graph_signature
-
     onnx_path = store.model_path(entry.key.model, fetch=False)
     inputs, outputs = graph_signature(onnx.load(str(onnx_path), load_external_data=False))
     session = TensorRTSession(backend, entry.path, label=entry.key.model, inputs=inputs, outputs=outputs)

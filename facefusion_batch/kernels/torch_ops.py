@@ -1,21 +1,21 @@
-"""Batched image operations in torch: the GPU twins of the OpenCV/numpy path.
+"""The torch kernel set's operations: batched image operations on device tensors.
 
-Each function mirrors one host operation closely enough to be tested against
-it on the CPU (tests/test_gpu_device_ops.py states each tolerance):
+Each function mirrors one host operation (kernels/host_ops.py) closely enough to be tested
+against it on the CPU (tests/test_kernels_torch_ops.py states each tolerance):
 
 - `yuv420p_to_bgr`, `nv12_to_bgr`: the decoder's planes → BGR, BT.601/709/2020,
   limited or full range (cv2.cvtColor's I420/NV12 for BT.601 limited);
   `bgr_to_yuv420p` the way back, for the encoder.
 - `resize_area`, `resize_linear`: cv2.resize INTER_AREA / INTER_LINEAR, as two
   small matrix products per image (exact fractional-coverage weights).
-- `letterbox`: faces.detect.letterbox for a batch of same-sized frames.
+- `letterbox`: host_ops.letterbox for a batch of same-sized frames.
 - `warp_affine`, `remap`: cv2.warpAffine / cv2.remap (bilinear, constant-zero
   border) through grid_sample.
 - `gaussian_blur`, `pyr_down`, `pyr_up`: cv2.GaussianBlur, cv2.pyrDown,
   cv2.pyrUp, with OpenCV's kernels and borders.
 - `bgr_to_lab8`, `lab8_to_bgr`: OpenCV's 8-bit LAB (sRGB gamma, D65).
-- `masked_blur`, `transfer_colour`, `feather`, `multiband`: swap.colour and
-  swap.blend on device tensors.
+- `masked_blur`, `transfer_colour`, `feather`, `multiband`: the classical paint's colour
+  transfer and blends on device tensors.
 
 Images are float tensors [..., C, H, W] unless said otherwise; uint8 frames
 are [B, H, W, 3] as the decoder gives them. Imports torch at module level:
@@ -31,8 +31,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from facefusion_batch.swap.blend import pyramid_levels
-from facefusion_batch.swap.colour import SHADING_LIMIT, STD_RATIO_RANGE
+from facefusion_batch.kernels.base import SHADING_LIMIT, STD_RATIO_RANGE
+from facefusion_batch.kernels.geometry import letterbox_canvas
+from facefusion_batch.kernels.host_ops import pyramid_levels
 
 Tensor = torch.Tensor
 
@@ -259,14 +260,12 @@ def resize_linear(x: Tensor, size: tuple[int, int]) -> Tensor:
 def letterbox(frames: Tensor, size: int) -> tuple[Tensor, np.ndarray]:
     """Same-sized uint8 BGR frames [B,H,W,3] → YuNet's batch [B,3,h,w] float32 (0–255) and scales.
 
-    Matches faces.detect.letterbox: fit into size×size keeping aspect (INTER_AREA
+    Matches host_ops.letterbox: fit into size×size keeping aspect (INTER_AREA
     when shrinking, linear when enlarging), zero padding right and bottom, canvas
     a multiple of 32.
     """
-    from facefusion_batch.faces.detect import canvas_size
-
     b, h, w = frames.shape[:3]
-    canvas_h, canvas_w = canvas_size([(h, w)], size)
+    canvas_h, canvas_w = letterbox_canvas([(h, w)], size)
     scale = min(size / w, size / h)
     nw, nh = min(canvas_w, max(1, round(w * scale))), min(canvas_h, max(1, round(h * scale)))
     planar = frames.permute(0, 3, 1, 2).float()
@@ -536,7 +535,7 @@ def gaussian_blur_each(x: Tensor, sigmas) -> Tensor:
 
 
 def _blur_downscaled(both: Tensor, sigma, step: int) -> Tensor:
-    """swap.colour.masked_blur's blur: downscale by `step` (INTER_AREA), blur, scale back
+    """host_ops.masked_blur's blur: downscale by `step` (INTER_AREA), blur, scale back
     (INTER_LINEAR). `sigma` a float, or one per image of [N, C, H, W]."""
     h, w = both.shape[-2:]
     if step > 1:
@@ -551,7 +550,7 @@ def _blur_downscaled(both: Tensor, sigma, step: int) -> Tensor:
 
 
 def masked_blur(image: Tensor, mask: Tensor, sigma) -> Tensor:
-    """swap.colour.masked_blur: image [..., C, H, W], mask [..., H, W] bool/float → blurred
+    """host_ops.masked_blur: image [..., C, H, W], mask [..., H, W] bool/float → blurred
     [..., C, H, W]. `sigma`: one for all, or one per image (images with the same downscaling step
     are blurred together)."""
     m = mask.to(image.dtype).unsqueeze(-3)
@@ -579,7 +578,7 @@ def transfer_colour(
     mode: str = "local",
     sigma: float = 8.0,
 ) -> Tensor:
-    """swap.colour.transfer_colour on device: BGR float [..., 3, H, W], skin bool [..., H, W] →
+    """host_ops.transfer_colour on device: BGR float [..., 3, H, W], skin bool [..., H, W] →
     recoloured [..., 3, H, W], each image on its own statistics; `sigma` one, or one per image."""
     if mode == "none" or strength <= 0:
         return swapped
@@ -616,7 +615,7 @@ def feather(target: Tensor, face: Tensor, alpha: Tensor) -> Tensor:
 
 
 def multiband(target: Tensor, face: Tensor, alpha: Tensor, levels: int | None = None) -> Tensor:
-    """swap.blend.multiband: Laplacian-pyramid blend of [..., C, H, W] images under alpha
+    """host_ops.multiband: Laplacian-pyramid blend of [..., C, H, W] images under alpha
     [..., H, W]; `levels` as many as the host gives an image of this size unless given."""
     h, w = alpha.shape[-2:]
     levels = pyramid_levels(h, w) if levels is None else levels

@@ -1,4 +1,4 @@
-"""The torch device ops (device="cpu") against the OpenCV/numpy path they replace on a GPU.
+"""The torch kernel set's operations (device="cpu") against the host set's: the kernels' contract.
 
 Stated tolerances (0–255 scale):
 - colour conversion I420/NV12 → BGR (BT.601 limited, cv2's convention): max 1 (OpenCV rounds in
@@ -19,7 +19,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from facefusion_batch.runtime import device_ops as D  # noqa: E402
+from facefusion_batch.kernels import torch_ops as D  # noqa: E402
 
 rng = np.random.default_rng(7)
 
@@ -91,7 +91,7 @@ def test_resize_area_and_linear_match_opencv(size):
 
 @pytest.mark.parametrize("shape", [(1080, 1920), (270, 480), (500, 375)])
 def test_letterbox_matches_the_detector(shape):
-    from facefusion_batch.faces.detect import letterbox
+    from facefusion_batch.kernels.host_ops import letterbox
 
     frames = np.stack([smooth(*shape).astype(np.uint8) for _ in range(2)])
     got, scales = D.letterbox(torch.from_numpy(frames), 640)
@@ -170,7 +170,7 @@ def face_region():
 
 @pytest.mark.parametrize("sigma", [2.0, 9.0, 20.0])
 def test_masked_blur_matches_host(face_region, sigma):
-    from facefusion_batch.swap.colour import masked_blur
+    from facefusion_batch.kernels.host_ops import masked_blur
 
     img, _, mask = face_region
     got = hwc(D.masked_blur(chw(img), torch.from_numpy(mask), sigma))
@@ -179,7 +179,7 @@ def test_masked_blur_matches_host(face_region, sigma):
 
 @pytest.mark.parametrize("mode", ["global", "local"])
 def test_colour_transfer_matches_host(face_region, mode):
-    from facefusion_batch.swap.colour import transfer_colour
+    from facefusion_batch.kernels.host_ops import transfer_colour
 
     target, swapped, mask = face_region
     ref = transfer_colour(swapped, target, mask, 1.0, mode, 9.0)
@@ -196,7 +196,7 @@ def test_colour_transfer_without_skin_keeps_the_face(face_region):
 
 
 def test_feather_and_multiband_match_host(face_region):
-    from facefusion_batch.swap.blend import feather, multiband
+    from facefusion_batch.kernels.host_ops import feather, multiband
 
     target, face, mask = face_region
     alpha = np.clip(cv2.GaussianBlur(mask.astype(np.float32), (0, 0), 5), 0, 1)

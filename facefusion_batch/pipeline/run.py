@@ -27,30 +27,26 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from facefusion_batch.config import RenderSettings, validate
-from facefusion_batch.errors import EXIT_TERMINATED, InputError, Interrupted
+from facefusion_batch.config import RenderSettings
+from facefusion_batch.errors import EXIT_TERMINATED, Interrupted
+from facefusion_batch.kernels import make_kernels
+from facefusion_batch.kernels.base import Kernels
 from facefusion_batch.pipeline.batcher import Batch, batches
 from facefusion_batch.pipeline.build import Models, build_pipeline, load_models
 from facefusion_batch.pipeline.executor import run_ordered
-from facefusion_batch.pipeline.report import RenderReport, StageTimer, peak_rss_mb, write_json_atomically
-from facefusion_batch.pipeline.stages import FaceSwapPipeline
+from facefusion_batch.pipeline.report import RenderReport
+from facefusion_batch.pipeline.stages import BatchResult, FacePipeline
+from facefusion_batch.timing import StageTimer
 from facefusion_batch.video.planes import BGR24, YUV420P, PlaneLayout, plane_layout_for
-from facefusion_batch.video.probe import VideoInfo, probe
-from facefusion_batch.video.reader import Frame, FrameReader, hwaccel_problem
+from facefusion_batch.video.probe import VideoInfo
+from facefusion_batch.video.reader import Frame, FrameReader
 from facefusion_batch.video.writer import VideoWriter
 
 log = logging.getLogger("ffbatch")
-
-# Videos longer than this are rendered in chunks of AUTO_CHUNK_FRAMES (resumable);
-# --chunk-frames N sets the chunk size for any video, --chunk-frames 0 turns chunks off.
-AUTO_CHUNK_ABOVE = 3000
-AUTO_CHUNK_FRAMES = 1500
-
 
 _signalled: list[int] = []  # signals received inside `sigterm_as_interrupt`, newest last
 
@@ -128,7 +124,7 @@ class JobReport(RenderReport):
 # share one Renderer.
 _RENDERER_KEYS = (
     "sources",
-    "backend",
+    "device",
     "threads",
     "workers",
     "models_dir",
@@ -141,20 +137,42 @@ _RENDERER_KEYS = (
 
 
 class Renderer:
-    """Loaded models and prepared sources, shared by every job of a run."""
+    """Loaded models and prepared sources, shared by every job of a run; each worker gets its
+    own kernel set (`kernels()`, made on the worker's thread)."""
 
-    def __init__(self, settings: RenderSettings, models: Models, pipeline: FaceSwapPipeline, load_s: float):
+    def __init__(self, settings: RenderSettings, models: Models, pipeline: FacePipeline, load_s: float):
         self.settings = settings
         self.models = models
         self.pipeline = pipeline
         self.load_seconds = load_s
+        self._own_kernels: Kernels | None = None
+        # the kernel set, chosen once from the device (benchmarks may put the host set on a GPU)
+        self.kernel_set: Callable[[], Kernels] = lambda: make_kernels(self.models.backend)
+
+    def kernels(self) -> Kernels:
+        """A new kernel set for this renderer's device (call it on the thread that uses it)."""
+        return self.kernel_set()
+
+    @property
+    def accepts_planes(self) -> bool:
+        """Whether frames may stay the decoder's yuv420p planes (the kernel set converts)."""
+        return self._kernels_here().accepts_planes
+
+    def _kernels_here(self) -> Kernels:
+        if self._own_kernels is None:
+            self._own_kernels = self.kernels()
+        return self._own_kernels
+
+    def swap(self, images: list[np.ndarray]) -> BatchResult:
+        """One batch through the pipeline on the calling thread (previews, stills)."""
+        return self.pipeline(self._kernels_here(), images)
 
     @classmethod
     def load(cls, settings: RenderSettings) -> Renderer:
         started = time.perf_counter()
         threads = settings.threads or default_threads(settings.workers)
         models = load_models(
-            settings.backend,
+            settings.device,
             threads=threads,
             models_dir=settings.models_dir,
             detector=settings.detector,
@@ -177,7 +195,7 @@ class Renderer:
 
         Planes only where the pipeline converts colour on the device (`accepts_planes`) and the
         input and output allow it exactly (video/planes.py); said in the log and the report."""
-        if not getattr(self.pipeline, "accepts_planes", False):
+        if not self.accepts_planes:
             return None
         layout, why_not = plane_layout_for(info, self.settings.encoder.pix_fmt)
         if layout is None:
@@ -218,16 +236,20 @@ def run_frames(
     `layout`: the frames are yuv420p planes of this layout (Renderer.frame_layout), not BGR."""
     pipeline = renderer.pipeline
     pipeline.timer = timer
-    kwargs = {} if layout is None else {"planes": layout}
 
-    def process(batch: Batch):
-        t0 = time.perf_counter()
-        result = pipeline([frame.image for frame in batch.items], **kwargs)
-        return result, time.perf_counter() - t0
+    def make_worker(_: int):
+        kernels = renderer.kernels()  # on the worker's own thread: its own stream on a GPU
+
+        def process(batch: Batch):
+            t0 = time.perf_counter()
+            result = pipeline(kernels, [frame.image for frame in batch.items], layout)
+            return result, time.perf_counter() - t0
+
+        return process
 
     max_pixels = batch_pixel_budget(renderer.models.backend, settings.batch_size)
     stream = batches(frames, settings.batch_size, settings.batch_window_ms, max_pixels=max_pixels)
-    for batch, (result, latency) in run_ordered(stream, process, workers=settings.workers):
+    for batch, (result, latency) in run_ordered(stream, workers=settings.workers, make_worker=make_worker):
         with timer.stage("write"):
             for frame, image in zip(batch.items, result.frames, strict=True):
                 sink(frame, image)
@@ -271,94 +293,12 @@ def read_ranges(
             frames=(start, end),
             index=index,
             pixel_format=pixel_format_of(layout),
-            hwaccel=settings.hwaccel,
+            hwaccel=settings.device.hwaccel,
         )
         try:
             yield from reader
         finally:
             reader.close()
-
-
-def chunk_size_for(settings: RenderSettings, frame_count: int | None) -> int:
-    """Frames per chunk for a resumable render; 0 for a plain one."""
-    if settings.frames is not None:
-        return 0
-    if settings.chunk_frames is not None:
-        return settings.chunk_frames
-    if frame_count is not None and frame_count > AUTO_CHUNK_ABOVE:
-        return AUTO_CHUNK_FRAMES
-    return 0
-
-
-def render(
-    settings: RenderSettings,
-    *,
-    on_progress: Callable[[int], None] | None = None,
-    on_start: Callable[[int | None], None] | None = None,
-    renderer: Renderer | None = None,
-    output_tags: dict[str, str] | None = None,
-) -> JobReport:
-    """Render `settings.input` to `settings.output`. Raises FfbatchError subclasses on failure.
-
-    `renderer`: models already loaded (several inputs in one run); loaded here when None.
-    `output_tags`: container tags for the output (batch runs mark finished outputs with them).
-    """
-    started = time.perf_counter()
-    if settings.frames is not None:
-        from facefusion_batch.farm.segment import prepare_segment_job
-
-        skipped = prepare_segment_job(settings)
-        if skipped is not None:
-            return skipped
-    validate(settings)
-    if settings.hwaccel != "none":
-        problem = hwaccel_problem(settings.hwaccel)
-        if problem:
-            raise InputError(
-                f"--hwaccel {settings.hwaccel}: the GPU video decoder cannot be used here ({problem}); "
-                "use --hwaccel none"
-            )
-    if is_still_image(settings.input):
-        return render_still(settings, renderer, started)
-    info = probe(settings.input)
-    timer = StageTimer()
-    if renderer is not None and not renderer.serves(settings):
-        raise ValueError("this Renderer was loaded for other sources or model settings")
-    if renderer is None:
-        renderer = Renderer.load(settings)
-        timer.add("load", renderer.load_seconds)
-    report = renderer.new_report(settings)
-    chunk = chunk_size_for(settings, info.frame_count)
-    if settings.on_decode_error == "skip" and chunk and settings.chunk_frames is None:
-        log.info("--on-decode-error skip: rendering %s whole, not in resumable chunks", settings.input)
-        chunk = 0
-    if settings.on_decode_error == "skip" and (settings.frames is not None or chunk):
-        what = "--frames" if settings.frames is not None else f"a chunked render ({chunk} frames a chunk)"
-        raise InputError(
-            f"--on-decode-error skip works on whole-file renders only, not with {what}; "
-            "render the whole file with --chunk-frames 0"
-        )
-    with sigterm_as_interrupt():
-        if settings.frames is not None:
-            from facefusion_batch.farm.segment import render_segment
-
-            render_segment(renderer, settings, info, report, timer, on_progress, on_start)
-        elif chunk:
-            from facefusion_batch.farm.resume import render_chunked
-
-            render_chunked(renderer, settings, info, chunk, report, timer, on_progress, on_start, output_tags)
-        else:
-            _render_plain(renderer, settings, info, report, timer, on_progress, on_start, output_tags)
-    report.audio = report.audio or ("copied" if info.audio_streams else "none")
-    report.stage_seconds = dict(timer.seconds)
-    report.wall_seconds = time.perf_counter() - started
-    report.peak_rss_mb = peak_rss_mb()
-    backend_report = getattr(renderer.models.backend, "report", None)
-    if callable(backend_report):
-        report.device = backend_report()
-    if settings.report:
-        write_json_atomically(settings.report, report.summary())
-    return report
 
 
 # the pixels of 8 1080p frames: 4K gets batches of 2, 8K of 1 on the CPU; memory stays bounded
@@ -376,51 +316,6 @@ def batch_pixel_budget(backend, batch_size: int) -> int:
     return CPU_BATCH_PIXELS
 
 
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
-
-
-def is_still_image(path: Path) -> bool:
-    return Path(path).suffix.lower() in IMAGE_SUFFIXES
-
-
-def render_still(settings: RenderSettings, renderer: Renderer | None, started: float) -> JobReport:
-    """A photo as the target: one frame through the same pipeline, written as an image."""
-    from facefusion_batch.pipeline.build import read_image
-    from facefusion_batch.pipeline.preview import write_image_atomically
-
-    if not is_still_image(settings.output):
-        raise InputError(
-            f"input {settings.input} is a still image: write the result to an image file "
-            f"({', '.join(IMAGE_SUFFIXES)}), not {settings.output.suffix or 'a file without extension'}"
-        )
-    if settings.frames is not None or settings.chunk_frames:
-        raise InputError(f"input {settings.input} is a still image: --frames and --chunk-frames need a video")
-    image = read_image(settings.input, what="input")
-    timer = StageTimer()
-    if renderer is None:
-        renderer = Renderer.load(settings)
-        timer.add("load", renderer.load_seconds)
-    report = renderer.new_report(settings)
-    with timer.stage("swap_image"):
-        result = renderer.pipeline([image])
-    write_image_atomically(settings.output, result.frames[0])
-    report.frames_in = report.frames_out = 1
-    report.faces_found = result.faces_found
-    report.faces_swapped = result.faces_swapped
-    report.frames_with_faces = result.frames_with_faces
-    report.batches = 1
-    report.batch_sizes.append(1)
-    report.audio = "none"
-    report.encoder = "image"
-    report.stage_seconds = dict(timer.seconds)
-    report.wall_seconds = time.perf_counter() - started
-    report.peak_rss_mb = peak_rss_mb()
-    if settings.report:
-        write_json_atomically(settings.report, report.summary())
-    log.info("swapped %d face(s) in the still image %s", result.faces_swapped, settings.input)
-    return report
-
-
 def log_start(settings: RenderSettings, info: VideoInfo, report: RenderReport, frames: int | None) -> None:
     log.info(
         "rendering %s (%dx%d, %s frames) with %s",
@@ -430,30 +325,6 @@ def log_start(settings: RenderSettings, info: VideoInfo, report: RenderReport, f
         frames if frames is not None else "?",
         report.backend,
     )
-
-
-def _render_plain(renderer, settings, info, report, timer, on_progress, on_start, output_tags=None) -> None:
-    log_start(settings, info, report, info.frame_count)
-    if on_start:
-        on_start(info.frame_count)
-    layout = renderer.frame_layout(info, report)
-    reader = FrameReader(
-        settings.input,
-        info=info,
-        on_decode_error=settings.on_decode_error,
-        pixel_format=pixel_format_of(layout),
-        hwaccel=settings.hwaccel,
-    )
-    writer = VideoWriter(
-        settings.output,
-        info,
-        settings.encoder,
-        audio_from=settings.input if info.audio_streams else None,
-        metadata=output_tags,
-        pixel_format=pixel_format_of(layout),
-    )
-    render_into(renderer, reader, writer, settings, report, timer, on_progress, layout, "output")
-    report.audio = writer.audio_summary
 
 
 def render_into(

@@ -1,0 +1,327 @@
+"""`ffbatch render` with one or several inputs, a frame range, chunks or Ray: the command's logic.
+
+Several inputs (`--output-dir`): models are loaded and the source faces prepared
+once; the inputs are rendered in turn through the same pipeline (the batcher
+never mixes resolutions within a batch). An input that fails is reported and
+the others go on; the exit status is 2 if any failed. An output that already
+exists and was rendered from the same input with the same settings is skipped
+as up to date, so the same command after a crash or Ctrl-C renders only what
+is missing. `--report` then holds a summary and one entry per input.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from facefusion_batch.config import RenderSettings, validate, validate_options
+from facefusion_batch.errors import EXIT_OK, EXIT_USAGE, FfbatchError, InputError, Interrupted
+from facefusion_batch.farm.outputs import is_done, job_for, output_tags, outputs_for
+from facefusion_batch.farm.ray_runner import render_with_ray
+from facefusion_batch.farm.resume import render_chunked
+from facefusion_batch.farm.segment import prepare_segment_job, render_segment
+from facefusion_batch.fsutil import write_json_atomically
+from facefusion_batch.pipeline.report import peak_rss_mb
+from facefusion_batch.pipeline.run import (
+    JobReport,
+    Renderer,
+    log_start,
+    pixel_format_of,
+    render_into,
+    sigterm_as_interrupt,
+)
+from facefusion_batch.progress import Progress
+from facefusion_batch.timing import StageTimer
+from facefusion_batch.video.hwaccel import hwaccel_problem
+from facefusion_batch.video.probe import probe
+from facefusion_batch.video.reader import FrameReader
+from facefusion_batch.video.segments import parse_range
+from facefusion_batch.video.stills import IMAGE_SUFFIXES, is_still_image, read_image, write_image_atomically
+from facefusion_batch.video.writer import VideoWriter
+
+log = logging.getLogger("ffbatch")
+
+# Videos longer than this are rendered in chunks of AUTO_CHUNK_FRAMES (resumable);
+# --chunk-frames N sets the chunk size for any video, --chunk-frames 0 turns chunks off.
+AUTO_CHUNK_ABOVE = 3000
+AUTO_CHUNK_FRAMES = 1500
+
+
+def render(
+    settings: RenderSettings,
+    *,
+    on_progress: Callable[[int], None] | None = None,
+    on_start: Callable[[int | None], None] | None = None,
+    renderer: Renderer | None = None,
+    output_tags: dict[str, str] | None = None,
+) -> JobReport:
+    """Render `settings.input` to `settings.output`. Raises FfbatchError subclasses on failure.
+
+    `renderer`: models already loaded (several inputs in one run); loaded here when None.
+    `output_tags`: container tags for the output (batch runs mark finished outputs with them).
+    """
+    started = time.perf_counter()
+    if settings.frames is not None:
+        skipped = prepare_segment_job(settings)
+        if skipped is not None:
+            return skipped
+    validate(settings)
+    if settings.device.hwaccel != "none":
+        problem = hwaccel_problem(settings.device.hwaccel)
+        if problem:
+            raise InputError(
+                f"--hwaccel {settings.device.hwaccel}: the GPU video decoder cannot be used here "
+                f"({problem}); use --hwaccel none"
+            )
+    if is_still_image(settings.input):
+        return render_still(settings, renderer, started)
+    info = probe(settings.input)
+    timer = StageTimer()
+    if renderer is not None and not renderer.serves(settings):
+        raise ValueError("this Renderer was loaded for other sources or model settings")
+    if renderer is None:
+        renderer = Renderer.load(settings)
+        timer.add("load", renderer.load_seconds)
+    report = renderer.new_report(settings)
+    chunk = chunk_size_for(settings, info.frame_count)
+    if settings.on_decode_error == "skip" and chunk and settings.chunk_frames is None:
+        log.info("--on-decode-error skip: rendering %s whole, not in resumable chunks", settings.input)
+        chunk = 0
+    if settings.on_decode_error == "skip" and (settings.frames is not None or chunk):
+        what = "--frames" if settings.frames is not None else f"a chunked render ({chunk} frames a chunk)"
+        raise InputError(
+            f"--on-decode-error skip works on whole-file renders only, not with {what}; "
+            "render the whole file with --chunk-frames 0"
+        )
+    with sigterm_as_interrupt():
+        if settings.frames is not None:
+            render_segment(renderer, settings, info, report, timer, on_progress, on_start)
+        elif chunk:
+            render_chunked(renderer, settings, info, chunk, report, timer, on_progress, on_start, output_tags)
+        else:
+            _render_plain(renderer, settings, info, report, timer, on_progress, on_start, output_tags)
+    report.audio = report.audio or ("copied" if info.audio_streams else "none")
+    report.stage_seconds = dict(timer.seconds)
+    report.wall_seconds = time.perf_counter() - started
+    report.peak_rss_mb = peak_rss_mb()
+    backend_report = getattr(renderer.models.backend, "report", None)
+    if callable(backend_report):
+        report.device = backend_report()
+    if settings.report:
+        write_json_atomically(settings.report, report.summary())
+    return report
+
+
+def chunk_size_for(settings: RenderSettings, frame_count: int | None) -> int:
+    """Frames per chunk for a resumable render; 0 for a plain one."""
+    if settings.frames is not None:
+        return 0
+    if settings.chunk_frames is not None:
+        return settings.chunk_frames
+    if frame_count is not None and frame_count > AUTO_CHUNK_ABOVE:
+        return AUTO_CHUNK_FRAMES
+    return 0
+
+
+def render_still(settings: RenderSettings, renderer: Renderer | None, started: float) -> JobReport:
+    """A photo as the target: one frame through the same pipeline, written as an image."""
+    if not is_still_image(settings.output):
+        raise InputError(
+            f"input {settings.input} is a still image: write the result to an image file "
+            f"({', '.join(IMAGE_SUFFIXES)}), not {settings.output.suffix or 'a file without extension'}"
+        )
+    if settings.frames is not None or settings.chunk_frames:
+        raise InputError(f"input {settings.input} is a still image: --frames and --chunk-frames need a video")
+    image = read_image(settings.input, what="input")
+    timer = StageTimer()
+    if renderer is None:
+        renderer = Renderer.load(settings)
+        timer.add("load", renderer.load_seconds)
+    report = renderer.new_report(settings)
+    with timer.stage("swap_image"):
+        result = renderer.swap([image])
+    write_image_atomically(settings.output, result.frames[0])
+    report.frames_in = report.frames_out = 1
+    report.faces_found = result.faces_found
+    report.faces_swapped = result.faces_swapped
+    report.frames_with_faces = result.frames_with_faces
+    report.batches = 1
+    report.batch_sizes.append(1)
+    report.audio = "none"
+    report.encoder = "image"
+    report.stage_seconds = dict(timer.seconds)
+    report.wall_seconds = time.perf_counter() - started
+    report.peak_rss_mb = peak_rss_mb()
+    if settings.report:
+        write_json_atomically(settings.report, report.summary())
+    log.info("swapped %d face(s) in the still image %s", result.faces_swapped, settings.input)
+    return report
+
+
+def _render_plain(renderer, settings, info, report, timer, on_progress, on_start, output_tags=None) -> None:
+    log_start(settings, info, report, info.frame_count)
+    if on_start:
+        on_start(info.frame_count)
+    layout = renderer.frame_layout(info, report)
+    reader = FrameReader(
+        settings.input,
+        info=info,
+        on_decode_error=settings.on_decode_error,
+        pixel_format=pixel_format_of(layout),
+        hwaccel=settings.device.hwaccel,
+    )
+    writer = VideoWriter(
+        settings.output,
+        info,
+        settings.encoder,
+        audio_from=settings.input if info.audio_streams else None,
+        metadata=output_tags,
+        pixel_format=pixel_format_of(layout),
+    )
+    render_into(renderer, reader, writer, settings, report, timer, on_progress, layout, "output")
+    report.audio = writer.audio_summary
+
+
+def run_render_command(
+    base: RenderSettings,
+    inputs: list[Path],
+    *,
+    output: Path | None,
+    output_dir: Path | None,
+    output_pattern: str,
+    frames: str | None,
+    ray: str | None,
+    ray_workers: int | None,
+    verbose: bool = False,
+) -> int:
+    """Everything `ffbatch render` does after parsing; returns the exit status."""
+    if not inputs:
+        raise InputError("give at least one input video")
+    if output is not None and output_dir is not None:
+        raise InputError("give either -o/--output (one input) or --output-dir (any number), not both")
+    if output is None and output_dir is None:
+        raise InputError("missing option -o/--output: where to write the video (or --output-dir DIR)")
+    if output is not None and len(inputs) > 1:
+        raise InputError(
+            f"{len(inputs)} inputs but one -o/--output; use --output-dir DIR (and --output-pattern) instead"
+        )
+    if frames is not None:
+        if len(inputs) > 1 or output is None:
+            raise InputError("--frames renders one range of one input: give one input and -o SEGMENT")
+        if ray is not None:
+            raise InputError("--frames and --ray do not go together (--ray makes its own segments)")
+        base = replace(base, frames=parse_range(frames))
+    if output_dir is not None and not output_dir.is_dir():
+        raise InputError(f"--output-dir {output_dir} is not a directory")
+    outputs = [output] if output is not None else outputs_for(inputs, output_dir, output_pattern)
+    jobs = [job_for(base, i, o) for i, o in zip(inputs, outputs, strict=True)]
+    if ray is not None:
+        return render_with_ray(
+            jobs, address=ray, workers=ray_workers, report_path=base.report, batch=output is None
+        )
+    if output is not None:
+        return _render_one(jobs[0])
+    return render_batch(jobs, report_path=base.report)
+
+
+def _render_one(settings: RenderSettings) -> int:
+    """The single-input command: its output, its report and its messages as they always were."""
+    with Progress(enabled=not settings.quiet) as progress:
+        result = render(settings, on_progress=progress.update, on_start=progress.start)
+    if result.status != "skipped":
+        log_done(result)
+    typer.echo(str(settings.output))
+    return EXIT_OK
+
+
+def log_done(result) -> None:
+    summary = result.summary()
+    log.info(
+        "done: %d frames in %.1f s (%.1f fps), %d faces swapped, audio %s",
+        result.frames_out,
+        result.wall_seconds,
+        summary["fps"],
+        result.faces_swapped,
+        result.audio,
+    )
+
+
+def render_batch(jobs: list[RenderSettings], *, report_path: Path | None) -> int:
+    started = time.perf_counter()
+    validate_options(jobs[0])  # a bad option fails the run once, not every input
+    renderer: Renderer | None = None
+    entries: list[dict[str, Any]] = []
+    counts = {"ok": 0, "skipped": 0, "failed": 0}
+    for i, job in enumerate(jobs, 1):
+        job = replace(job, report=None)
+        log.info("input %d of %d: %s -> %s", i, len(jobs), job.input, job.output)
+        if is_done(job):
+            log.info("%s is up to date; skipping it (--force renders it again)", job.output)
+            entry = JobReport(input=str(job.input), output=str(job.output), backend="", status="skipped")
+            entry.message = "up to date"
+            entries.append(entry.summary())
+            counts["skipped"] += 1
+            typer.echo(str(job.output))
+            continue
+        if renderer is None or not renderer.serves(job):
+            # once per run; again only when an input needs its own (a per-input reference face).
+            # A source without a face fails every input, so it is not caught here.
+            renderer = Renderer.load(job)
+        try:
+            with Progress(enabled=not job.quiet) as progress:
+                result = render(
+                    job,
+                    renderer=renderer,
+                    on_progress=progress.update,
+                    on_start=progress.start,
+                    output_tags=output_tags(job),
+                )
+        except (Interrupted, KeyboardInterrupt):
+            raise
+        except FfbatchError as exc:
+            _failed(entries, counts, job, str(exc))
+            continue
+        except Exception as exc:  # one input's bug must not cost the other inputs their renders
+            _failed(entries, counts, job, f"internal error: {type(exc).__name__}: {exc}")
+            continue
+        log_done(result)
+        entries.append(result.summary())
+        counts["ok"] += 1
+        typer.echo(str(job.output))
+    wall = time.perf_counter() - started
+    summary = {
+        "inputs": len(jobs),
+        **counts,
+        "status": "failed" if counts["failed"] else "ok",
+        "wall_seconds": round(wall, 3),
+        "model_load_seconds": round(renderer.load_seconds, 3) if renderer else 0.0,
+        "jobs": entries,
+    }
+    if report_path:
+        write_json_atomically(Path(report_path), summary, sort_keys=True)
+    log.info(
+        "%d inputs: %d rendered, %d up to date, %d failed, in %.1f s",
+        len(jobs),
+        counts["ok"],
+        counts["skipped"],
+        counts["failed"],
+        wall,
+    )
+    for entry in entries:
+        if entry["status"] == "failed":
+            log.error("failed: %s: %s", entry["input"], entry["message"])
+    return EXIT_USAGE if counts["failed"] else EXIT_OK
+
+
+def _failed(entries: list, counts: dict, job: RenderSettings, message: str) -> None:
+    log.error("%s: %s", job.input, message)
+    entries.append(
+        {"input": str(job.input), "output": str(job.output), "status": "failed", "message": message}
+    )
+    counts["failed"] += 1

@@ -1,0 +1,147 @@
+"""The kernel protocol: every operation on pixels the face stages need, over whole batches.
+
+Stages (faces/, swap/) are written once against `Kernels`; two kernel sets implement it:
+`HostKernels` (OpenCV/numpy: the fastest on a CPU) and `TorchKernels` (torch on CUDA: frames
+stay on the device). Geometry, rasterisation, warp maps, footprints, canvas planning and
+NMS are shared numpy above them (kernels/geometry.py, kernels/canvas.py, the stages).
+
+Arrays a kernel set hands out (frames, crops, masks, model tensors) are its own kind —
+numpy arrays for the host set, device tensors for the torch set — and only its own
+operations look inside them. What comes back to the stages as numpy goes through
+`to_host`, and is small: detections, mesh points, embeddings.
+
+Conventions, the same in both sets:
+
+- frames: same-sized uint8 BGR pictures of one batch (a `Frames` object);
+- crops: uint8-valued BGR crops of faces (`warp_crops`), and float BGR crops 0–255 of
+  what a model painted (`model_output`);
+- model tensors: float32 NCHW (or NHWC where asked), as the model takes them;
+- masks: float32 [F, S, S] in 0–1, one per crop.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+BLEND_MODES = ("multiband", "feather", "poisson")
+COLOUR_MODES = ("local", "global", "none")
+# colour transfer: the std ratio is clipped (a noisy region cannot blow it up), and the carried
+# shading is limited, in 8-bit LAB units (L scaled to 0–255): light may move, tint a little
+STD_RATIO_RANGE = (0.7, 1.4)
+SHADING_LIMIT = np.array([30.0, 6.0, 6.0], np.float32)
+MODEL_MASK_BLUR = 5.0  # px: occlusion and region masks are blurred this much at crop size
+
+Array = Any  # a kernel set's own array: np.ndarray (host) or torch.Tensor (torch)
+Rect = tuple[int, int, int, int, int]  # frame, x, y, width, height
+
+
+@dataclass(frozen=True)
+class PaintSettings:
+    """How a classical face region is painted: recoloured to the target, then blended in."""
+
+    colour: str = "local"  # local (target light and tint) | global (LAB mean/std) | none
+    colour_strength: float = 1.0
+    blend: str = "multiband"  # multiband | feather | poisson
+
+
+@dataclass(frozen=True)
+class FaceRegion:
+    """One face to paint: its frame, the top-left of its warp map in the frame, the map itself
+    (source texture pixels; NaN where the face does not cover), its source and the blur width
+    of the shading carried by `local` colour."""
+
+    frame: int
+    x0: int
+    y0: int
+    map_x: np.ndarray
+    map_y: np.ndarray
+    source: int
+    sigma: float
+
+    @property
+    def height(self) -> int:
+        return int(self.map_x.shape[0])
+
+    @property
+    def width(self) -> int:
+        return int(self.map_x.shape[1])
+
+
+@dataclass
+class Frames:
+    """A batch of same-sized frames owned by one kernel set, and what has been painted on it.
+
+    `pixels` is the kernel set's own array (a list of numpy frames, or a device tensor);
+    `painted` lists the rectangles written so far (planes are converted back only there)."""
+
+    pixels: Any
+    count: int
+    height: int
+    width: int
+    painted: list[Rect] = field(default_factory=list)
+    shapes: np.ndarray | None = None  # [B, 2] (height, width) per frame (the host set allows mixed sizes)
+    staged: Any = None  # the uploaded planes, when frames came as yuv420p (PlaneLayout in `layout`)
+    layout: Any = None
+    owned: set[int] = field(default_factory=set)  # host: frames already copied for writing
+
+    def __post_init__(self) -> None:
+        if self.shapes is None:
+            self.shapes = np.tile(np.array([[self.height, self.width]], np.int64), (self.count, 1))
+
+    def size_of(self, index: int) -> tuple[int, int]:
+        return int(self.shapes[index, 0]), int(self.shapes[index, 1])
+
+
+class Kernels(Protocol):
+    """The pixel operations of the face stages. One instance per executor worker."""
+
+    name: str
+    accepts_planes: bool  # whether `upload` takes yuv420p planes (and `download` returns them)
+
+    def scope(self) -> AbstractContextManager: ...  # around one batch: the device's stream, no autograd
+
+    # frames in and out
+    def upload(self, images: list[np.ndarray], planes: Any = None) -> Frames: ...
+    def download(self, frames: Frames) -> list[np.ndarray]: ...
+
+    # models
+    def run(self, session: Any, feeds: dict[str, Array], max_items: int) -> dict[str, Array]: ...
+    def to_host(self, array: Array) -> np.ndarray: ...  # or a dict of arrays → dict (one wait)
+    def from_host(self, array: np.ndarray) -> Array: ...
+
+    # model inputs and outputs
+    def letterbox(self, frames: Frames, size: int) -> tuple[Array, np.ndarray]: ...
+    def warp_crops(
+        self, frames: Frames, frame_index: np.ndarray, affines: np.ndarray, size: int, border: str
+    ) -> Array: ...
+    def resize_crops(self, crops: Array, size: int) -> Array: ...
+    def model_input(
+        self, crops: Array, mean: Any = 0.0, std: Any = 1.0, *, rgb: bool = True, nhwc: bool = False
+    ) -> Array: ...
+    def model_output(
+        self, out: Array, mean: Any, std: Any, *, denormalise: bool, pre_clip: bool = False
+    ) -> Array: ...
+    def split_tiles(self, batch: Array, k: int) -> Array: ...
+    def join_tiles(self, batch: Array, k: int) -> Array: ...
+    def repeat_rows(self, array: Array, times: int) -> Array: ...
+    def crops_to_uint8(self, crops: Array) -> Array: ...
+
+    # masks
+    def constant_masks(self, mask: np.ndarray, count: int) -> Array: ...
+    def soften_masks(self, masks: Array, size: int) -> Array: ...
+    def class_masks(self, logits: Array, classes: np.ndarray) -> Array: ...
+    def min_masks(self, masks: list[Array]) -> Array: ...
+    def scale_masks(self, masks: Array, factor: float) -> Array: ...
+
+    # painting
+    def paste(
+        self, frames: Frames, frame_index: np.ndarray, crops: Array, alpha: Array, affines: np.ndarray
+    ) -> None: ...
+    def textures(self, textures: list[np.ndarray]) -> Any: ...
+    def paint_faces(
+        self, frames: Frames, regions: list[FaceRegion], textures: Any, settings: PaintSettings
+    ) -> None: ...

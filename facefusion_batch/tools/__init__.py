@@ -1,0 +1,1 @@
+"""Commands that look across rooms: doctor, models, engines, calibration, preview."""

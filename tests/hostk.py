@@ -1,0 +1,37 @@
+"""Running stages in tests on the host kernel set: `detect`, `analyse` (detect + mesh), `run`."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from facefusion_batch.faces.table import FaceTable
+from facefusion_batch.kernels.host import HostKernels
+
+HOST = HostKernels()
+
+
+def frames(images: list[np.ndarray]):
+    return HOST.upload(list(images))
+
+
+def detect(models, images: list[np.ndarray]) -> FaceTable:
+    return models.detector(HOST, frames(images))
+
+
+def analyse(models, images: list[np.ndarray], table: FaceTable | None = None) -> FaceTable:
+    """Detected (unless `table` is given) and meshed faces of `images`."""
+    batch = frames(images)
+    table = models.detector(HOST, batch) if table is None else table
+    return models.mesh(HOST, batch, table)
+
+
+def run(pipeline, images: list[np.ndarray]):
+    """A pipeline's BatchResult for `images` on the host kernel set."""
+    return pipeline(HOST, list(images))
+
+
+def stage(stage, images: list[np.ndarray], table: FaceTable) -> tuple[list[np.ndarray], FaceTable]:
+    """One painting stage on `images`: (the frames it painted, the table it returned)."""
+    batch = frames(images)
+    out = stage(HOST, batch, table)
+    return HOST.download(batch), out
