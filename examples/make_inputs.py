@@ -19,7 +19,7 @@ import av
 import cv2
 import numpy as np
 
-from facefusion_batch.assets import asset_path
+from facefusion_batch.models.assets import asset_path
 
 
 def camera_path(t: float, duration: float) -> tuple[float, float, float]:

@@ -14,9 +14,20 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+import typer.main
+from click.core import ParameterSource
 
 from facefusion_batch import __version__
+from facefusion_batch.config import render_settings
 from facefusion_batch.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, FfbatchError, InputError
+from facefusion_batch.farm.concat import concat_command
+from facefusion_batch.farm.jobs import run_render_command
+from facefusion_batch.farm.multi_gpu import render_on_several_gpus
+from facefusion_batch.farm.plan import plan_command
+from facefusion_batch.tools import doctor as tools_doctor
+from facefusion_batch.tools import engines as tools_engines
+from facefusion_batch.tools import models as tools_models
+from facefusion_batch.tools.preview import preview_command
 
 app = typer.Typer(
     add_completion=False,
@@ -153,8 +164,6 @@ ModelsDirOpt = Annotated[Path | None, typer.Option(help="Look here for model fil
 
 def given_options(ctx: typer.Context) -> set[str]:
     """The parameters the user set on the command line (the rest kept their defaults)."""
-    from click.core import ParameterSource
-
     return {
         name for name in ctx.params if ctx.get_parameter_source(name) not in (ParameterSource.DEFAULT, None)
     }
@@ -288,10 +297,6 @@ def render(
 ) -> None:
     """Swap the face(s) of SOURCE into every frame of INPUT and write OUTPUT."""
     setup_logging(quiet, verbose)
-    from facefusion_batch.config import render_settings
-    from facefusion_batch.farm.jobs import run_render_command
-    from facefusion_batch.farm.multi_gpu import render_on_several_gpus
-
     settings, gpus_of_run = render_settings(ctx.params, given=given_options(ctx))
     if gpus_of_run:
         render_on_several_gpus(
@@ -333,8 +338,6 @@ def concat(
 ) -> None:
     """Join segments by stream copy (no re-encode) and mux the audio of --audio-from back in."""
     setup_logging(quiet, verbose)
-    from facefusion_batch.farm.concat import concat_command
-
     concat_command(list(segments), output, audio_from=audio_from, overwrite=overwrite, clean=clean)
     typer.echo(str(output))
 
@@ -369,10 +372,6 @@ def plan(
 ) -> None:
     """Print the commands that render INPUT(s) in chunks on a farm, and join them."""
     setup_logging(True, False)
-    import typer.main
-
-    from facefusion_batch.farm.plan import plan_command
-
     text = plan_command(
         list(inputs),
         render_command=typer.main.get_command(app).commands["render"],
@@ -427,9 +426,6 @@ def preview(
     what `ffbatch render` with the same options would write.
     """
     setup_logging(quiet, False)
-    from facefusion_batch.config import render_settings
-    from facefusion_batch.tools.preview import preview_command
-
     if not 1 <= frames <= 32:
         raise InputError(f"--frames must be between 1 and 32 (got {frames})")
     # render's schema: the swap, detector and source options mean and check the same
@@ -441,10 +437,8 @@ def preview(
 @models_app.command("list")
 def models_list() -> None:
     """Every model and asset ffbatch knows, with its state in the store."""
-    from facefusion_batch.models import store
-
-    for spec, status in store.list_models():
-        typer.echo(f"{spec.name:24s} {spec.kind:6s} {status:10s} {spec.licence}")
+    for line in tools_models.list_lines():
+        typer.echo(line)
 
 
 @models_app.command("fetch")
@@ -454,11 +448,8 @@ def models_fetch(
 ) -> None:
     """Fetch models (verified by sha256) into the store."""
     setup_logging(False, False)
-    from facefusion_batch.models import store
-    from facefusion_batch.models.catalog import DEFAULT_SET
-
-    for name in names or DEFAULT_SET:
-        typer.echo(f"{name}: {store.fetch(name, force=force)}")
+    for line in tools_models.fetch(names, force):
+        typer.echo(line)
 
 
 @models_app.command("verify")
@@ -468,15 +459,10 @@ def models_verify(
     ] = None,
 ) -> None:
     """Check the sha256 of models in the store; exit 2 if any is wrong."""
-    from facefusion_batch.models import store
-
-    bad = 0
-    targets = names or [spec.name for spec, status in store.list_models() if status != "missing"]
-    for name in targets:
-        result = store.verify(name)
-        typer.echo(f"{name}: {'ok' if result.ok else 'FAILED'} {result.reason}")
-        bad += not result.ok
-    if bad:
+    lines, ok = tools_models.verify(names)
+    for line in lines:
+        typer.echo(line)
+    if not ok:
         raise typer.Exit(EXIT_USAGE)
 
 
@@ -497,24 +483,11 @@ def models_prepare(
     made and, for fp16 / INT8, its largest deviation from float32.
     """
     setup_logging(False, False)
-    from facefusion_batch.models import store
-    from facefusion_batch.models.facefusion import MODELS
-    from facefusion_batch.models.prepare import prepared_path, variant_catalog, variant_name
-
-    if name not in MODELS:
-        raise InputError(f"models prepare: {name!r} is not a learned model (known: {', '.join(MODELS)})")
-    if int8 and calibration_dir is None:
-        raise InputError("--int8 needs --calibration-dir (make one with: ffbatch models calibration-crops)")
-    if calibration_dir is not None and not calibration_dir.is_dir():
-        raise InputError(f"--calibration-dir {calibration_dir}: no such directory")
-    catalog = variant_catalog(name, calibration_dir=calibration_dir)
-    for variant in ["batch"] + ["fp16"] * fp16 + ["int8"] * int8:
-        target = variant_name(name, variant)
-        if force:
-            path = store.fetch(target, force=True, models_dir=models_dir, catalog=catalog)
-        else:
-            path = prepared_path(target, models_dir=models_dir, catalog=catalog)
-        typer.echo(f"{target}: {path}")
+    lines = tools_models.prepare(
+        name, fp16=fp16, int8=int8, calibration_dir=calibration_dir, models_dir=models_dir, force=force
+    )
+    for line in lines:
+        typer.echo(line)
 
 
 @models_app.command("calibration-crops")
@@ -526,32 +499,14 @@ def models_calibration_crops(
 ) -> None:
     """Write aligned face crops (ffhq_512 template, 512 px) from VIDEOS, found by the default detector."""
     setup_logging(False, False)
-    from facefusion_batch.faces.detect import YuNetDetector
-    from facefusion_batch.models import store
-    from facefusion_batch.models.catalog import DEFAULT_DETECTOR as DETECTOR_MODEL
-    from facefusion_batch.runtime.backends import select_backend
-    from facefusion_batch.runtime.device import DeviceSettings
-    from facefusion_batch.tools.calibration import extract_crops
-
-    for video in videos:
-        if not video.is_file():
-            raise InputError(f"{video}: no such file")
-    if count < 1:
-        raise InputError(f"--count must be at least 1 (got {count})")
-    path = store.model_path(DETECTOR_MODEL, models_dir=models_dir)
-    detector = YuNetDetector(select_backend(DeviceSettings()).load(path, label=DETECTOR_MODEL))
-    written = extract_crops(videos, output, detector, count=count)
-    if written == 0:
-        raise InputError("no face found in the given videos")
+    tools_models.calibration_crops(videos, output, count, models_dir)
     typer.echo(str(output))
 
 
 @app.command()
 def doctor() -> None:
     """What this machine offers: backends, GPUs, codecs, and what `auto` would choose."""
-    from facefusion_batch.tools.doctor import report_lines
-
-    for line in report_lines():
+    for line in tools_doctor.report_lines():
         typer.echo(line)
 
 
@@ -577,33 +532,24 @@ def engines_build(
 ) -> None:
     """Build engines for this GPU and TensorRT (exit 2 without them)."""
     setup_logging(False, False)
-    from facefusion_batch.runtime.device import DeviceSettings
-    from facefusion_batch.tools.engines import build_engines
-
-    options = DeviceSettings(
-        backend="tensorrt", gpu=gpu, precision=precision, max_batch=max_batch, engines_dir=engines_dir
+    device = tools_engines.engine_device(
+        gpu=gpu, precision=precision, max_batch=max_batch, engines_dir=engines_dir
     )
-    for line in build_engines(names, options.validated(), onnx=onnx, force=force, models_dir=models_dir):
+    for line in tools_engines.build_engines(names, device, onnx=onnx, force=force, models_dir=models_dir):
         typer.echo(line)
 
 
 @engines_app.command("list")
 def engines_list(engines_dir: EnginesDirOpt = None) -> None:
     """Stored engines: model, precision, batch profile, GPU, TensorRT, and whether they fit here."""
-    from facefusion_batch.runtime.device import DeviceSettings
-    from facefusion_batch.tools.engines import list_engines
-
-    for line in list_engines(DeviceSettings(backend="tensorrt", engines_dir=engines_dir)):
+    for line in tools_engines.list_engines(tools_engines.engine_device(engines_dir=engines_dir)):
         typer.echo(line)
 
 
 @engines_app.command("verify")
 def engines_verify(engines_dir: EnginesDirOpt = None) -> None:
     """Check every engine's bytes, its fit to this GPU/TensorRT and its outputs; exit 2 if any fails."""
-    from facefusion_batch.runtime.device import DeviceSettings
-    from facefusion_batch.tools.engines import verify_engines
-
-    lines, ok = verify_engines(DeviceSettings(backend="tensorrt", engines_dir=engines_dir))
+    lines, ok = tools_engines.verify_engines(tools_engines.engine_device(engines_dir=engines_dir))
     for line in lines:
         typer.echo(line)
     if not ok:

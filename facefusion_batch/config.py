@@ -25,6 +25,7 @@ from facefusion_batch.faces.mesh import MeshSettings
 from facefusion_batch.kernels.base import BLEND_MODES, COLOUR_MODES
 from facefusion_batch.models.facefusion import ENHANCERS, OCCLUDERS, PARSERS, SWAPPERS
 from facefusion_batch.runtime.backends import choose_backend
+from facefusion_batch.runtime.batching import CPU_BATCH, BatchPolicy
 from facefusion_batch.runtime.device import DeviceSettings, default_streams, parse_gpu_list
 from facefusion_batch.runtime.nvml import list_gpus
 from facefusion_batch.swap.classical import EYES_MOUTH_CHOICES, ClassicalSettings
@@ -39,8 +40,6 @@ log = logging.getLogger("ffbatch")
 FACE_MODES = ("many", "one", "reference")
 BACKENDS = ("auto", "cpu", "cuda", "tensorrt")
 SWAPPER_MODES = ("auto", "classical", "learned")
-CPU_BATCH = 8  # frames per batch on the CPU: as fast as larger batches, and less memory
-GPU_BATCH = 16  # frames per batch on a GPU when neither --batch-size nor --max-batch is given
 
 
 @dataclass(frozen=True)
@@ -92,6 +91,11 @@ class RenderSettings:
     # what a frame the decoder cannot deliver does: fail the job, or skip (replaced, pts kept)
     on_decode_error: str = "fail"
     source_face_index: int = 0  # which face of each --source photo, largest first
+
+    @property
+    def batch_policy(self) -> BatchPolicy:
+        """The one answer to "how many" for this job (frames per batch, items per model call)."""
+        return BatchPolicy(frames=self.batch_size, on_gpu=self.device.on_gpu, max_batch=self.device.max_batch)
 
 
 def _check_range(option: str, value: float, low: float, high: float) -> None:
@@ -288,7 +292,9 @@ def resolve_device(
         hwaccel=hwaccel,
         auto=auto,
     ).validated()
-    return DevicePlan(device, device.streams, _or(batch_size, max_batch or GPU_BATCH), fan_out)
+    return DevicePlan(
+        device, device.streams, _or(batch_size, BatchPolicy.default_frames(True, max_batch)), fan_out
+    )
 
 
 def _or(value, default):

@@ -35,7 +35,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from facefusion_batch.assets import asset_path  # noqa: E402
+from facefusion_batch.models.assets import asset_path  # noqa: E402
 
 SIZES = {"720p": (1280, 720), "1080p": (1920, 1080)}
 

@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from facefusion_batch.assets import asset_path  # noqa: E402
+from facefusion_batch.models.assets import asset_path  # noqa: E402
 
 FFBATCH = [sys.executable, "-m", "facefusion_batch"]
 

@@ -141,8 +141,8 @@ def main() -> None:
     started = time.perf_counter()
     torch = require_gpu()
 
-    from facefusion_batch.assets import asset_path
     from facefusion_batch.config import RenderSettings
+    from facefusion_batch.models.assets import asset_path
     from facefusion_batch.runtime.device import DeviceSettings, default_streams
 
     props = torch.cuda.get_device_properties(0)

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 from media import make_clip
 
-from facefusion_batch.assets import asset_path
 from facefusion_batch.faces.table import FaceTable
+from facefusion_batch.models.assets import asset_path
 from facefusion_batch.pipeline.build import Models, load_models
 from facefusion_batch.video.stills import read_image
 

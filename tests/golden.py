@@ -66,7 +66,7 @@ def demo_frames(numbers: tuple[int, ...]) -> list[np.ndarray]:
     sys.path.insert(0, str(HERE.parent / "examples"))
     from make_inputs import render_frame  # noqa: PLC0415
 
-    from facefusion_batch.assets import asset_path
+    from facefusion_batch.models.assets import asset_path
     from facefusion_batch.video.stills import read_image
 
     photo = read_image(asset_path("t1.jpg"))
@@ -113,7 +113,7 @@ def record() -> dict[str, dict[str, str]]:
     import tempfile
 
     from facefusion_batch import paths
-    from facefusion_batch.assets import asset_path
+    from facefusion_batch.models.assets import asset_path
 
     sys.path.insert(0, str(HERE))
     import standins  # noqa: PLC0415

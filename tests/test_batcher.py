@@ -100,13 +100,19 @@ def test_in_flight_is_bounded():
 
 
 def test_batch_size_adapts_to_very_large_frames():
-    from facefusion_batch.pipeline.batcher import frames_for_pixels
+    from facefusion_batch.runtime.batching import BatchPolicy
 
-    assert frames_for_pixels((1080, 1920, 3), 8, 8 * 1920 * 1080) == 8
-    assert frames_for_pixels((2160, 3840, 3), 8, 8 * 1920 * 1080) == 2  # 4K
-    assert frames_for_pixels((4320, 7680, 3), 8, 8 * 1920 * 1080) == 1  # 8K
-    assert frames_for_pixels((8640, 15360, 3), 8, 8 * 1920 * 1080) == 1  # never zero
+    cpu = BatchPolicy(frames=8)
+    assert cpu.frames_for((1080, 1920, 3)) == 8
+    assert cpu.frames_for((2160, 3840, 3)) == 2  # 4K
+    assert cpu.frames_for((4320, 7680, 3)) == 1  # 8K
+    assert cpu.frames_for((8640, 15360, 3)) == 1  # never zero
+    assert BatchPolicy(frames=32).frames_for((720, 1280, 3)) == 18  # the CPU's pixel budget
     small = [np.zeros((4, 4, 3), np.uint8)] * 6
     big = [np.zeros((40, 40, 3), np.uint8)] * 6
-    out = list(batches(small + big, max_batch=4, window_ms=10_000, max_pixels=2 * 40 * 40))
+
+    def two_big(shape):
+        return max(1, 2 * 40 * 40 // (shape[0] * shape[1]))
+
+    out = list(batches(small + big, max_batch=4, window_ms=10_000, frames_for=two_big))
     assert [len(b.items) for b in out] == [4, 2, 2, 2, 2]

@@ -328,6 +328,39 @@ def test_bad_options(job, extra, words):
     assert_nothing_written(job)
 
 
+PLAN_AND_RENDER_REFUSE = [
+    ("--swapper-model", "bogus_model"),
+    ("--mask-padding", "1,2,3"),
+    ("--pixel-boost", "300"),
+    ("--swapper", "classical", "--swapper-model", "inswapper_128"),
+    ("--mask", "box,sparkle"),
+    ("--swapper-weight", "1.5"),
+    ("--enhancer-blend", "101"),
+    ("--faces", "reference"),
+    ("--precision", "fp8"),
+    ("--hwaccel", "vaapi"),
+    ("--batch-window-ms", "nan"),
+    ("--backend", "gpu"),
+]
+
+
+@pytest.mark.parametrize("extra", PLAN_AND_RENDER_REFUSE, ids=lambda e: "-".join(e).strip("-"))
+def test_plan_refuses_what_render_refuses_with_the_same_message(job, extra):
+    """plan validates through render's option schema: a farm task never fails on an option render
+    refuses (the learned-swap options included)."""
+    rendered = assert_usage_error(ffbatch(*render_args(job, extra=extra)))
+    planned = assert_usage_error(
+        ffbatch(
+            "plan", job["input"], "--source", job["source"], *extra, "--chunk-frames", "10", "-o", job["out"]
+        )
+    )
+    assert planned.removeprefix("ffbatch: error: ") == rendered.removeprefix("ffbatch: error: "), (
+        planned,
+        rendered,
+    )
+    assert_nothing_written(job)
+
+
 def test_options_that_do_not_parse_are_usage_errors(job):
     proc = ffbatch(*render_args(job, extra=("--crf", "eighteen")))
     assert proc.returncode == 2 and proc.stdout == ""

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from media import make_clip
 
-from facefusion_batch.assets import asset_path
+from facefusion_batch.models.assets import asset_path
 
 
 @pytest.fixture(scope="module")

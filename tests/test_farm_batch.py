@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from media import audio_packets, decode_all, make_clip
 
-from facefusion_batch.assets import asset_path
+from facefusion_batch.models.assets import asset_path
 
 PYTHON_FFBATCH = f"{shlex.quote(sys.executable)} -m facefusion_batch"
 

@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 from media import audio_packets, decode_all, make_clip
 
-from facefusion_batch.assets import asset_path
 from facefusion_batch.config import RenderSettings
 from facefusion_batch.farm.jobs import render
+from facefusion_batch.models.assets import asset_path
 from facefusion_batch.video.writer import EncoderSettings
 
 

@@ -20,11 +20,11 @@ import numpy as np
 import pytest
 from media import audio_packets, decode_all, make_clip
 
-from facefusion_batch.assets import asset_path
 from facefusion_batch.config import RenderSettings
 from facefusion_batch.errors import InputError, Interrupted
 from facefusion_batch.farm.jobs import render
 from facefusion_batch.farm.manifest import MANIFEST, Manifest, job_lock, work_dir_for
+from facefusion_batch.models.assets import asset_path
 from facefusion_batch.pipeline.run import Renderer
 
 FRAMES = 48

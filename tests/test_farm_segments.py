@@ -20,11 +20,11 @@ import numpy as np
 import pytest
 from media import _timestamps, audio_packets, decode_all, frame_number, make_clip, synthetic_frame
 
-from facefusion_batch.assets import asset_path
 from facefusion_batch.config import RenderSettings
 from facefusion_batch.errors import InputError
 from facefusion_batch.farm.concat import inspect_segment, join_segments
 from facefusion_batch.farm.jobs import render
+from facefusion_batch.models.assets import asset_path
 from facefusion_batch.pipeline.run import Renderer
 from facefusion_batch.video.reader import FrameReader
 from facefusion_batch.video.segments import TAG_FRAMES, frame_index, parse_range, read_tags, split_frames
@@ -287,3 +287,24 @@ def test_concat_refuses_a_segment_that_starts_between_keyframes(work, plain_segm
             out.mux(packet)
     proc = ffbatch("concat", plain_segments["a"], cut, "-o", work / "cut-out.mp4", check=False)
     assert proc.returncode == 2 and "does not start with a keyframe" in proc.stderr
+
+
+def test_the_settings_digest_covers_the_backend_and_precision_not_streams_or_gpu(face_clip, tmp_path):
+    """A resume or a farm join never mixes segments made on another backend or at another
+    precision; streams, batch sizes, the GPU index and the decoder change no pixel."""
+    from dataclasses import replace
+
+    from facefusion_batch.farm.manifest import settings_digest
+    from facefusion_batch.runtime.device import DeviceSettings
+
+    source = tmp_path / "face.png"
+    source.write_bytes(b"source bytes")
+    base = RenderSettings(input=face_clip, output=tmp_path / "x.mp4", sources=(source,))
+    digest = settings_digest(base)
+    gpu = replace(base, device=DeviceSettings(backend="cuda", precision="auto"))
+    assert settings_digest(gpu) != digest
+    assert settings_digest(replace(gpu, device=replace(gpu.device, precision="fp32"))) != settings_digest(gpu)
+    same = replace(gpu.device, streams=4, gpu=1, max_batch=32, hwaccel="cuda")
+    assert settings_digest(replace(gpu, device=same, batch_size=16, workers=4)) == settings_digest(gpu)
+    # --backend auto enters the digest as the backend it chose, not as the word "auto"
+    assert settings_digest(replace(base, device=replace(base.device, auto=True))) == digest

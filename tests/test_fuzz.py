@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from media import make_clip
 
-from facefusion_batch.assets import asset_path
+from facefusion_batch.models.assets import asset_path
 
 CASES = int(os.environ.get("FFBATCH_FUZZ_CASES", "12"))
 TIME_LIMIT_S = 120

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from media import decode_all, frame_number, make_clip
 
-from facefusion_batch.config import GPU_BATCH, RenderSettings, resolve_device
+from facefusion_batch.config import RenderSettings, resolve_device
 from facefusion_batch.errors import EXIT_USAGE, BackendUnavailableError, InputError
 from facefusion_batch.farm.multi_gpu import split_ranges
 from facefusion_batch.runtime.backends import (
@@ -24,6 +24,7 @@ from facefusion_batch.runtime.backends import (
     nvidia_gpu_count,
     select_backend,
 )
+from facefusion_batch.runtime.batching import GPU_BATCH
 from facefusion_batch.runtime.device import DeviceSettings, default_streams, parse_gpu_list
 from facefusion_batch.runtime.nvml import NvmlSampler, nvml_gpus
 from facefusion_batch.runtime.session import TensorInfo

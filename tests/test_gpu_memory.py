@@ -12,7 +12,6 @@ from facefusion_batch.runtime.memory import (
     DeviceOutOfMemory,
     MemoryCost,
     MemoryGuard,
-    batch_size_for,
     cost_from_peaks,
     is_out_of_memory,
     measure_cost,
@@ -25,15 +24,21 @@ MiB = 2**20
 
 
 def test_batch_size_from_free_memory():
+    from facefusion_batch.runtime.batching import BatchPolicy
+
+    gpu = BatchPolicy(on_gpu=True)
     # 10 GiB free, 80% usable, 1 GiB fixed: (8 - 1) GiB / 100 MiB = 71.68 -> 71
-    assert batch_size_for(10 * GiB, 100 * MiB, fixed_bytes=GiB, fraction=0.8) == 71
+    assert gpu.device_items(10 * GiB, 100 * MiB, fixed_bytes=GiB, fraction=0.8) == 71
     # shared by 4 streams: 2 GiB each, minus 1 GiB fixed -> 10 items of 100 MiB
-    assert batch_size_for(10 * GiB, 100 * MiB, fixed_bytes=GiB, fraction=0.8, streams=4) == 10
+    assert gpu.device_items(10 * GiB, 100 * MiB, fixed_bytes=GiB, fraction=0.8, streams=4) == 10
     # the cap (--max-batch, an engine's profile) wins when memory allows more
-    assert batch_size_for(10 * GiB, 100 * MiB, cap=16) == 16
+    capped = BatchPolicy(on_gpu=True, max_batch=16)
+    assert capped.device_items(10 * GiB, 100 * MiB) == 16 and capped.profile_max() == 16
     # never below one: a batch of one fails loudly rather than being skipped
-    assert batch_size_for(100 * MiB, 500 * MiB, fixed_bytes=GiB) == 1
-    assert batch_size_for(GiB, 0, cap=8) == 8
+    assert gpu.device_items(100 * MiB, 500 * MiB, fixed_bytes=GiB) == 1
+    assert BatchPolicy(on_gpu=True, max_batch=8).device_items(GiB, 0) == 8
+    # on a GPU model calls are sized by the guard, on the CPU by an activation budget
+    assert gpu.items_per_call(256) is None and BatchPolicy().items_per_call(256, channels=64) == 32
 
 
 def test_cost_model_from_two_peaks():

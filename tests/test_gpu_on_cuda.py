@@ -191,7 +191,7 @@ def test_memory_guard_under_real_memory_pressure(gpu_models, models, t1_image):
 def test_render_on_the_gpu_through_the_cli(tmp_path, t1_small):
     clip = make_clip(tmp_path / "in.mp4", frames=48, size=(640, 360), image=t1_small)
     out, report = tmp_path / "out.mp4", tmp_path / "r.json"
-    from facefusion_batch.assets import asset_path
+    from facefusion_batch.models.assets import asset_path
 
     proc = ffbatch(
         "render",
@@ -281,7 +281,7 @@ def test_nvdec_decodes_the_same_pictures_and_a_render_uses_it(tmp_path, t1_small
             else:  # swscale may take another path from nv12 than from yuv420p to BGR
                 assert np.abs(x.image.astype(int) - y.image.astype(int)).max() <= 2
     out = tmp_path / "out.mp4"
-    from facefusion_batch.assets import asset_path
+    from facefusion_batch.models.assets import asset_path
 
     proc = ffbatch(
         "render", clip, "-s", asset_path("astronaut.png"), "-o", out, "--backend", "cuda", "--hwaccel", "cuda"

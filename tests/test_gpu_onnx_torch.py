@@ -317,7 +317,9 @@ def test_int8_precision_is_refused_on_the_cuda_backend(real_models):
 
 
 def test_bucketed_batch_sizes():
-    from facefusion_batch.runtime.torch_backend import bucket_batch
+    from facefusion_batch.runtime.batching import BatchPolicy
+
+    bucket_batch = BatchPolicy.bucket
 
     assert [bucket_batch(n) for n in (1, 2, 3, 5, 8, 9, 16, 17, 90, 96)] == [
         1,

@@ -25,7 +25,8 @@ from facefusion_batch.kernels.host import HostKernels  # noqa: E402
 from facefusion_batch.kernels.torch_kernels import TorchKernels  # noqa: E402
 from facefusion_batch.pipeline import build as build_module  # noqa: E402
 from facefusion_batch.pipeline.build import build_pipeline  # noqa: E402
-from facefusion_batch.pipeline.run import Renderer, batch_pixel_budget  # noqa: E402
+from facefusion_batch.pipeline.run import Renderer  # noqa: E402
+from facefusion_batch.runtime.batching import BatchPolicy  # noqa: E402
 from facefusion_batch.runtime.device import DeviceSettings  # noqa: E402
 from facefusion_batch.runtime.torch_backend import TorchBackend  # noqa: E402
 from facefusion_batch.swap.classical import ClassicalSettings  # noqa: E402
@@ -157,15 +158,10 @@ def test_the_host_kernel_set_refuses_planes():
 
 
 def test_device_batches_take_the_asked_size_of_1080p_frames():
-    class Gpu:
-        device = "cuda:0"
-
-    class Cpu:
-        device = None
-
-    assert batch_pixel_budget(Gpu(), 16) // (1920 * 1620) == 16  # 1080p planes
-    assert batch_pixel_budget(Gpu(), 16) // (3840 * 3240) == 4  # 4K planes
-    assert batch_pixel_budget(Cpu(), 16) == 8 * 1920 * 1080
+    gpu = BatchPolicy(frames=16, on_gpu=True)
+    assert gpu.frames_for((1620, 1920)) == 16  # 1080p planes
+    assert gpu.frames_for((3240, 3840)) == 4  # 4K planes
+    assert BatchPolicy(frames=16).batch_pixels() == 8 * 1920 * 1080
 
 
 def test_render_on_a_device_backend_keeps_frames_as_planes(tmp_path, monkeypatch, t1_small, cpu_torch_models):
@@ -174,7 +170,7 @@ def test_render_on_a_device_backend_keeps_frames_as_planes(tmp_path, monkeypatch
     monkeypatch.setattr(build_module, "select_backend", lambda *a, **k: TorchBackend(device="cpu"))
     clip = make_clip(tmp_path / "in.mp4", frames=10, size=(640, 360), image=t1_small)
     out = tmp_path / "out.mp4"
-    from facefusion_batch.assets import asset_path
+    from facefusion_batch.models.assets import asset_path
 
     settings = RenderSettings(
         input=clip, output=out, sources=(asset_path("astronaut.png"),), device=DeviceSettings(backend="cuda")

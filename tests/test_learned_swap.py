@@ -14,7 +14,6 @@ import pytest
 import standins
 from media import decode_all, make_clip
 
-from facefusion_batch.assets import asset_path
 from facefusion_batch.faces.align import (
     TEMPLATES,
     alignment_affines,
@@ -32,6 +31,7 @@ from facefusion_batch.faces.identity import (
 from facefusion_batch.faces.select import FaceSelector
 from facefusion_batch.kernels.geometry import invert_affines, join_tiles_nchw, split_tiles_nchw
 from facefusion_batch.kernels.host_ops import box_mask, combine
+from facefusion_batch.models.assets import asset_path
 from facefusion_batch.models.facefusion import MODELS
 from facefusion_batch.runtime.onnxruntime_backend import OnnxRuntimeCpuBackend
 from facefusion_batch.swap.learned import LearnedSwapper

@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from facefusion_batch import assets, paths
+from facefusion_batch import paths
 from facefusion_batch.errors import ModelError
-from facefusion_batch.models import catalog, sources, store, topology
+from facefusion_batch.models import assets, catalog, sources, store, topology
 from facefusion_batch.models.catalog import Derived, ModelSpec, Url, WheelMember, build_catalog
 from facefusion_batch.models.sources import SourceError
 

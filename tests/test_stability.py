@@ -9,8 +9,8 @@ import hostk
 import numpy as np
 import pytest
 
-from facefusion_batch.assets import asset_path
 from facefusion_batch.faces.mesh import LEFT_EYE_OUTER, RIGHT_EYE_OUTER
+from facefusion_batch.models.assets import asset_path
 from facefusion_batch.pipeline.build import load_models
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))

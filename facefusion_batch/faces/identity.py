@@ -22,7 +22,7 @@ from facefusion_batch.faces.align import align_crops
 from facefusion_batch.faces.table import FaceTable
 from facefusion_batch.kernels.base import Frames, Kernels
 from facefusion_batch.models.facefusion import MODELS, RECOGNISER, LearnedModel
-from facefusion_batch.runtime.batching import batch_limit
+from facefusion_batch.runtime.batching import HOST, BatchPolicy
 from facefusion_batch.runtime.session import Session, run_chunked
 
 # InsightFace (inswapper's publisher) normalises the latent (e/|e|) @ emap once more before
@@ -52,12 +52,14 @@ class Recogniser:
 
     name = "recognise"
 
-    def __init__(self, session: Session, model: LearnedModel = MODELS[RECOGNISER]) -> None:
+    def __init__(
+        self, session: Session, model: LearnedModel = MODELS[RECOGNISER], policy: BatchPolicy = HOST
+    ) -> None:
         self.session = session
         self.model = model
         names = [t.name for t in session.inputs]
         self.input_name = "input" if "input" in names else names[0]
-        self.max_batch = batch_limit(model.size, channels=64, budget_mb=512.0)
+        self.max_batch = policy.items_per_call(model.size, channels=64, budget_mb=512.0)
 
     def embed(self, k: Kernels, frames: Frames, table: FaceTable) -> np.ndarray:
         if len(table) == 0:

@@ -38,7 +38,24 @@ from facefusion_batch.errors import (
     InputError,
     Interrupted,
 )
+from facefusion_batch.farm.concat import join_segments
+from facefusion_batch.farm.manifest import (
+    job_lock,
+    remove_stale_partials,
+    remove_work_dir,
+    segment_name,
+    settings_digest,
+    work_dir_for,
+    write_json_atomic,
+)
 from facefusion_batch.farm.outputs import is_done, output_tags
+from facefusion_batch.farm.resume import open_job_manifest, plan_segments
+from facefusion_batch.farm.segment import segment_tags, write_segment
+from facefusion_batch.pipeline.run import JobReport, Renderer
+from facefusion_batch.progress import Progress
+from facefusion_batch.timing import StageTimer
+from facefusion_batch.video.probe import probe
+from facefusion_batch.video.segments import frame_index
 
 log = logging.getLogger("ffbatch")
 
@@ -75,7 +92,6 @@ class SegmentWorker:
         self._indexes: dict[str, Any] = {}
 
     def _load(self, settings: RenderSettings):
-        from facefusion_batch.pipeline.run import Renderer
 
         return Renderer.load(settings)
 
@@ -83,11 +99,6 @@ class SegmentWorker:
         return f"{self.host}:{os.getpid()}"
 
     def render(self, settings: RenderSettings, start: int, end: int, path: str, tags: dict) -> dict:
-        from facefusion_batch.farm.segment import write_segment
-        from facefusion_batch.pipeline.run import JobReport
-        from facefusion_batch.timing import StageTimer
-        from facefusion_batch.video.probe import probe
-        from facefusion_batch.video.segments import frame_index
 
         started = time.perf_counter()
         settings = replace(settings, threads=self.renderer.settings.threads)
@@ -268,7 +279,6 @@ def render_with_ray(
             actors = [
                 remote.options(**resources).remote(template, threads) for _ in range(min(count, len(tasks)))
             ]
-        from facefusion_batch.progress import Progress
 
         try:
             with Progress(enabled=not jobs[0].quiet) as progress:
@@ -299,23 +309,12 @@ def on_actor_gpu(settings: RenderSettings) -> RenderSettings:
 
 
 def _name(frames: tuple[int, int]) -> str:
-    from facefusion_batch.farm.manifest import segment_name
 
     return segment_name(*frames)
 
 
 def _prepare(entry: InputJob, stack: contextlib.ExitStack, actors: int) -> None:
     """Validate, probe, number the frames, open the manifest, find what is missing."""
-    from facefusion_batch.farm.manifest import (
-        job_lock,
-        remove_stale_partials,
-        settings_digest,
-        work_dir_for,
-    )
-    from facefusion_batch.farm.resume import open_job_manifest, plan_segments
-    from facefusion_batch.farm.segment import segment_tags
-    from facefusion_batch.video.probe import probe
-    from facefusion_batch.video.segments import frame_index
 
     settings = entry.settings
     validate(settings)
@@ -422,8 +421,6 @@ def _fail(entry: InputJob, message: str, batch: bool) -> None:
 
 
 def _join(entry: InputJob, tags: dict | None, batch: bool) -> None:
-    from facefusion_batch.farm.concat import join_segments
-    from facefusion_batch.farm.manifest import remove_work_dir
 
     settings = entry.settings
     started = time.perf_counter()
@@ -445,8 +442,6 @@ def _join(entry: InputJob, tags: dict | None, batch: bool) -> None:
 
 def _finish(entries: list[InputJob], report_path: Path | None, wall: float, batch: bool) -> int:
     import typer
-
-    from facefusion_batch.farm.manifest import write_json_atomic
 
     counts = {k: sum(e.status == k for e in entries) for k in ("ok", "skipped", "failed")}
     for entry in entries:

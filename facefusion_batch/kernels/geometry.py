@@ -6,9 +6,6 @@ from __future__ import annotations
 import numpy as np
 
 CANVAS_STEP = 32  # canvases (and YuNet inputs) are multiples of this many pixels
-# canvas pixels painted in one go by the torch set: ~160 canvases of a 1080p face (320 x 320 px);
-# the float intermediates of a chunk (~40 values a pixel) stay under ~3 GiB
-CHUNK_PIXELS = 1 << 24
 
 
 def invert_affines(m: np.ndarray) -> np.ndarray:
@@ -52,10 +49,6 @@ def footprint(
     if x1 <= x0 or y1 <= y0:
         return None
     return x0, y0, x1, y1
-
-
-def faces_per_chunk(canvas: tuple[int, int], budget: int = CHUNK_PIXELS) -> int:
-    return max(1, budget // max(1, canvas[0] * canvas[1]))
 
 
 def canvas_size(heights, widths, frame_hw: tuple[int, int]) -> tuple[int, int]:

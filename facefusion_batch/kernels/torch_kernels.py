@@ -28,13 +28,13 @@ from facefusion_batch.kernels.base import MODEL_MASK_BLUR, FaceRegion, Frames, P
 from facefusion_batch.kernels.geometry import (
     canvas_origins,
     canvas_size,
-    faces_per_chunk,
     footprint,
     join_tiles_nchw,
     plan_waves,
     split_tiles_nchw,
 )
 from facefusion_batch.kernels.torch_paint import gather_canvases, paint_faces
+from facefusion_batch.runtime.batching import BatchPolicy
 from facefusion_batch.runtime.session import run_chunked
 from facefusion_batch.runtime.streams import DeviceTimer, download, is_cuda, on_thread_stream
 
@@ -300,7 +300,7 @@ def paste_crops(
     origins = canvas_origins(y0, x0, canvas, (height, width))
     written: list[Rect] = []
     index = np.asarray(frame_index)[faces]
-    max_faces = max_faces or faces_per_chunk(canvas)
+    max_faces = max_faces or BatchPolicy.faces_per_paint(canvas)
     for wave in plan_waves(index, origins, canvas):
         for start in range(0, len(wave), max_faces):
             rows = np.asarray(wave[start : start + max_faces])

@@ -18,7 +18,7 @@ difference on real faces.
 
 Faces whose canvases overlap in one frame are painted in successive waves,
 so a face painted later sees the earlier one, as the host's sequential loop
-does. Canvases go through in chunks of at most CHUNK_PIXELS canvas pixels (a
+does. Canvases go through in chunks of at most PAINT_CHUNK_PIXELS canvas pixels (a
 few GiB of float intermediates at most), to bound device memory.
 """
 
@@ -29,8 +29,9 @@ import torch
 
 from facefusion_batch.kernels import torch_ops as D
 from facefusion_batch.kernels.base import FaceRegion
-from facefusion_batch.kernels.geometry import canvas_origins, canvas_size, faces_per_chunk, plan_waves
+from facefusion_batch.kernels.geometry import canvas_origins, canvas_size, plan_waves
 from facefusion_batch.kernels.host_ops import pyramid_levels
+from facefusion_batch.runtime.batching import BatchPolicy
 
 
 def gather_canvases(frames: torch.Tensor, index: np.ndarray, origins: np.ndarray, canvas: tuple[int, int]):
@@ -91,7 +92,7 @@ def paint_faces(
     frame_hw = (int(frames.shape[1]), int(frames.shape[2]))
     canvas = canvas_size([r.height for r in regions], [r.width for r in regions], frame_hw)
     origins = canvas_origins([r.y0 for r in regions], [r.x0 for r in regions], canvas, frame_hw)
-    max_faces = max_faces or faces_per_chunk(canvas)
+    max_faces = max_faces or BatchPolicy.faces_per_paint(canvas)
     for wave in plan_waves([r.frame for r in regions], origins, canvas):
         for start in range(0, len(wave), max_faces):
             chunk = wave[start : start + max_faces]

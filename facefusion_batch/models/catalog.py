@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Literal
 
+from .facefusion import MODELS
+
 Kind = Literal["model", "asset", "data"]
 
 
@@ -317,8 +319,6 @@ ENTRIES: tuple[ModelSpec, ...] = (
 
 def _facefusion_entries() -> tuple[ModelSpec, ...]:
     """Each FaceFusion model as two entries: its ``.hash`` sidecar, and the file checked against it."""
-    from .facefusion import MODELS
-
     inswapper_inputs = (TensorSig("target", (1, 3, 128, 128)), TensorSig("source", (1, 512)))
     out: list[ModelSpec] = []
     for m in MODELS.values():

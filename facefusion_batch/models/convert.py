@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import onnx
 
+from .. import fsutil
 from . import catalog
 
 if TYPE_CHECKING:
-    import onnx
-
     from .sources import DeriveContext
 
 log = logging.getLogger(__name__)
@@ -80,7 +80,6 @@ def _quiet_stderr() -> Iterator[None]:
 
 def tflite_to_onnx(tflite_path: Path | str, onnx_path: Path | str) -> Path:
     """Convert a .tflite file with tflite2onnx and check the result with `onnx.checker`."""
-    import onnx
     import tflite2onnx
 
     tflite_path, onnx_path = Path(tflite_path), Path(onnx_path)
@@ -117,7 +116,6 @@ def make_batch_dynamic(
     constants, as in YuNet) need those rewritten as well. The result passes
     `onnx.checker`.
     """
-    import onnx
 
     out = onnx.ModelProto()
     out.CopyFrom(model)
@@ -142,7 +140,6 @@ def make_batch_dynamic(
 
 
 def _dtype_name(elem_type: int) -> str:
-    import onnx
 
     return str(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)))
 
@@ -157,7 +154,6 @@ def check_signature(
     Every declared tensor must be present with the given dtype and rank; int
     dims must match exactly, str dims must be symbolic (any symbol name).
     """
-    import onnx
 
     if not isinstance(model, onnx.ModelProto):
         model = onnx.load(str(model), load_external_data=False)
@@ -368,7 +364,6 @@ def validate_face_mesh(path: Path, cached: Callable[[str], Path | None] | None =
 
 def derive_face_mesh(ctx: DeriveContext) -> dict[str, Any]:
     """Recipe "face_mesh_onnx": tflite2onnx, then a symbolic batch dim on input and outputs."""
-    import onnx
 
     assert ctx.base_path is not None
     with tempfile.TemporaryDirectory(prefix="ffbatch-convert-") as tmp:
@@ -379,14 +374,64 @@ def derive_face_mesh(ctx: DeriveContext) -> dict[str, Any]:
     return {"tools": tool_versions("tflite2onnx", "onnx", "onnxruntime", "numpy")}
 
 
-# --- batchable YuNet (the rewrite itself lives in `prepare`) -----------------------------
+# --- batchable YuNet -------------------------------------------------------------------
+
+BATCH_EQUALITY_ATOL = 1e-4
+
+
+def _set_dim(value: onnx.ValueInfoProto, axis: int, name: str) -> None:
+    dim = value.type.tensor_type.shape.dim[axis]
+    dim.ClearField("dim_value")
+    dim.dim_param = name
+
+
+def make_yunet_batchable(model: onnx.ModelProto) -> onnx.ModelProto:
+    """YuNet folds the batch into the anchor axis: input batch and size, and output dim 1 go symbolic.
+
+    The network is fully convolutional, so any input size that is a multiple of 32
+    works; a 16:9 frame letterboxed to 640×384 costs 40% less than 640×640.
+    """
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for value in out.graph.input:
+        _set_dim(value, 0, "batch")
+        _set_dim(value, 2, "height")
+        _set_dim(value, 3, "width")
+    for value in out.graph.output:
+        _set_dim(value, 1, "batch_anchors")
+    del out.graph.value_info[:]
+    return out
+
+
+def check_yunet_batch_equality(path: Path, batch: int = 3, size: int = 640) -> float:
+    """Largest |batched − single| over all outputs on a seeded input; raises if above tolerance."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    x = rng.uniform(0, 255, (batch, 3, size, size)).astype(np.float32)
+    names = [o.name for o in session.get_outputs()]
+    batched = session.run(names, {"input": x})
+    worst = 0.0
+    for i in range(batch):
+        single = session.run(names, {"input": x[i : i + 1]})
+        for b, s in zip(batched, single, strict=True):
+            part = b.reshape(batch, -1, b.shape[-1])[i]
+            worst = max(worst, float(np.abs(part - s[0]).max()))
+    if worst > BATCH_EQUALITY_ATOL:
+        raise ValueError(f"batched YuNet deviates from single runs by {worst:.3g}")
+    return worst
+
+
+def write_model_atomically(model: onnx.ModelProto, dst: Path) -> None:
+    with fsutil.AtomicFile(dst, make_parent=True) as out:
+        onnx.save(model, str(out.temp))
 
 
 def derive_yunet_batch(ctx: DeriveContext) -> dict[str, Any]:
-    """Recipe "yunet_batch": YuNet with a symbolic batch (`prepare.make_yunet_batchable`)."""
-    import onnx
-
-    from .prepare import make_yunet_batchable
+    """Recipe "yunet_batch": YuNet with a symbolic batch (`make_yunet_batchable`)."""
 
     assert ctx.base_path is not None
     model = make_yunet_batchable(onnx.load(str(ctx.base_path)))
@@ -396,9 +441,7 @@ def derive_yunet_batch(ctx: DeriveContext) -> dict[str, Any]:
 
 
 def validate_yunet_batch(path: Path, cached: Callable[[str], Path | None] | None = None) -> dict[str, Any]:
-    """Validator "yunet_batch": a batch of 3 equals 3 single runs (`prepare.check_yunet_batch_equality`)."""
-    from .prepare import check_yunet_batch_equality
-
+    """Validator "yunet_batch": a batch of 3 equals 3 single runs (`check_yunet_batch_equality`)."""
     try:
         worst = check_yunet_batch_equality(Path(path))
     except ValueError as exc:
@@ -427,7 +470,6 @@ def to_float16(model: onnx.ModelProto) -> onnx.ModelProto:
     float tensor crossing between the two precisions gets a Cast. Initializers
     no node reads (such as inswapper's emap) are left untouched, in their place.
     """
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     inferred = onnx.shape_inference.infer_shapes(model)

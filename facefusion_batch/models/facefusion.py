@@ -13,8 +13,8 @@ sidecar; the store then records the file's sha256 in its own
 ``--models-dir`` (or put into the store by hand) is checked against the
 ``.hash`` lying beside it, as FaceFusion keeps them.
 
-This module only holds data at import time (the catalogue imports it); the
-recipe and the validator import what they need when called.
+This module holds data and the CRC32 check; the download recipe lives in
+`fetch_facefusion.py` (the store resolves recipes by name when it first needs one).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .sources import DeriveContext
+    pass
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +37,6 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 HALF = (0.5, 0.5, 0.5)
 ZERO = (0.0, 0.0, 0.0)
 ONE = (1.0, 1.0, 1.0)
-
-ROLES = ("swapper", "recogniser", "converter", "enhancer", "occluder", "parser")
 
 
 @dataclass(frozen=True)
@@ -310,31 +308,6 @@ def crc32_file(path: Path) -> str:
         for chunk in iter(lambda: fh.read(1 << 22), b""):
             crc = zlib.crc32(chunk, crc)
     return f"{crc:08x}"
-
-
-def derive_download(ctx: DeriveContext) -> dict[str, Any]:
-    """Recipe "facefusion_download": fetch ``<name>.onnx`` and check it against its ``.hash``.
-
-    `ctx.base_path` is the verified ``.hash`` file (the entry this one is derived from).
-    """
-    from .sources import SourceError, copy_stream, open_url
-
-    model = MODELS[ctx.spec.name]
-    assert ctx.base_path is not None
-    expected = read_crc32(ctx.base_path)
-    crc = 0
-
-    def update(chunk: bytes) -> None:
-        nonlocal crc
-        crc = zlib.crc32(chunk, crc)
-
-    log.info("%s: downloading %s", model.name, model.url)
-    with open_url(model.url) as src, open(ctx.out_path, "wb") as dst:
-        size = copy_stream(src, dst, update)
-    actual = f"{crc:08x}"
-    if actual != expected:
-        raise SourceError(f"CRC32 {actual} does not match the publisher's {expected} ({model.hash_url})")
-    return {"url": model.url, "crc32": actual, "crc32_source": model.hash_url, "bytes": size}
 
 
 def validate_crc32(path: Path, cached: Any = None) -> dict[str, Any]:

@@ -16,76 +16,19 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import onnx
 
-from .. import fsutil
-from .catalog import Derived, ModelSpec
-from .convert import ValidationError
+from . import store
+from .calibration import feeds_for, load_for
+from .catalog import CATALOG, Derived, ModelSpec
+from .convert import (
+    ValidationError,
+    _graph_inputs,
+    make_batch_dynamic,
+    to_float16,
+    tool_versions,
+)
 
 if TYPE_CHECKING:
     from .sources import DeriveContext
-
-BATCH_EQUALITY_ATOL = 1e-4
-
-
-def _set_dim(value: onnx.ValueInfoProto, axis: int, name: str) -> None:
-    dim = value.type.tensor_type.shape.dim[axis]
-    dim.ClearField("dim_value")
-    dim.dim_param = name
-
-
-def make_yunet_batchable(model: onnx.ModelProto) -> onnx.ModelProto:
-    """YuNet folds the batch into the anchor axis: input batch and size, and output dim 1 go symbolic.
-
-    The network is fully convolutional, so any input size that is a multiple of 32
-    works; a 16:9 frame letterboxed to 640×384 costs 40% less than 640×640.
-    """
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    for value in out.graph.input:
-        _set_dim(value, 0, "batch")
-        _set_dim(value, 2, "height")
-        _set_dim(value, 3, "width")
-    for value in out.graph.output:
-        _set_dim(value, 1, "batch_anchors")
-    del out.graph.value_info[:]
-    return out
-
-
-def check_yunet_batch_equality(path: Path, batch: int = 3, size: int = 640) -> float:
-    """Largest |batched − single| over all outputs on a seeded input; raises if above tolerance."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    rng = np.random.default_rng(0)
-    x = rng.uniform(0, 255, (batch, 3, size, size)).astype(np.float32)
-    names = [o.name for o in session.get_outputs()]
-    batched = session.run(names, {"input": x})
-    worst = 0.0
-    for i in range(batch):
-        single = session.run(names, {"input": x[i : i + 1]})
-        for b, s in zip(batched, single, strict=True):
-            part = b.reshape(batch, -1, b.shape[-1])[i]
-            worst = max(worst, float(np.abs(part - s[0]).max()))
-    if worst > BATCH_EQUALITY_ATOL:
-        raise ValueError(f"batched YuNet deviates from single runs by {worst:.3g}")
-    return worst
-
-
-def write_model_atomically(model: onnx.ModelProto, dst: Path) -> None:
-    with fsutil.AtomicFile(dst, make_parent=True) as out:
-        onnx.save(model, str(out.temp))
-
-
-def prepare_yunet(src: Path, dst: Path) -> float:
-    """Write the batchable YuNet to `dst` (atomically) and return its batch deviation."""
-    write_model_atomically(make_yunet_batchable(onnx.load(str(src))), dst)
-    try:
-        return check_yunet_batch_equality(dst)
-    except Exception:
-        dst.unlink(missing_ok=True)
-        raise
-
 
 # --- prepared variants of learned models -------------------------------------------------
 #
@@ -94,7 +37,6 @@ def prepare_yunet(src: Path, dst: Path) -> float:
 # like any other entry, validated, and recorded with their own sha256 in their sidecar,
 # beside the original in the store.
 
-VARIANTS = ("batch", "fp16", "int8")
 BATCH_RTOL = 1e-3  # |batched − single| ≤ BATCH_RTOL · max(1, max |single|)
 PROBE_BATCH = 3
 DEVIATION_ITEMS = 16  # calibration items on which a variant's deviation is measured
@@ -111,7 +53,6 @@ def variant_catalog(
     catalog: Mapping[str, ModelSpec] | None = None,
 ) -> Mapping[str, ModelSpec]:
     """The catalogue plus `name`'s prepared variants (`name` may itself name a variant)."""
-    from .catalog import CATALOG
 
     base_name = name.split("@", 1)[0]
     cat = dict(CATALOG if catalog is None else catalog)
@@ -185,7 +126,6 @@ def _fixed_batch_reshapes(model: onnx.ModelProto) -> int:
 def make_dynamic_batch(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
     """A copy with a symbolic batch on every input and output of rank ≥ 2, and batch-pinning
     Reshape targets rewritten; returns it and how many Reshapes were rewritten."""
-    from .convert import _graph_inputs, make_batch_dynamic
 
     ranked = [v.name for v in _graph_inputs(model) if len(v.type.tensor_type.shape.dim) >= 2]
     outputs = [v.name for v in model.graph.output if len(v.type.tensor_type.shape.dim) >= 2]
@@ -241,7 +181,6 @@ def check_batch_equality(path: Path, batch: int = PROBE_BATCH) -> float:
 
 def derive_dynamic_batch(ctx: DeriveContext) -> dict[str, Any]:
     """Recipe "dynamic_batch"."""
-    from .convert import tool_versions
 
     assert ctx.base_path is not None
     model, rewritten = make_dynamic_batch(onnx.load(str(ctx.base_path)))
@@ -268,7 +207,6 @@ def measure_deviation(
     name: str, reference: Path, variant: Path, calibration_dir: Path | None, items: int = DEVIATION_ITEMS
 ) -> dict[str, Any]:
     """Largest and mean |variant − float32| over the calibration crops (or seeded probes)."""
-    from .calibration import feeds_for, load_for
 
     ref, var = _session(reference), _session(variant)
     crops = load_for(name, calibration_dir, items) if calibration_dir else None
@@ -290,7 +228,6 @@ def measure_deviation(
 
 def derive_fp16(ctx: DeriveContext) -> dict[str, Any]:
     """Recipe "fp16": `convert.to_float16` of the dynamic-batch model, deviation measured."""
-    from .convert import to_float16, tool_versions
 
     assert ctx.base_path is not None
     onnx.save(to_float16(onnx.load(str(ctx.base_path))), str(ctx.out_path))
@@ -312,9 +249,6 @@ def derive_int8(ctx: DeriveContext) -> dict[str, Any]:
         QuantType,
         quantize_static,
     )
-
-    from .calibration import feeds_for, load_for
-    from .convert import tool_versions
 
     assert ctx.base_path is not None
     calibration_dir = _calibration_dir(ctx)
@@ -368,8 +302,6 @@ def prepared_path(
     """The verified file of variant `name` (``NAME@batch`` …), made if missing and made again
     when the file it was made from has changed since (its sidecar records that file's sha256)."""
     import json
-
-    from . import store
 
     catalog = catalog if catalog is not None else variant_catalog(name)
     base = catalog[name].derived_from

@@ -243,7 +243,7 @@ RECIPES: dict[str, str | Recipe] = {
     "face_mesh_onnx": "facefusion_batch.models.convert:derive_face_mesh",
     "face_mesh_topology": "facefusion_batch.models.topology:derive_topology",
     "yunet_batch": "facefusion_batch.models.convert:derive_yunet_batch",
-    "facefusion_download": "facefusion_batch.models.facefusion:derive_download",
+    "facefusion_download": "facefusion_batch.models.fetch_facefusion:derive_download",
     "dynamic_batch": "facefusion_batch.models.prepare:derive_dynamic_batch",
     "fp16": "facefusion_batch.models.prepare:derive_fp16",
     "int8_qdq": "facefusion_batch.models.prepare:derive_int8",

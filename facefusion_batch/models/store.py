@@ -39,6 +39,7 @@ from ..errors import ModelError
 from . import catalog as _catalog
 from . import sources
 from .catalog import Derived, ModelSpec, Url, WheelMember
+from .convert import check_signature
 from .sources import DeriveContext, FetchSession, SourceError
 
 log = logging.getLogger(__name__)
@@ -377,8 +378,6 @@ def _signature_check(spec: ModelSpec) -> Callable[[Path], dict[str, Any]] | None
         return None
 
     def check(path: Path) -> dict[str, Any]:
-        from .convert import check_signature
-
         check_signature(path, spec.inputs, spec.outputs)
         return {"signature": "ok"}
 

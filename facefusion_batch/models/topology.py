@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .store import model_path
+
 if TYPE_CHECKING:
     from .sources import DeriveContext
 
@@ -296,8 +298,6 @@ def _load(path: str, mtime_ns: int) -> Topology:
 def load_topology(path: Path | None = None, *, models_dir: Path | None = None) -> Topology:
     """The face-mesh topology, from `path` or the store (fetched if needed)."""
     if path is None:
-        from .store import model_path
-
         path = model_path("face_mesh_topology", models_dir=models_dir)
     path = Path(path)
     return _load(str(path.resolve()), path.stat().st_mtime_ns)

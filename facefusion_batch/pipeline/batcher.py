@@ -62,28 +62,19 @@ class _Pump:
                     continue
 
 
-def frames_for_pixels(shape: tuple[int, ...], max_batch: int, max_pixels: int | None) -> int:
-    """How many frames of `shape` a batch may hold: `max_batch`, fewer for very large frames
-    (an 8K frame holds 16 1080p frames' worth of pixels), never fewer than one."""
-    if not max_pixels or len(shape) < 2:
-        return max_batch
-    pixels = max(1, int(shape[0]) * int(shape[1]))
-    return max(1, min(max_batch, max_pixels // pixels))
-
-
 def batches(
     source: Iterable[Any],
     max_batch: int,
     window_ms: float,
     *,
-    max_pixels: int | None = None,
+    frames_for: Callable[[tuple[int, ...]], int] | None = None,
     shape_of: Callable[[Any], tuple[int, ...]] = _shape_of,
     clock: Callable[[], float] = time.monotonic,
 ) -> Iterator[Batch]:
     """Yield Batch objects in order. Errors of the source are re-raised here.
 
-    `max_pixels` bounds the pixels of one batch, so memory stays bounded for
-    very large frames: the batch size adapts to the resolution.
+    `frames_for(shape)` (the batch policy's) says how many frames of a resolution a batch may
+    hold, so memory stays bounded for very large frames; at most `max_batch`.
     """
     if max_batch < 1:
         raise ValueError("max_batch must be >= 1")
@@ -120,7 +111,7 @@ def batches(
                 continue
             if not pending:
                 opened = clock()
-                limit = frames_for_pixels(shape_of(item), max_batch, max_pixels)
+                limit = min(max_batch, frames_for(shape_of(item))) if frames_for else max_batch
             pending.append(item)
             if len(pending) >= limit:
                 yield Batch(seq, pending)

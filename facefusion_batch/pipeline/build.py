@@ -34,6 +34,7 @@ from facefusion_batch.models.prepare import prepared_path, variant_catalog
 from facefusion_batch.models.topology import Topology, load_topology
 from facefusion_batch.pipeline.stages import FacePipeline
 from facefusion_batch.runtime.backends import select_backend
+from facefusion_batch.runtime.batching import HOST, BatchPolicy
 from facefusion_batch.runtime.device import DeviceSettings
 from facefusion_batch.runtime.session import Backend, Session
 from facefusion_batch.swap.classical import ClassicalSettings, ClassicalSwapper, SourceFace, prepare_source
@@ -71,8 +72,10 @@ class Models:
         paths: dict[str, str] | None = None,
         models_dir: Path | None = None,
         mesh_settings: MeshSettings | None = None,
+        policy: BatchPolicy = HOST,
     ) -> None:
         self.backend = backend
+        self.policy = policy  # how many items each stage's model calls take
         self.detector = detector
         self.paths = paths if paths is not None else {}
         self.models_dir = models_dir
@@ -117,6 +120,7 @@ def load_models(
     models_dir: Path | None,
     detector: DetectorSettings = DetectorSettings(),
     mesh: MeshSettings = MeshSettings(),
+    policy: BatchPolicy | None = None,
 ) -> Models:
     """The backend of `device` (or of a backend's name) and the detector; the face mesh and
     topology follow when first used."""
@@ -130,6 +134,7 @@ def load_models(
         paths={DETECTOR_MODEL: str(path)},
         models_dir=models_dir,
         mesh_settings=mesh,
+        policy=policy or BatchPolicy(on_gpu=device.on_gpu, max_batch=device.max_batch),
     )
 
 
@@ -214,11 +219,18 @@ def build_pipeline(
     masks = learned.masks
     occluder = parser = None
     if "occlusion" in masks.types and (swapper_name or learned.enhancer_model):
-        occluder = Occluder(load_learned(models, masks.occluder_model)[0], MODELS[masks.occluder_model].size)
+        occluder = Occluder(
+            load_learned(models, masks.occluder_model)[0], MODELS[masks.occluder_model].size, models.policy
+        )
     if "region" in masks.types and swapper_name:
         model = MODELS[masks.parser_model]
         parser = RegionParser(
-            load_learned(models, masks.parser_model)[0], masks.regions, model.size, model.mean, model.std
+            load_learned(models, masks.parser_model)[0],
+            masks.regions,
+            model.size,
+            model.mean,
+            model.std,
+            models.policy,
         )
     if swapper_name is None:
         sources = prepare_sources(models, source_paths, settings.classical, source_face_index)
@@ -241,7 +253,14 @@ def build_pipeline(
                 raise ValueError("a swapper weight other than 0.5 needs the target faces' embeddings")
             stages.append(recogniser)
         stages.append(
-            LearnedSwapper(session, model, identity, CropMasker(masks, occluder, parser), learned.pixel_boost)
+            LearnedSwapper(
+                session,
+                model,
+                identity,
+                CropMasker(masks, occluder, parser),
+                learned.pixel_boost,
+                models.policy,
+            )
         )
     if learned.enhancer_model:
         stages.append(
@@ -251,6 +270,7 @@ def build_pipeline(
                 blend=learned.enhancer_blend,
                 mask_blur=masks.blur,
                 occluder=occluder,
+                policy=models.policy,
             )
         )
     return FacePipeline(models.detector, stages, timer, swapper=swapper_name or "classical")
@@ -331,7 +351,7 @@ def load_recogniser(models: Models, *, required_by: str) -> Recogniser:
             f"fetch it with `ffbatch models fetch {RECOGNISER}`, or point --models-dir at a "
             f"directory holding {RECOGNISER}.onnx (FaceFusion's .assets/models)"
         )
-    return Recogniser(load_learned(models, RECOGNISER)[0], MODELS[RECOGNISER])
+    return Recogniser(load_learned(models, RECOGNISER)[0], MODELS[RECOGNISER], models.policy)
 
 
 def learned_sources(

@@ -33,8 +33,8 @@ import numpy as np
 
 from facefusion_batch.config import RenderSettings
 from facefusion_batch.errors import EXIT_TERMINATED, Interrupted
-from facefusion_batch.kernels import make_kernels
 from facefusion_batch.kernels.base import Kernels
+from facefusion_batch.kernels.factory import make_kernels
 from facefusion_batch.pipeline.batcher import Batch, batches
 from facefusion_batch.pipeline.build import Models, build_pipeline, load_models
 from facefusion_batch.pipeline.executor import run_ordered
@@ -177,6 +177,7 @@ class Renderer:
             models_dir=settings.models_dir,
             detector=settings.detector,
             mesh=settings.mesh,
+            policy=settings.batch_policy,
         )
         pipeline = build_pipeline(
             models,
@@ -247,8 +248,8 @@ def run_frames(
 
         return process
 
-    max_pixels = batch_pixel_budget(renderer.models.backend, settings.batch_size)
-    stream = batches(frames, settings.batch_size, settings.batch_window_ms, max_pixels=max_pixels)
+    policy = settings.batch_policy
+    stream = batches(frames, settings.batch_size, settings.batch_window_ms, frames_for=policy.frames_for)
     for batch, (result, latency) in run_ordered(stream, workers=settings.workers, make_worker=make_worker):
         with timer.stage("write"):
             for frame, image in zip(batch.items, result.frames, strict=True):
@@ -299,21 +300,6 @@ def read_ranges(
             yield from reader
         finally:
             reader.close()
-
-
-# the pixels of 8 1080p frames: 4K gets batches of 2, 8K of 1 on the CPU; memory stays bounded
-CPU_BATCH_PIXELS = 8 * 1920 * 1080
-# a 1080p frame as packed yuv420p planes ([1620, 1920]); BGR 1080p counts 1920 x 1080
-DEVICE_FRAME_PIXELS = 1920 * 1620
-
-
-def batch_pixel_budget(backend, batch_size: int) -> int:
-    """Most pixels one batch may hold. GPU backends: the batch asked for (--max-batch) of frames
-    up to 1080p, proportionally fewer of larger ones (the memory guard may cut further); the CPU:
-    CPU_BATCH_PIXELS, whatever the batch size, to bound host memory."""
-    if getattr(backend, "device", None) is not None:
-        return max(1, batch_size) * DEVICE_FRAME_PIXELS
-    return CPU_BATCH_PIXELS
 
 
 def log_start(settings: RenderSettings, info: VideoInfo, report: RenderReport, frames: int | None) -> None:

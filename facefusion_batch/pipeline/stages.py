@@ -75,17 +75,6 @@ class FacePipeline:
         """The stage called `name` (None if the pipeline has none)."""
         return next((s for s in self.stages if s.name == name), None)
 
-    def analyse(self, k: Kernels, images: list[np.ndarray]) -> tuple[FaceTable, int]:
-        """The faces the stages before the swap keep (selected, meshed), and how many were found."""
-        with k.scope():
-            frames = k.upload(images)
-            table, found = self._detect(k, frames)
-            for stage in self.stages:
-                if stage.name in ("swap", "enhance"):
-                    break
-                table = self._run(stage, k, frames, table)
-        return table, found
-
     def _detect(self, k: Kernels, frames: Frames) -> tuple[FaceTable, int]:
         with self._timer.stage(self.detector.name):
             table = self.detector(k, frames)

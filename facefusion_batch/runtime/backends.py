@@ -20,6 +20,8 @@ from facefusion_batch.runtime.device import DeviceSettings
 from facefusion_batch.runtime.engine_cache import EngineCache, MachineKey
 from facefusion_batch.runtime.onnxruntime_backend import OnnxRuntimeCpuBackend
 from facefusion_batch.runtime.session import Backend
+from facefusion_batch.runtime.tensorrt_backend import TensorRTBackend
+from facefusion_batch.runtime.torch_backend import TorchBackend
 
 log = logging.getLogger("ffbatch")
 
@@ -147,9 +149,5 @@ def select_backend(device: DeviceSettings, *, threads: int | None = None) -> Bac
             "use --backend cpu or auto"
         )
     if device.backend == "cuda":
-        from facefusion_batch.runtime.torch_backend import TorchBackend
-
         return TorchBackend(device)
-    from facefusion_batch.runtime.tensorrt_backend import TensorRTBackend
-
     return TensorRTBackend(device)

@@ -3,10 +3,10 @@
 A model's memory cost is `fixed + per_item × batch`. It is measured once per
 model, input shape, precision and GPU (two small runs, peak allocation of
 each) and cached on disk. The batch limit is what fits in a share of the free
-memory divided among the streams. If a call still runs out of memory (another
-process grew, fragmentation), the same items are split in halves and retried,
-down to one item; the limit drops for the calls that follow, and the report
-says so.
+memory divided among the streams (`BatchPolicy.device_items`, runtime/batching.py).
+If a call still runs out of memory (another process grew, fragmentation), the
+same items are split in halves and retried, down to one item; the limit drops
+for the calls that follow, and the report says so.
 """
 
 from __future__ import annotations
@@ -41,25 +41,6 @@ def is_out_of_memory(exc: BaseException) -> bool:
         return True
     text = str(exc).lower().replace(" ", "")
     return any(marker.replace(" ", "") in text for marker in _OOM_MARKERS)
-
-
-def batch_size_for(
-    free_bytes: int,
-    per_item_bytes: int,
-    *,
-    fixed_bytes: int = 0,
-    fraction: float = 0.8,
-    streams: int = 1,
-    cap: int | None = None,
-) -> int:
-    """Largest batch whose cost fits in `fraction` of the free memory shared by `streams`.
-
-    Never below 1: a batch of one either fits or fails loudly, it is not skipped.
-    """
-    budget = free_bytes * fraction / max(1, streams) - fixed_bytes
-    size = int(budget // per_item_bytes) if per_item_bytes > 0 else (cap or 1 << 16)
-    size = max(1, size)
-    return min(size, cap) if cap is not None else size
 
 
 @dataclass(frozen=True)

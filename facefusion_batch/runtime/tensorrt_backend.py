@@ -33,15 +33,21 @@ from typing import Any
 import numpy as np
 
 from facefusion_batch.errors import BackendUnavailableError, ModelError
+from facefusion_batch.models import store
+from facefusion_batch.models.convert import to_float16, write_model_atomically
+from facefusion_batch.models.prepare import variant_catalog, variant_name
+from facefusion_batch.runtime.batching import BatchPolicy
 from facefusion_batch.runtime.device import DeviceSettings
 from facefusion_batch.runtime.engine_cache import (
     EngineCache,
     EngineKey,
     MachineKey,
+    _write_atomic,
     input_profiles,
     slug,
 )
 from facefusion_batch.runtime.memory import MemoryGuard, batch_of, merge_outputs, split_feeds
+from facefusion_batch.runtime.nvml import NvmlSampler
 from facefusion_batch.runtime.session import TensorInfo
 from facefusion_batch.runtime.streams import (
     DeviceTimer,
@@ -51,11 +57,17 @@ from facefusion_batch.runtime.streams import (
     on_thread_stream,
     upload,
 )
+from facefusion_batch.runtime.torch_backend import (
+    file_sha256,
+    graph_signature,
+    output_batch_axes,
+    probe_feeds,
+    relative_deviation,
+)
 
 log = logging.getLogger("ffbatch")
 
 WORKSPACE_BYTES = 2 << 30
-DEFAULT_MAX_BATCH = 16  # frames; the render's default batch size fits
 # faces per frame a face-level model is profiled for (its batch is faces, not frames)
 FACES_PER_FRAME = {"face_mesh_468": 4}
 # symbolic spatial dims by name: (min, opt, max); YuNet's canvas is at most 640², 640×384 for 16:9
@@ -99,13 +111,6 @@ def machine_key(trt: ModuleType, device_index: int) -> MachineKey:
     return MachineKey(gpu=p.name, sm=f"sm_{p.major}{p.minor}", tensorrt=str(trt.__version__))
 
 
-def tensorrt_major(trt: ModuleType) -> int:
-    try:
-        return int(str(trt.__version__).split(".")[0])
-    except ValueError:
-        return 10
-
-
 def has_qdq(path: Path) -> bool:
     import onnx
 
@@ -116,9 +121,6 @@ def has_qdq(path: Path) -> bool:
 def fp16_onnx(src: Path, sha256: str, work_dir: Path) -> Path:
     """`src` converted to float16 compute (inputs/outputs float32), cached beside the engines."""
     import onnx
-
-    from facefusion_batch.models.convert import to_float16
-    from facefusion_batch.models.prepare import write_model_atomically
 
     dst = work_dir / "onnx" / f"{slug(src.stem)}-{sha256[:12]}-fp16.onnx"
     if not dst.is_file():
@@ -170,7 +172,6 @@ def build_engine(
     serialized = builder.build_serialized_network(network, config)
     if serialized is None:
         raise ModelError(f"TensorRT could not build an engine from {onnx_path} (see its log above)")
-    from facefusion_batch.runtime.engine_cache import _write_atomic
 
     _write_atomic(timing_cache, bytes(memoryview(config.get_timing_cache().serialize())))
     meta = {
@@ -217,7 +218,6 @@ class TensorRTSession:
         self.dtypes = {n: _torch_dtype(trt, self.engine.get_tensor_dtype(n)) for n in names}
         self.inputs = inputs
         self.outputs = outputs
-        from facefusion_batch.runtime.torch_backend import output_batch_axes
 
         self.output_axes = output_batch_axes(outputs)
         self.max_batch = int(self.engine.get_tensor_profile_shape(self.input_names[0], 0)[2][0])
@@ -319,11 +319,10 @@ class TensorRTBackend:
             ) from None
         self.machine = machine_key(self.trt, index)
         self.cache = EngineCache(self.options.engines_dir)
-        self.max_batch = self.options.max_batch or DEFAULT_MAX_BATCH
+        self.max_batch = BatchPolicy(on_gpu=True, max_batch=self.options.max_batch).profile_max()
         self.gate = ExclusiveGate()
         self.timer = DeviceTimer()
         self.sessions: list[TensorRTSession] = []
-        from facefusion_batch.runtime.nvml import NvmlSampler
 
         self._sampler = NvmlSampler([index], names={index: self.machine.gpu}).start()
 
@@ -332,8 +331,6 @@ class TensorRTBackend:
     def engine_for(self, model_path: Path, label: str, precision: str, onnx_override: Path | None = None):
         """(engine path, key, inputs, outputs) for one model at one precision: found or built."""
         import onnx
-
-        from facefusion_batch.runtime.torch_backend import file_sha256, graph_signature
 
         model_path = Path(model_path)
         sha = file_sha256(model_path)
@@ -408,8 +405,6 @@ class TensorRTBackend:
 
 def int8_onnx(label: str) -> Path:
     """The store's explicitly quantized variant of `label` (`NAME@int8`), made on demand."""
-    from facefusion_batch.models import store
-    from facefusion_batch.models.prepare import variant_catalog, variant_name
 
     try:
         return store.model_path(variant_name(label, "int8"), catalog=variant_catalog(label))
@@ -423,8 +418,6 @@ def int8_onnx(label: str) -> Path:
 def engine_deviation(session: TensorRTSession, onnx_path: Path) -> float:
     """max |engine − onnxruntime fp32| relative to each output's range, on a seeded probe."""
     import onnxruntime as ort
-
-    from facefusion_batch.runtime.torch_backend import probe_feeds, relative_deviation
 
     feeds = probe_feeds(session.inputs)
     options = ort.SessionOptions()

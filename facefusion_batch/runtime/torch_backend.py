@@ -21,16 +21,18 @@ import numpy as np
 
 from facefusion_batch import fsutil
 from facefusion_batch.errors import BackendUnavailableError, ModelError
+from facefusion_batch.paths import ffbatch_home
+from facefusion_batch.runtime.batching import BatchPolicy
 from facefusion_batch.runtime.device import DeviceSettings
 from facefusion_batch.runtime.memory import (
     CostCache,
     MemoryGuard,
     batch_of,
-    batch_size_for,
     measure_cost,
     merge_outputs,
     split_feeds,
 )
+from facefusion_batch.runtime.nvml import NvmlSampler
 from facefusion_batch.runtime.session import TensorInfo
 from facefusion_batch.runtime.streams import (
     DeviceTimer,
@@ -192,7 +194,7 @@ class TorchSession:
         def call(start: int, stop: int) -> dict[str, Any]:
             part = split_feeds(feeds, start, stop) if (start, stop) != (0, n) else feeds
             rows = stop - start
-            padded = bucket_batch(rows, self.guard.limit) if self.backend.pad_batches else rows
+            padded = BatchPolicy.bucket(rows, self.guard.limit) if self.backend.pad_batches else rows
             if padded != rows:
                 part = pad_feeds(part, rows, padded)
             with self.backend.gate.shared(), self.backend.timer.stage(self.label, self.device):
@@ -215,16 +217,6 @@ class TorchSession:
             limit = self.backend.plan_batch(self, feeds, key)
             self.guard.set_limit(limit)
             self._measured.add(key)
-
-
-def bucket_batch(rows: int, limit: int | None = None) -> int:
-    """The batch a call of `rows` items runs at on a GPU: 1, 2, 4, 8, then multiples of 16 (never
-    above the memory guard's `limit`). Face counts vary from batch to batch; with cuDNN's autotuner
-    on, each new shape is tuned once, so few distinct shapes keep tuning out of the steady state."""
-    if rows <= 0:
-        return rows
-    padded = 1 << (rows - 1).bit_length() if rows <= 8 else -(-rows // 16) * 16
-    return max(rows, min(padded, limit)) if limit else padded
 
 
 def pad_feeds(feeds: dict[str, Any], rows: int, padded: int) -> dict[str, Any]:
@@ -265,6 +257,7 @@ class TorchBackend:
         import torch
 
         self.options = (options or DeviceSettings(backend=self.name, precision="auto")).validated()
+        self.policy = BatchPolicy(on_gpu=True, max_batch=self.options.max_batch)
         if device is None:
             if not torch.cuda.is_available():
                 raise BackendUnavailableError(
@@ -277,7 +270,7 @@ class TorchBackend:
                 )
             device = f"cuda:{self.options.gpu}"
         self.device = device
-        # bucketed batch shapes (bucket_batch) where cuDNN autotunes each new shape: on a GPU
+        # bucketed batch shapes (BatchPolicy.bucket) where cuDNN autotunes each new shape: on a GPU
         self.pad_batches = is_cuda(device)
         self.gate = ExclusiveGate()
         self.timer = DeviceTimer()
@@ -286,8 +279,6 @@ class TorchBackend:
         self._costs: CostCache | None = None
         if is_cuda(device):
             torch.backends.cudnn.benchmark = True  # fixed shapes per job: pick the fastest kernels once
-            from facefusion_batch.paths import ffbatch_home
-            from facefusion_batch.runtime.nvml import NvmlSampler
 
             self._costs = CostCache(ffbatch_home() / "cache" / "memory-costs.json")
             index = torch.device(device).index or 0
@@ -342,13 +333,12 @@ class TorchBackend:
         # torch's cache counts as used by the driver, but this process can reuse it
         free += torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
         streams = self.options.streams or 1
-        limit = batch_size_for(
+        limit = self.policy.device_items(
             free,
             cost.per_item_bytes,
             fixed_bytes=cost.fixed_bytes,
             fraction=self.options.memory_fraction,
             streams=streams,
-            cap=self.options.max_batch,
         )
         log.debug(
             "%s: %.1f MiB per item + %.1f MiB fixed; batch limit %d (%.0f MiB free, %d streams)",

@@ -15,7 +15,7 @@ from facefusion_batch.faces.table import FaceTable
 from facefusion_batch.kernels.base import Frames, Kernels
 from facefusion_batch.kernels.host_ops import box_mask
 from facefusion_batch.models.facefusion import LearnedModel
-from facefusion_batch.runtime.batching import batch_limit
+from facefusion_batch.runtime.batching import HOST, BatchPolicy
 from facefusion_batch.runtime.session import Session
 from facefusion_batch.swap.masks import Occluder
 
@@ -35,6 +35,7 @@ class FaceEnhancer:
         blend: int = 80,
         mask_blur: float = 0.3,
         occluder: Occluder | None = None,
+        policy: BatchPolicy = HOST,
     ) -> None:
         names = [t.name for t in session.inputs]
         self.input_name = "input" if "input" in names else names[0]
@@ -44,7 +45,7 @@ class FaceEnhancer:
         self.blend = blend / 100.0
         self.mask_blur = mask_blur
         self.occluder = occluder
-        self.max_batch = batch_limit(model.size, channels=64)
+        self.max_batch = policy.items_per_call(model.size, channels=64)
 
     def __call__(self, k: Kernels, frames: Frames, table: FaceTable) -> FaceTable:
         if len(table) == 0 or self.blend <= 0:

@@ -19,7 +19,7 @@ from facefusion_batch.faces.identity import IdentityEncoder
 from facefusion_batch.faces.table import FaceTable
 from facefusion_batch.kernels.base import Array, Frames, Kernels
 from facefusion_batch.models.facefusion import LearnedModel
-from facefusion_batch.runtime.batching import batch_limit
+from facefusion_batch.runtime.batching import HOST, BatchPolicy
 from facefusion_batch.runtime.session import Session
 from facefusion_batch.swap.masks import CropMasker, MaskSettings
 from facefusion_batch.timing import StageTimer
@@ -55,6 +55,7 @@ class LearnedSwapper:
         identity: IdentityEncoder,
         masker: CropMasker,
         pixel_boost: int | None = None,
+        policy: BatchPolicy = HOST,
     ) -> None:
         names = {t.name for t in session.inputs}
         missing = {"source", "target"} - names
@@ -71,13 +72,8 @@ class LearnedSwapper:
         self.masker = masker
         self.crop_size = crop
         self.tiles = crop // model.size
-        self.max_batch = batch_limit(model.size)
+        self.max_batch = policy.items_per_call(model.size)
         self.timer = StageTimer()  # the pipeline hands it the job's; this stage times its parts
-
-    @property
-    def needs_embeddings(self) -> bool:
-        """Whether the targets' own embeddings blend in (a swapper weight other than 0.5)."""
-        return self.identity.needs_target_embeddings
 
     def swap_crops(self, k: Kernels, crops: Array, identity: Array) -> Array:
         """Aligned crops (uint8-valued BGR) and one identity row per face → swapped crops (BGR

@@ -18,7 +18,7 @@ import numpy as np
 
 from facefusion_batch.kernels.base import Array, Kernels
 from facefusion_batch.kernels.host_ops import box_mask
-from facefusion_batch.runtime.batching import batch_limit
+from facefusion_batch.runtime.batching import HOST, BatchPolicy
 from facefusion_batch.runtime.session import Session
 
 MASK_TYPES = ("box", "occlusion", "region")
@@ -50,11 +50,11 @@ class MaskSettings:
 class Occluder:
     """A model stage: crops (uint8-valued BGR) → occlusion masks [F,S,S] (1 = face visible)."""
 
-    def __init__(self, session: Session, size: int = 256) -> None:
+    def __init__(self, session: Session, size: int = 256, policy: BatchPolicy = HOST) -> None:
         self.session = session
         self.size = size
         self.input_name = session.inputs[0].name
-        self.max_batch = batch_limit(size, channels=64)
+        self.max_batch = policy.items_per_call(size, channels=64)
 
     def __call__(self, k: Kernels, crops: Array, count: int, crop_size: int) -> Array:
         x = k.model_input(k.resize_crops(crops, self.size), rgb=False, nhwc=True)  # BGR /255, as trained
@@ -72,6 +72,7 @@ class RegionParser:
         size: int = 512,
         mean: tuple[float, ...] = (0.485, 0.456, 0.406),
         std: tuple[float, ...] = (0.229, 0.224, 0.225),
+        policy: BatchPolicy = HOST,
     ) -> None:
         unknown = [r for r in regions if r not in REGION_CLASSES]
         if unknown:
@@ -82,7 +83,7 @@ class RegionParser:
         self.mean = tuple(mean)
         self.std = tuple(std)
         self.input_name = session.inputs[0].name
-        self.max_batch = batch_limit(size, channels=64)
+        self.max_batch = policy.items_per_call(size, channels=64)
 
     def __call__(self, k: Kernels, crops: Array, count: int, crop_size: int) -> Array:
         x = k.model_input(k.resize_crops(crops, self.size), self.mean, self.std)

@@ -37,6 +37,15 @@ from facefusion_batch.runtime.torch_backend import file_sha256, graph_signature
 log = logging.getLogger("ffbatch")
 
 
+def engine_device(
+    *, gpu: int = 0, precision: str = "auto", max_batch: int | None = None, engines_dir: Path | None = None
+) -> DeviceSettings:
+    """The device settings the engine commands work with (TensorRT on GPU `gpu`), validated."""
+    return DeviceSettings(
+        backend="tensorrt", gpu=gpu, precision=precision, max_batch=max_batch, engines_dir=engines_dir
+    ).validated()
+
+
 def default_models() -> list[str]:
     return [DEFAULT_DETECTOR, DEFAULT_MESH]
 

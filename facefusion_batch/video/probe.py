@@ -56,11 +56,6 @@ class VideoInfo:
     color_primaries: int = 2
     color_trc: int = 2
 
-    @property
-    def fps(self) -> float | None:
-        """The average frame rate as a float, or None if unknown."""
-        return float(self.average_rate) if self.average_rate else None
-
 
 def rotation_from_display(ccw_degrees: float) -> int:
     """Turn PyAV's `VideoFrame.rotation` into our clockwise 0/90/180/270.

@@ -27,6 +27,7 @@ import av
 import av.error
 
 from facefusion_batch.errors import InputError
+from facefusion_batch.video.probe import pick_video_stream
 
 TAG_FRAMES = "ffbatch_frames"
 TAG_FRAME_COUNT = "ffbatch_frame_count"
@@ -100,8 +101,6 @@ def frame_index(path: str | Path, stream_index: int | None = None) -> FrameIndex
         raise InputError(f"input video {path} cannot be read: {exc}") from None
     try:
         if stream_index is None:
-            from facefusion_batch.video.probe import pick_video_stream
-
             stream = pick_video_stream(container)
             if stream is None:
                 raise InputError(f"input video {path} has no video stream")

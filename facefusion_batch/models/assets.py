@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .models import store
-from .models.catalog import CATALOG
+from . import store
+from .catalog import CATALOG
 
 
 def asset_names() -> list[str]:
