@@ -152,6 +152,13 @@ ReferenceDistanceOpt = Annotated[
     float, typer.Option(help="Faces within this distance (1 − cos)/2 of the reference are swapped.")
 ]
 ScoreThresholdOpt = Annotated[float, typer.Option(help="Face detector score threshold.")]
+SmoothingOpt = Annotated[
+    float,
+    typer.Option(
+        help="Landmark smoothing along each face's track (One Euro filter): 0 off, 1 default, "
+        "more smooths more (at the cost of lag on fast motion)."
+    ),
+]
 SourceFaceIndexOpt = Annotated[
     int,
     typer.Option(
@@ -273,6 +280,7 @@ def render(
     reference_face_position: ReferenceFacePositionOpt = 0,
     reference_distance: ReferenceDistanceOpt = 0.3,
     score_threshold: ScoreThresholdOpt = 0.6,
+    smoothing: SmoothingOpt = 1.0,
     on_decode_error: Annotated[
         str,
         typer.Option(
@@ -415,6 +423,7 @@ def preview(
     reference_face_position: ReferenceFacePositionOpt = 0,
     reference_distance: ReferenceDistanceOpt = 0.3,
     score_threshold: ScoreThresholdOpt = 0.6,
+    smoothing: SmoothingOpt = 1.0,
     source_face_index: SourceFaceIndexOpt = 0,
     backend: BackendOpt = "auto",
     models_dir: ModelsDirOpt = None,

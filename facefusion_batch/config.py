@@ -22,6 +22,7 @@ from typing import Any
 from facefusion_batch.errors import InputError
 from facefusion_batch.faces.detect import DetectorSettings
 from facefusion_batch.faces.mesh import MeshSettings
+from facefusion_batch.faces.track import TrackSettings
 from facefusion_batch.kernels.base import BLEND_MODES, COLOUR_MODES
 from facefusion_batch.models.facefusion import ENHANCERS, OCCLUDERS, PARSERS, SWAPPERS
 from facefusion_batch.runtime.backends import choose_backend
@@ -79,6 +80,7 @@ class RenderSettings:
     swap: ClassicalSettings | SwapSettings = field(default_factory=ClassicalSettings)
     detector: DetectorSettings = field(default_factory=DetectorSettings)
     mesh: MeshSettings = field(default_factory=MeshSettings)
+    tracking: TrackSettings = field(default_factory=TrackSettings)
     models_dir: Path | None = None
     report: Path | None = None
     overwrite: bool = False
@@ -387,6 +389,10 @@ def render_settings(
         preset=kw.pop("preset", defaults.preset),
     )
     detector = DetectorSettings(score_threshold=kw.pop("score_threshold"))
+    smoothing = kw.pop("smoothing", TrackSettings().smoothing)
+    if not math.isfinite(smoothing) or not 0 <= smoothing <= 10:
+        raise InputError(f"--smoothing must be between 0 (off) and 10 (got {smoothing:g})")
+    kw["tracking"] = TrackSettings(smoothing=smoothing)
     batch_size = kw.pop("batch_size", CPU_BATCH)
     plan = resolve_device(
         backend=kw.pop("backend", "auto"),
