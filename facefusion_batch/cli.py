@@ -94,7 +94,8 @@ BlendOpt = Annotated[str, typer.Option(help="multiband | feather | poisson.")]
 EyesMouthOpt = Annotated[
     str,
     typer.Option(
-        help="target: keep the target's eyes and mouth (its expression); source: paint the source's."
+        help="eyes: the source's eyes, following the target's eyelids, and the target's inner mouth "
+        "(default); target: keep the target's eyes and mouth; source: paint the source's both."
     ),
 ]
 ColourOpt = Annotated[
@@ -261,7 +262,7 @@ def render(
     quality: Annotated[int | None, typer.Option(help="0–100 (100 best); instead of --crf.")] = None,
     preset: Annotated[str, typer.Option(help="Encoder preset.")] = "veryfast",
     blend: BlendOpt = "multiband",
-    eyes_mouth: EyesMouthOpt = "target",
+    eyes_mouth: EyesMouthOpt = "eyes",
     colour: ColourOpt = "local",
     swapper: SwapperOpt = "auto",
     swapper_model: SwapperModelOpt = None,
@@ -404,7 +405,7 @@ def preview(
     frames: Annotated[int, typer.Option(help="How many frames to sample.")] = 4,
     faces: FacesOpt = "many",
     blend: BlendOpt = "multiband",
-    eyes_mouth: EyesMouthOpt = "target",
+    eyes_mouth: EyesMouthOpt = "eyes",
     colour: ColourOpt = "local",
     swapper: SwapperOpt = "auto",
     swapper_model: SwapperModelOpt = None,

@@ -31,6 +31,12 @@ class Case:
     swap: dict  # ClassicalSettings fields, or for a learned case LearnedSettings fields
     faces: str = "many"
     learned: bool = False  # FaceFusion stand-ins (tests/standins.py) instead of the classical swap
+    legacy: bool = True  # the classical defaults of before the swap-quality work (LEGACY)
+
+
+# The classical defaults the pre-refactor checksums were recorded with; the "defaults" case
+# renders today's (the source's eyes, the target's inner mouth, tighter local colour).
+LEGACY = {"eyes_mouth": "target", "shading_scale": 0.25, "shading_limit": (30.0, 6.0, 6.0)}
 
 
 def cases() -> list[Case]:
@@ -44,6 +50,7 @@ def cases() -> list[Case]:
         Case("colour-none", two, {"colour": "none"}),
         Case("eyes-mouth-source", two, {"eyes_mouth": "source"}),
         Case("faces-one", two, {}, faces="one"),
+        Case("defaults", every_30, {}, legacy=False),
         Case("inswapper", two, {"swapper_model": "inswapper_128"}, learned=True),
         Case(
             "hyperswap-masks-boost-weight",
@@ -90,7 +97,7 @@ def swap_settings(case: Case):
     from facefusion_batch.swap.masks import MaskSettings
 
     if not case.learned:
-        return ClassicalSettings(**case.swap)
+        return ClassicalSettings(**({**LEGACY, **case.swap} if case.legacy else case.swap))
     fields = dict(case.swap)
     fields["masks"] = MaskSettings(**fields.get("masks", {}))
     return SwapSettings(swapper="learned", learned=LearnedSettings(**fields))

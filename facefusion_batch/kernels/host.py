@@ -145,5 +145,6 @@ class HostKernels:
                 settings.colour,
                 settings.colour_strength,
                 settings.blend,
+                settings.shading_limit,
             )
             frames.painted.append((r.frame, r.x0, r.y0, r.width, r.height))
