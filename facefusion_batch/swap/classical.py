@@ -29,6 +29,7 @@ from facefusion_batch.kernels.base import (
 )
 from facefusion_batch.swap.raster import rasterize
 from facefusion_batch.swap.regions import FaceRegions
+from facefusion_batch.swap.shape import shaped_meshes
 
 EYES_MOUTH_CHOICES = ("eyes", "target", "source")
 RASTER_SPAN = 40.0  # eye-corner span (px) at which the warp map is rasterised
@@ -46,6 +47,9 @@ class ClassicalSettings:
     shading_limit: tuple[float, float, float] = (60.0, 30.0, 30.0)  # local colour: LAB bounds
     forehead_margin: float = 0.1  # IOD above the brows kept from the source (hair stays out)
     feather: float = 0.25  # IOD over which the mask ramps from 0 to 1 at its edges
+    # how far the target mesh moves toward the source's brows, nose, eye spacing and size
+    # (swap/shape.py); 0 paints the source's texture on the target's own geometry
+    shape: float = 1.0
 
     def __post_init__(self) -> None:
         if self.colour not in COLOUR_MODES:
@@ -165,6 +169,7 @@ class ClassicalSwapper:
             raise ValueError("at least one source face is needed")
         self.sources = sources
         self.settings = settings
+        self.face_regions = regions
         filled = {
             "source": (regions.left_eye, regions.right_eye, regions.lips_inner),
             "eyes": (regions.left_eye, regions.right_eye),  # warped to the target's eyelids
@@ -202,7 +207,11 @@ class ClassicalSwapper:
         scales = self.raster_scales(table)
         shapes = frame_shapes[table.frame_index].astype(np.float64)
         bounds = np.ceil(shapes * scales[:, None]).astype(np.int64)
-        dst = table.mesh[:, :, :2] * scales[:, None, None]
+        geometry = table.mesh
+        if self.settings.shape > 0 and self.settings.eyes_mouth != "target":  # the target's eyes stay put
+            sources = np.stack([self.sources[c].mesh for c in choice])
+            geometry = shaped_meshes(table.mesh, sources, self.face_regions, self.settings.shape)
+        dst = geometry[:, :, :2] * scales[:, None, None]
         cov = rasterize(dst, src_mesh, table.mesh[:, :, 2], self.triangles, bounds)
         order = np.argsort(cov.face, kind="stable")
         starts = np.searchsorted(cov.face[order], np.arange(len(table) + 1))
