@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Annotated
 
@@ -19,7 +21,16 @@ from click.core import ParameterSource
 
 from facefusion_batch import __version__
 from facefusion_batch.config import render_settings
-from facefusion_batch.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, FfbatchError, InputError
+from facefusion_batch.errors import (
+    EXIT_HANGUP,
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_TERMINATED,
+    EXIT_USAGE,
+    FfbatchError,
+    InputError,
+    Interrupted,
+)
 from facefusion_batch.farm.concat import concat_command
 from facefusion_batch.farm.jobs import run_render_command
 from facefusion_batch.farm.multi_gpu import render_on_several_gpus
@@ -556,9 +567,19 @@ def engines_verify(engines_dir: EnginesDirOpt = None) -> None:
         raise typer.Exit(EXIT_USAGE)
 
 
+def _stop(signum, frame) -> None:
+    """SIGTERM / SIGHUP in any command unwind like Ctrl-C: temporary files go, exit 143 / 129."""
+    if signum == signal.SIGHUP:
+        raise Interrupted("hung up (SIGHUP)", exit_code=EXIT_HANGUP)
+    raise Interrupted("terminated (SIGTERM)", exit_code=EXIT_TERMINATED)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: maps every failure to a message on stderr and an exit status."""
     debug = bool(os.environ.get("FFBATCH_DEBUG"))
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _stop)
+        signal.signal(signal.SIGHUP, _stop)
     try:
         code = app(args=argv, standalone_mode=False, prog_name="ffbatch")
     except typer.Exit as exc:

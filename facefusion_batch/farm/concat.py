@@ -28,7 +28,7 @@ import av
 import av.error
 
 from facefusion_batch.errors import FfbatchError, InputError, Interrupted, OutputError
-from facefusion_batch.fsutil import AtomicFile
+from facefusion_batch.fsutil import AtomicFile, check_name_length, claim_output, ffmpeg_path
 from facefusion_batch.video.audio import AudioMuxer
 from facefusion_batch.video.probe import check_readable_file, pick_video_stream
 from facefusion_batch.video.segments import TAG_FRAME_COUNT, TAG_FRAMES, TAG_INPUT, TAG_SETTINGS
@@ -88,7 +88,7 @@ def inspect_segment(path: Path) -> SegmentInfo:
     path = Path(path)
     check_readable_file(path, "segment")
     try:
-        container = av.open(str(path))
+        container = av.open(ffmpeg_path(path))
     except av.error.FFmpegError as exc:
         raise InputError(f"segment {path} cannot be read as a video: {exc}") from None
     try:
@@ -264,12 +264,12 @@ def _copy(
         options["movflags"] = "+faststart+use_metadata_tags" if metadata else "+faststart"
         if tb.numerator == 1 and tb.denominator < 2**31:
             options["video_track_timescale"] = str(tb.denominator)
-    out = av.open(str(tmp), mode="w", format=fmt, container_options=options)
+    out = av.open(ffmpeg_path(tmp), mode="w", format=fmt, container_options=options)
     audio: AudioMuxer | None = None
     packets = 0
     try:
         out.metadata.update(metadata)
-        with av.open(str(first.path)) as template:
+        with av.open(ffmpeg_path(first.path)) as template:
             video = out.add_stream_from_template(template.streams[first.stream_index])
         video.time_base = tb
         if audio_from is not None:
@@ -278,7 +278,7 @@ def _copy(
                 log.warning("--audio-from %s has no audio stream; the output has none", audio_from)
         last_dts: int | None = None
         for seg in infos:
-            with av.open(str(seg.path)) as src:
+            with av.open(ffmpeg_path(seg.path)) as src:
                 for packet in src.demux(src.streams[seg.stream_index]):
                     if not packet.size:
                         continue
@@ -324,7 +324,12 @@ def concat_command(
     segments: list[Path], output: Path, *, audio_from: Path | None, overwrite: bool, clean: bool
 ) -> JoinReport:
     """`ffbatch concat`: join, then (with --clean) delete the segments and an emptied work dir."""
-    report = join_segments(segments, output, audio_from=audio_from, overwrite=overwrite)
+    check_name_length(Path(output), "output")
+    parent = Path(output).parent if str(Path(output).parent) else Path(".")
+    if not parent.is_dir():
+        raise OutputError(f"cannot write {output}: the directory {parent} does not exist")
+    with claim_output(Path(output)):
+        report = join_segments(segments, output, audio_from=audio_from, overwrite=overwrite)
     if clean:
         parents = set()
         for seg in segments:
