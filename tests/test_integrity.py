@@ -17,9 +17,14 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-from media import decode_all, make_clip
+import typer.main
+from media import audio_packets, decode_all, make_clip
 from test_cli import assert_usage_error, ffbatch, leftovers
 
+from facefusion_batch import cli
+from facefusion_batch.config import render_settings
+from facefusion_batch.farm.manifest import file_fingerprint, settings_digest
+from facefusion_batch.farm.outputs import job_for
 from facefusion_batch.fsutil import claim_output
 from facefusion_batch.video.stills import MAX_IMAGE_PIXELS, exif_orientation, image_size, read_image
 
@@ -419,3 +424,80 @@ def test_a_full_disk_while_writing_the_report_is_exit_2(work):
         assert [p.name for p in mount.iterdir()] == ["filler"]
     finally:
         subprocess.run(["umount", str(mount)], check=False)
+
+
+# -- resume and farm integrity --------------------------------------------------------------------
+
+
+def test_the_input_fingerprint_changes_when_any_byte_changes(tmp_path):
+    path = tmp_path / "big.bin"
+    data = bytearray(np.random.default_rng(3).bytes(9 << 20))
+    path.write_bytes(bytes(data))
+    before = file_fingerprint(path)
+    data[len(data) // 2] ^= 1  # the middle: neither the first nor the last MiB
+    path.write_bytes(bytes(data))
+    os.utime(path, ns=(1, 1))  # a new mtime too (the per-run memo is keyed by it)
+    assert file_fingerprint(path) != before
+
+
+def test_segments_of_one_file_spelled_two_ways_join(work):
+    """One input named /abs/in.mp4 by one farm task and in.mp4 by another: one digest, so
+    concat accepts them; a same-size edit of the input makes the segment stale."""
+    first = ffbatch(
+        "render", work / "in.mp4", "-s", work / "face.png", "-o", work / "a.mkv", "--frames", "0:2"
+    )
+    second = ffbatch("render", "in.mp4", "-s", "face.png", "-o", "b.mkv", "--frames", "2:5", cwd=work)
+    assert first.returncode == 0 and second.returncode == 0, (first.stderr, second.stderr)
+    joined = ffbatch("concat", work / "b.mkv", "a.mkv", "-o", "j.mp4", cwd=work)
+    assert joined.returncode == 0, joined.stderr
+    (frames, tb), (want, want_tb) = decode_all(work / "j.mp4"), decode_all(work / "in.mp4")
+    assert [pts * tb for pts, _ in frames] == [pts * want_tb for pts, _ in want]
+    again = ffbatch("render", "in.mp4", "-s", "face.png", "-o", "b.mkv", "--frames", "2:5", cwd=work)
+    assert again.returncode == 0 and "up to date" in again.stderr
+    data = bytearray((work / "in.mp4").read_bytes())
+    data[-200] ^= 0xFF  # inside the last frame's data; same size
+    (work / "in.mp4").write_bytes(bytes(data))
+    edited = ffbatch("render", "in.mp4", "-s", "face.png", "-o", "b.mkv", "--frames", "2:5", cwd=work)
+    assert "up to date" not in edited.stderr
+
+
+def test_concat_joins_matroska_segments_into_mp4_with_the_audio(tmp_path, astronaut_path):
+    clip = make_clip(tmp_path / "in.mp4", frames=30, size=(96, 64), audio="aac")
+    for name, frames in (("a.mkv", "0:15"), ("b.mkv", "15:30")):
+        proc = ffbatch("render", clip, "-s", astronaut_path, "-o", tmp_path / name, "--frames", frames, "-q")
+        assert proc.returncode == 0, proc.stderr
+    out = tmp_path / "out.mp4"
+    proc = ffbatch("concat", tmp_path / "a.mkv", tmp_path / "b.mkv", "-o", out, "--audio-from", clip)
+    assert proc.returncode == 0, proc.stderr
+    got, tb = decode_all(out)
+    want, want_tb = decode_all(clip)
+    assert [p * tb for p, _ in got] == [p * want_tb for p, _ in want]
+    assert len(audio_packets(out)) == len(audio_packets(clip))
+    assert leftovers(tmp_path) == []
+
+
+def test_the_settings_digest_is_free_of_path_spelling(work, monkeypatch):
+    """The input, the sources and the reference photo spelled relative or absolute, or through a
+    symbolic link: one digest (the files' contents decide it)."""
+    monkeypatch.chdir(work)
+    (work / "link").symlink_to(work)
+    options = ["--faces", "reference", "--reference-face", "face.png", "--backend", "cpu"]
+
+    def digest(input_path: str, source: str, reference: str) -> str:
+        ctx = (
+            typer.main.get_command(cli.app)
+            .commands["render"]
+            .make_context(
+                "render",
+                [input_path, "-s", source, "-o", "o.mp4", *options[:2], "--reference-face", reference],
+            )
+        )
+        settings, _ = render_settings(ctx.params)
+        return settings_digest(job_for(settings, Path(input_path), Path("o.mp4")))
+
+    relative = digest("in.mp4", "face.png", "face.png")
+    assert digest(str(work / "in.mp4"), str(work / "face.png"), str(work / "face.png")) == relative
+    assert digest("link/in.mp4", "link/face.png", "./face.png") == relative
+    shutil.copy(work / "face.png", work / "other.png")
+    (work / "other.png").write_bytes((work / "other.png").read_bytes() + b"\0")
+    assert digest("in.mp4", "face.png", "other.png") != relative

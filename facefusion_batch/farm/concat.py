@@ -56,6 +56,8 @@ class SegmentInfo:
     frame_count: int | None
     settings: str | None
     input: str | None
+    decode_pts: tuple[int, ...] = ()  # every packet's pts, in decode (file) order
+    dts_missing: bool = False  # Matroska stores no dts: the first packets of a B-frame stream lack one
 
     def describe_codec(self) -> str:
         return f"{self.codec} {self.width}x{self.height} {self.pix_fmt}, time base {self.time_base}"
@@ -98,6 +100,7 @@ def inspect_segment(path: Path) -> SegmentInfo:
         par = stream.codec_context
         pts: list[int] = []
         first_key = None
+        dts_missing = pts_missing = False
         for packet in container.demux(stream):
             if not packet.size:
                 continue
@@ -105,6 +108,8 @@ def inspect_segment(path: Path) -> SegmentInfo:
                 first_key = bool(packet.is_keyframe)
             if packet.pts is not None:
                 pts.append(packet.pts)
+            dts_missing |= packet.dts is None
+            pts_missing |= packet.pts is None
         tags = {k.lower(): v for k, v in container.metadata.items()}
         if not pts:
             raise InputError(f"segment {path} holds no video frames")
@@ -129,6 +134,8 @@ def inspect_segment(path: Path) -> SegmentInfo:
             frame_count=int(count) if count and count.isdigit() else None,
             settings=tags.get(TAG_SETTINGS),
             input=tags.get(TAG_INPUT),
+            decode_pts=() if pts_missing else tuple(pts),
+            dts_missing=dts_missing,
         )
     except av.error.FFmpegError as exc:
         raise InputError(f"segment {path} is damaged: {exc}") from None
@@ -278,10 +285,11 @@ def _copy(
                 log.warning("--audio-from %s has no audio stream; the output has none", audio_from)
         last_dts: int | None = None
         for seg in infos:
+            dts = decode_timestamps(seg) if seg.dts_missing else None
             with av.open(ffmpeg_path(seg.path)) as src:
-                for packet in src.demux(src.streams[seg.stream_index]):
-                    if not packet.size:
-                        continue
+                for n, packet in enumerate(p for p in src.demux(src.streams[seg.stream_index]) if p.size):
+                    if dts is not None:
+                        packet.dts = dts[n]
                     # Separately encoded segments each start their decode clock a few frames early;
                     # where that reaches back past the previous segment, move it forward (dts <= pts).
                     if packet.dts is not None and last_dts is not None and packet.dts <= last_dts:
@@ -311,6 +319,20 @@ def _copy(
         audio.close()
     out.close()
     return packets, audio_packets
+
+
+def decode_timestamps(seg: SegmentInfo) -> list[int] | None:
+    """A dts for every packet of a segment whose container stores none (Matroska): packet i
+    decodes at the i-th smallest pts, shifted back by the reorder depth so that no packet decodes
+    after it is shown; the first ones step back by the frame duration. None if a pts is missing."""
+    order = list(seg.decode_pts)
+    if not order:
+        return None
+    ranked = sorted(order)
+    rank = {pts: i for i, pts in enumerate(ranked)}
+    depth = max(0, max(i - rank[pts] for i, pts in enumerate(order)))
+    step = int(seg.frame_step) if seg.frame_step else 1
+    return [ranked[i - depth] if i >= depth else ranked[0] - (depth - i) * step for i in range(len(order))]
 
 
 def _same_file(a: Path, b: Path) -> bool:
