@@ -301,7 +301,12 @@ def render(
     ] = "none",
     source_face_index: SourceFaceIndexOpt = 0,
     models_dir: ModelsDirOpt = None,
-    report: Annotated[Path | None, typer.Option(help="Write a JSON report here.")] = None,
+    report: Annotated[
+        Path | None, typer.Option(help="Write a JSON report here (also for a failed or interrupted job).")
+    ] = None,
+    fail_if_no_faces: Annotated[
+        bool, typer.Option(help="Exit 2, writing nothing, when not one face was swapped.")
+    ] = False,
     overwrite: Annotated[bool, typer.Option(help="Replace an existing output file.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar, warnings only.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,

@@ -93,6 +93,7 @@ class RenderSettings:
     # what a frame the decoder cannot deliver does: fail the job, or skip (replaced, pts kept)
     on_decode_error: str = "fail"
     source_face_index: int = 0  # which face of each --source photo, largest first
+    fail_if_no_faces: bool = False  # exit 2, writing nothing, when not one face was swapped
 
     @property
     def batch_policy(self) -> BatchPolicy:

@@ -501,3 +501,47 @@ def test_the_settings_digest_is_free_of_path_spelling(work, monkeypatch):
     shutil.copy(work / "face.png", work / "other.png")
     (work / "other.png").write_bytes((work / "other.png").read_bytes() + b"\0")
     assert digest("in.mp4", "face.png", "other.png") != relative
+
+
+def test_a_piped_stderr_gets_plain_progress_lines(tmp_path, face_clip_long, astronaut_path):
+    out = tmp_path / "o.mp4"
+    env = {**os.environ, "FFBATCH_PROGRESS_SECONDS": "0.5"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "facefusion_batch", "render", face_clip_long, "-s", astronaut_path, "-o", out],
+        capture_output=True, text=True, env=env, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("ffbatch: progress: ")]
+    assert len(lines) >= 2, proc.stderr
+    done = [int(line.split()[2].split("/")[0]) for line in lines]
+    assert done == sorted(done) and all(line.split()[2].endswith("/120") for line in lines)
+    assert "\r" not in proc.stderr  # no bar redrawn into a log
+
+
+def test_fail_if_no_faces_writes_nothing_and_zero_faces_warns(work):
+    proc = render(work, "--fail-if-no-faces", "--report", work / "r.json")  # synthetic frames: no face
+    assert_usage_error(proc, "--fail-if-no-faces", "no face was swapped")
+    assert not (work / "out.mp4").exists() and leftovers(work) == []
+    assert json.loads((work / "r.json").read_text())["status"] == "failed"
+    proc = ffbatch(
+        "render",
+        work / "in.mp4",
+        "-s",
+        work / "face.png",
+        "-o",
+        work / "out.mp4",
+        "--report",
+        work / "r.json",
+    )
+    assert proc.returncode == 0 and "0 faces swapped" in proc.stderr
+    assert any("0 faces swapped" in w for w in json.loads((work / "r.json").read_text())["warnings"])
+    chunked = render(work, "--fail-if-no-faces", "--chunk-frames", "2", out="chunked.mp4")
+    assert_usage_error(chunked, "--fail-if-no-faces")
+    assert not (work / "chunked.mp4").exists() and leftovers(work) == []
+
+
+def test_fail_if_no_faces_passes_when_faces_are_swapped(tmp_path, face_clip, astronaut_path):
+    out = tmp_path / "o.mp4"
+    proc = ffbatch("render", face_clip, "-s", astronaut_path, "-o", out, "-q", "--fail-if-no-faces")
+    assert proc.returncode == 0, proc.stderr
+    assert len(decode_all(out)[0]) == 24

@@ -42,6 +42,7 @@ from facefusion_batch.pipeline.report import WarningLog, peak_rss_mb
 from facefusion_batch.pipeline.run import (
     JobReport,
     Renderer,
+    check_faces_swapped,
     log_start,
     pixel_format_of,
     render_into,
@@ -183,6 +184,13 @@ def _render_claimed(settings, on_progress, on_start, renderer, output_tags, star
         else:
             _render_plain(renderer, settings, info, report, timer, on_progress, on_start, output_tags)
     report.audio = report.audio or ("copied" if info.audio_streams else "none")
+    if report.faces_swapped == 0 and report.frames_out and not report.segments.get("reused"):
+        log.warning(
+            "0 faces swapped in %s (%d faces found in %d frames): the output is the input re-encoded",
+            settings.input,
+            report.faces_found,
+            report.frames_out,
+        )
     report.stage_seconds = dict(timer.seconds)
     report.wall_seconds = time.perf_counter() - started
     report.peak_rss_mb = peak_rss_mb()
@@ -220,6 +228,7 @@ def render_still(settings: RenderSettings, renderer: Renderer | None, started: f
     report = renderer.new_report(settings)
     with timer.stage("swap_image"):
         result = renderer.swap([image])
+    check_faces_swapped(settings, result.faces_swapped, result.faces_found, "output")
     write_image_atomically(settings.output, result.frames[0])
     report.frames_in = report.frames_out = 1
     report.faces_found = result.faces_found
@@ -232,7 +241,12 @@ def render_still(settings: RenderSettings, renderer: Renderer | None, started: f
     report.stage_seconds = dict(timer.seconds)
     report.wall_seconds = time.perf_counter() - started
     report.peak_rss_mb = peak_rss_mb()
-    log.info("swapped %d face(s) in the still image %s", result.faces_swapped, settings.input)
+    if result.faces_swapped:
+        log.info("swapped %d face(s) in the still image %s", result.faces_swapped, settings.input)
+    else:
+        log.warning(
+            "0 faces swapped in the still image %s (%d faces found)", settings.input, result.faces_found
+        )
     return report
 
 

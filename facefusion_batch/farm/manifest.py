@@ -56,6 +56,7 @@ _NOT_IN_DIGEST = frozenset(
         "frames",
         "chunk_frames",
         "force",
+        "fail_if_no_faces",
         "device",  # only what of it changes pixels: DEVICE_IN_DIGEST
     }
 )

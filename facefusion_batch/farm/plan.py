@@ -42,7 +42,7 @@ FORMATS = ("json", "shell", "slurm", "opencue")
 # render options that plan sets itself (or that make no sense per chunk)
 _NOT_PASSED = frozenset(
     {"inputs", "output", "output_dir", "output_pattern", "frames", "chunk_frames", "ray", "ray_workers"}
-    | {"report", "force", "overwrite"}
+    | {"report", "force", "overwrite", "fail_if_no_faces"}
 )
 
 
@@ -370,6 +370,10 @@ def plan_command(
         raise InputError("plan writes farm commands; --ray is for `ffbatch render`")
     if params.get("gpus"):
         raise InputError("plan: every farm task renders on one GPU; leave out --gpus")
+    if params.get("fail_if_no_faces"):
+        raise InputError(
+            "plan: --fail-if-no-faces judges a whole render; one farm chunk cannot (leave it out)"
+        )
     # the farm's hosts resolve the device themselves; this machine's GPUs say nothing about theirs
     render_settings(params, resolve=False)
     refuse_control_characters("--ffbatch", ffbatch)

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from facefusion_batch.config import RenderSettings
-from facefusion_batch.errors import EXIT_HANGUP, EXIT_TERMINATED, Interrupted
+from facefusion_batch.errors import EXIT_HANGUP, EXIT_TERMINATED, InputError, Interrupted
 from facefusion_batch.kernels.base import Kernels
 from facefusion_batch.kernels.factory import make_kernels
 from facefusion_batch.pipeline.batcher import Batch, batches
@@ -311,6 +311,15 @@ def read_ranges(
             reader.close()
 
 
+def check_faces_swapped(settings: RenderSettings, swapped: int, found: int, what: str) -> None:
+    """`--fail-if-no-faces`: a job that swapped no face fails (exit 2) before its output is kept."""
+    if settings.fail_if_no_faces and swapped == 0:
+        raise InputError(
+            f"--fail-if-no-faces: no face was swapped in {settings.input} ({found} faces found); "
+            f"the {what} was not written"
+        )
+
+
 def log_start(settings: RenderSettings, info: VideoInfo, report: RenderReport, frames: int | None) -> None:
     log.info(
         "rendering %s (%dx%d, %s frames) with %s",
@@ -337,6 +346,7 @@ def render_into(
     """Swap every frame of `reader` into `writer`. The writer is closed (its file renamed into
     place) only when everything, `check()` included, went well; otherwise it is aborted and its
     temporary file removed. `what` names the output in the interrupt message."""
+    faces_before = report.faces_swapped
     try:
         run_frames(
             renderer,
@@ -350,6 +360,7 @@ def render_into(
         )
         if check is not None:
             check()
+        check_faces_swapped(settings, report.faces_swapped - faces_before, report.faces_found, what)
         with timer.stage("finish"):
             writer.close()
     except KeyboardInterrupt:
