@@ -572,6 +572,19 @@ def engines_verify(engines_dir: EnginesDirOpt = None) -> None:
         raise typer.Exit(EXIT_USAGE)
 
 
+def _fill_closed_std_fds() -> None:
+    """A script that closed stdout (`>&-`) must not have the next file ffbatch opens (a lock, an
+    output) become fd 1, where a library's print would land: closed fds 0-2 get /dev/null."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            got = os.open(os.devnull, os.O_RDWR)
+            if got != fd:  # a lower fd was free too: it gets /dev/null on the next pass
+                os.dup2(got, fd)
+                os.close(got)
+
+
 def _stop(signum, frame) -> None:
     """SIGTERM / SIGHUP in any command unwind like Ctrl-C: temporary files go, exit 143 / 129."""
     if signum == signal.SIGHUP:
@@ -582,6 +595,7 @@ def _stop(signum, frame) -> None:
 def main(argv: list[str] | None = None) -> None:
     """Entry point: maps every failure to a message on stderr and an exit status."""
     debug = bool(os.environ.get("FFBATCH_DEBUG"))
+    _fill_closed_std_fds()
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _stop)
         signal.signal(signal.SIGHUP, _stop)

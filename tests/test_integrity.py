@@ -545,3 +545,67 @@ def test_fail_if_no_faces_passes_when_faces_are_swapped(tmp_path, face_clip, ast
     proc = ffbatch("render", face_clip, "-s", astronaut_path, "-o", out, "-q", "--fail-if-no-faces")
     assert proc.returncode == 0, proc.stderr
     assert len(decode_all(out)[0]) == 24
+
+
+def long_segment(path: Path, copies: int) -> Path:
+    """A video-only .mp4 of `copies` x 25 frames, made by muxing one encoded second again and
+    again with shifted timestamps (no B-frames, a keyframe each second): long, and quick to make."""
+    import av
+
+    with av.open(str(path), "w") as out:
+        stream = out.add_stream(
+            "libx264", rate=25, options={"x264-params": "bframes=0:keyint=25", "preset": "ultrafast"}
+        )
+        stream.width, stream.height, stream.pix_fmt = 64, 48, "yuv420p"
+        packets = []
+        for i in range(25):
+            frame = av.VideoFrame.from_ndarray(np.full((48, 64, 3), i * 9, np.uint8), format="bgr24")
+            frame.pts = i
+            packets += stream.encode(frame)
+        packets += stream.encode(None)
+        step = 25 * int(1 / (stream.time_base * 25)) if stream.time_base else 25
+        for k in range(copies):
+            for p in packets:
+                q = av.Packet(bytes(p))
+                q.pts, q.dts, q.is_keyframe = p.pts + k * step, p.dts + k * step, p.is_keyframe
+                q.time_base, q.stream = p.time_base, stream
+                out.mux(q)
+    return path
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGHUP, 129)], ids=["TERM", "HUP"])
+def test_a_signal_stops_concat_and_removes_its_partial_output(tmp_path, signum, code):
+    segment = long_segment(tmp_path / "seg.mp4", 2000)
+    out = tmp_path / "out.mp4"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "facefusion_batch", "concat", segment, "-o", out],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while (
+            not list(tmp_path.glob(".out.partial-*")) and proc.poll() is None and time.monotonic() < deadline
+        ):
+            time.sleep(0.002)
+        assert proc.poll() is None, "concat finished before the signal"
+        proc.send_signal(signum)
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == code, stderr
+    assert "Traceback" not in stderr
+    assert not out.exists() and leftovers(tmp_path) == []
+
+
+def test_a_closed_stdout_is_no_internal_error(work):
+    """`ffbatch render ... >&-`: the render works, exit 0, and no file ffbatch opens becomes fd 1."""
+    argv = [sys.executable, "-m", "facefusion_batch", "render", work / "in.mp4", "-s", work / "face.png"]
+    proc = subprocess.run(
+        [*argv, "-o", work / "out.mp4", "--report", work / "r.json", "-q"],
+        preexec_fn=lambda: os.close(1), stderr=subprocess.PIPE, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert len(decode_all(work / "out.mp4")[0]) == 5
+    assert json.loads((work / "r.json").read_text())["status"] == "ok"
+    assert leftovers(work) == []
