@@ -609,3 +609,58 @@ def test_a_closed_stdout_is_no_internal_error(work):
     assert len(decode_all(work / "out.mp4")[0]) == 5
     assert json.loads((work / "r.json").read_text())["status"] == "ok"
     assert leftovers(work) == []
+
+
+def drop_last_packets(segment: Path, out: Path, keep: int) -> Path:
+    """A copy of `segment` with its tags but only its first `keep` video packets (as a copy that
+    broke off, or a muxer cut short, would leave it)."""
+    import av
+
+    with av.open(str(segment)) as src:
+        options = {"movflags": "+faststart+use_metadata_tags"} if out.suffix == ".mp4" else {}
+        with av.open(str(out), "w", container_options=options) as dst:
+            dst.metadata.update(src.metadata)
+            stream = dst.add_stream_from_template(src.streams.video[0])
+            for n, packet in enumerate(p for p in src.demux(src.streams.video[0]) if p.size):
+                if n >= keep:
+                    break
+                packet.stream = stream
+                dst.mux(packet)
+    return out
+
+
+def test_a_segment_cut_short_is_never_up_to_date_nor_joined(tmp_path, astronaut_path):
+    clip = make_clip(tmp_path / "in.mp4", frames=20, size=(96, 64), audio=None)
+    seg = {name: tmp_path / f"{name}.mp4" for name in ("a", "b")}
+    for name, frames in (("a", "0:10"), ("b", "10:20")):
+        proc = ffbatch("render", clip, "-s", astronaut_path, "-o", seg[name], "--frames", frames, "-q")
+        assert proc.returncode == 0, proc.stderr
+    short = drop_last_packets(seg["b"], tmp_path / "short.mp4", 7)
+    assert_usage_error(
+        ffbatch("concat", seg["a"], short, "-o", tmp_path / "out.mp4"), "short.mp4", "7 frames", "10:20"
+    )
+    assert not (tmp_path / "out.mp4").exists()
+    short.replace(seg["b"])
+    again = ffbatch("render", clip, "-s", astronaut_path, "-o", seg["b"], "--frames", "10:20", "--overwrite")
+    assert again.returncode == 0, again.stderr
+    assert "up to date" not in again.stderr
+    assert len(decode_all(seg["b"])[0]) == 10
+    joined = ffbatch("concat", seg["a"], seg["b"], "-o", tmp_path / "out.mp4")
+    assert joined.returncode == 0, joined.stderr
+    assert len(decode_all(tmp_path / "out.mp4")[0]) == 20
+
+
+def test_a_batch_output_cut_short_is_not_up_to_date(tmp_path, astronaut_path):
+    (tmp_path / "in").mkdir()
+    clip = make_clip(tmp_path / "in" / "a.mp4", frames=20, size=(96, 64), audio=None)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    argv = ("render", clip, "-s", astronaut_path, "--output-dir", out_dir, "-q")
+    assert ffbatch(*argv).returncode == 0
+    output = out_dir / "a-swapped.mp4"
+    assert "is up to date; skipping" in ffbatch(*argv[:-1]).stderr
+    drop_last_packets(output, tmp_path / "cut.mp4", 12).replace(output)
+    proc = ffbatch(*argv[:-1], "--overwrite")
+    assert proc.returncode == 0, proc.stderr
+    assert "is up to date; skipping" not in proc.stderr
+    assert len(decode_all(output)[0]) == 20

@@ -167,6 +167,12 @@ def check_segments(segments: list[SegmentInfo]) -> list[SegmentInfo]:
                 "differ: rendered with other encoder settings?); they cannot be joined without re-encoding"
             )
     for seg in segments:
+        if seg.frames is not None and seg.packets != seg.frames[1] - seg.frames[0]:
+            a, b = seg.frames
+            raise InputError(
+                f"segment {seg.path} holds {seg.packets} frames but its tag says frames {a}:{b} "
+                f"({b - a}); it was cut short or damaged: render it again"
+            )
         if not seg.starts_with_keyframe:
             raise InputError(f"segment {seg.path} does not start with a keyframe, so it cannot be joined")
     tagged = all(s.frames is not None for s in segments)

@@ -140,6 +140,19 @@ def frame_index(path: str | Path, stream_index: int | None = None) -> FrameIndex
     )
 
 
+def video_packet_count(path: str | Path) -> int | None:
+    """Video packets a file holds, by demuxing it (no decoding); None when it cannot be read to
+    its end. A finished segment or output holds one per frame: fewer means it was cut short."""
+    try:
+        with av.open(ffmpeg_path(path)) as container:
+            stream = pick_video_stream(container)
+            if stream is None:
+                return None
+            return sum(1 for packet in container.demux(stream) if packet.size)
+    except (av.error.FFmpegError, OSError):
+        return None
+
+
 def read_tags(path: str | Path) -> dict[str, str]:
     """The container tags of a file (keys lower-cased); {} if it cannot be opened."""
     try:
