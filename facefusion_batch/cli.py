@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Annotated
 
@@ -19,7 +21,16 @@ from click.core import ParameterSource
 
 from facefusion_batch import __version__
 from facefusion_batch.config import render_settings
-from facefusion_batch.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, FfbatchError, InputError
+from facefusion_batch.errors import (
+    EXIT_HANGUP,
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_TERMINATED,
+    EXIT_USAGE,
+    FfbatchError,
+    InputError,
+    Interrupted,
+)
 from facefusion_batch.farm.concat import concat_command
 from facefusion_batch.farm.jobs import run_render_command
 from facefusion_batch.farm.multi_gpu import render_on_several_gpus
@@ -299,7 +310,12 @@ def render(
     ] = "none",
     source_face_index: SourceFaceIndexOpt = 0,
     models_dir: ModelsDirOpt = None,
-    report: Annotated[Path | None, typer.Option(help="Write a JSON report here.")] = None,
+    report: Annotated[
+        Path | None, typer.Option(help="Write a JSON report here (also for a failed or interrupted job).")
+    ] = None,
+    fail_if_no_faces: Annotated[
+        bool, typer.Option(help="Exit 2, writing nothing, when not one face was swapped.")
+    ] = False,
     overwrite: Annotated[bool, typer.Option(help="Replace an existing output file.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar, warnings only.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
@@ -566,9 +582,33 @@ def engines_verify(engines_dir: EnginesDirOpt = None) -> None:
         raise typer.Exit(EXIT_USAGE)
 
 
+def _fill_closed_std_fds() -> None:
+    """A script that closed stdout (`>&-`) must not have the next file ffbatch opens (a lock, an
+    output) become fd 1, where a library's print would land: closed fds 0-2 get /dev/null."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            got = os.open(os.devnull, os.O_RDWR)
+            if got != fd:  # a lower fd was free too: it gets /dev/null on the next pass
+                os.dup2(got, fd)
+                os.close(got)
+
+
+def _stop(signum, frame) -> None:
+    """SIGTERM / SIGHUP in any command unwind like Ctrl-C: temporary files go, exit 143 / 129."""
+    if signum == signal.SIGHUP:
+        raise Interrupted("hung up (SIGHUP)", exit_code=EXIT_HANGUP)
+    raise Interrupted("terminated (SIGTERM)", exit_code=EXIT_TERMINATED)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: maps every failure to a message on stderr and an exit status."""
     debug = bool(os.environ.get("FFBATCH_DEBUG"))
+    _fill_closed_std_fds()
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _stop)
+        signal.signal(signal.SIGHUP, _stop)
     try:
         code = app(args=argv, standalone_mode=False, prog_name="ffbatch")
     except typer.Exit as exc:

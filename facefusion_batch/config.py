@@ -11,11 +11,12 @@ Every message names the option the user typed, so a farm log says what to fix.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from facefusion_batch.errors import InputError
 from facefusion_batch.faces.detect import DetectorSettings
 from facefusion_batch.faces.mesh import MeshSettings
 from facefusion_batch.faces.track import TrackSettings
+from facefusion_batch.fsutil import check_name_length, same_file
 from facefusion_batch.kernels.base import BLEND_MODES, COLOUR_MODES
 from facefusion_batch.models.facefusion import ENHANCERS, OCCLUDERS, PARSERS, SWAPPERS
 from facefusion_batch.runtime.backends import choose_backend
@@ -93,6 +95,7 @@ class RenderSettings:
     # what a frame the decoder cannot deliver does: fail the job, or skip (replaced, pts kept)
     on_decode_error: str = "fail"
     source_face_index: int = 0  # which face of each --source photo, largest first
+    fail_if_no_faces: bool = False  # exit 2, writing nothing, when not one face was swapped
 
     @property
     def batch_policy(self) -> BatchPolicy:
@@ -111,25 +114,41 @@ def validate_choices(option: str, value: str, choices: tuple[str, ...]) -> str:
     return value
 
 
+# Upper bounds: beyond them a job only thrashes (threads on a few cores) or runs out of memory.
+MAX_BATCH_SIZE = 1024
+MAX_WINDOW_MS = 60_000
+MAX_WORKERS = 64
+MAX_THREADS = 256
+THREADS_PER_CORE = 4  # --threads beyond this many per core of the render host is refused
+
+
 def validate(settings: RenderSettings) -> RenderSettings:
-    """Check everything that can be checked before any work starts."""
+    """Check everything that can be checked before any work starts (on the host that renders:
+    plan, on a submit host, checks the options only)."""
     validate_options(settings)
+    cores = os.cpu_count() or 1
+    if settings.threads is not None and settings.threads > THREADS_PER_CORE * cores:
+        raise InputError(
+            f"--threads {settings.threads} is more than {THREADS_PER_CORE} per core of this machine "
+            f"({cores} cores); leave it out to use one per core"
+        )
     validate_paths(settings)
     return settings
 
 
 def validate_options(settings: RenderSettings) -> RenderSettings:
     """The checks that do not depend on the input and output (shared by many inputs)."""
-    if settings.batch_size < 1:
-        raise InputError(f"--batch-size must be at least 1 (got {settings.batch_size})")
-    if not math.isfinite(settings.batch_window_ms) or settings.batch_window_ms < 0:
+    if not 1 <= settings.batch_size <= MAX_BATCH_SIZE:
+        raise InputError(f"--batch-size must be between 1 and {MAX_BATCH_SIZE} (got {settings.batch_size})")
+    if not math.isfinite(settings.batch_window_ms) or not 0 <= settings.batch_window_ms <= MAX_WINDOW_MS:
         raise InputError(
-            f"--batch-window-ms must be a finite number of 0 or more (got {settings.batch_window_ms:g})"
+            f"--batch-window-ms must be a finite number from 0 to {MAX_WINDOW_MS} "
+            f"(got {settings.batch_window_ms:g})"
         )
-    if settings.workers < 1:
-        raise InputError(f"--workers must be at least 1 (got {settings.workers})")
-    if settings.threads is not None and settings.threads < 1:
-        raise InputError(f"--threads must be at least 1 (got {settings.threads})")
+    if not 1 <= settings.workers <= MAX_WORKERS:
+        raise InputError(f"--workers must be between 1 and {MAX_WORKERS} (got {settings.workers})")
+    if settings.threads is not None and not 1 <= settings.threads <= MAX_THREADS:
+        raise InputError(f"--threads must be between 1 and {MAX_THREADS} (got {settings.threads})")
     validate_choices("--faces", settings.faces, FACE_MODES)
     settings.device.validated()
     validate_choices("--on-decode-error", settings.on_decode_error, DECODE_ERROR_MODES)
@@ -153,10 +172,49 @@ def validate_options(settings: RenderSettings) -> RenderSettings:
     return settings
 
 
+def settings_record(settings: RenderSettings) -> dict[str, Any]:
+    """The resolved settings as plain JSON values (paths and enums as text), for reports."""
+    return json.loads(json.dumps(asdict(settings), default=str))
+
+
+def files_read(settings: RenderSettings) -> list[tuple[str, Path]]:
+    """Every file a job reads, named as the user gave it: the input, the source photos, the
+    reference photo."""
+    reads = [("input", Path(settings.input))]
+    reads += [("--source", Path(s)) for s in settings.sources]
+    reference = getattr(settings.swap, "reference", None)
+    if settings.faces == "reference" and getattr(reference, "image", None) is not None:
+        reads.append(("--reference-face", Path(reference.image)))
+    return reads
+
+
+def check_writes(writes: list[tuple[str, Path]], reads: list[tuple[str, Path]]) -> None:
+    """Only the outputs are ever written: no file a run writes is a file it reads (compared by
+    inode, so a hard link, a symbolic link or another spelling is caught), no two writes are one
+    file, and none is a directory or a name too long to create. Checked before any work."""
+    for i, (what, path) in enumerate(writes):
+        check_name_length(path, what)
+        if path.is_dir():
+            raise InputError(f"{what} {path} is a directory; give a file name such as {path / 'out'}")
+        for read_what, read in reads:
+            if same_file(path, read):
+                raise InputError(
+                    f"{what} {path} is the {read_what} file {read}; "
+                    "ffbatch writes only its outputs: choose another path"
+                )
+        for other_what, other in writes[:i]:
+            if same_file(path, other):
+                raise InputError(f"{what} {path} and {other_what} {other} are one file; choose two paths")
+
+
 def validate_paths(settings: RenderSettings) -> RenderSettings:
-    """The input exists; the output can be written and is not the input."""
+    """The input exists; the output can be written and is none of the files the job reads."""
     if not settings.input.exists():
         raise InputError(f"input {settings.input}: no such file")
+    writes = [("output", Path(settings.output))]
+    if settings.report is not None:
+        writes.append(("--report", Path(settings.report)))
+    check_writes(writes, files_read(settings))
     out = settings.output
     if out.exists() and out.is_dir():
         raise InputError(f"output {out} is a directory; give a file name such as {out / 'out.mp4'}")
@@ -394,6 +452,10 @@ def render_settings(
         raise InputError(f"--smoothing must be between 0 (off) and 10 (got {smoothing:g})")
     kw["tracking"] = TrackSettings(smoothing=smoothing)
     batch_size = kw.pop("batch_size", CPU_BATCH)
+    for option, key, high in (("--streams", "streams", 64), ("--max-batch", "max_batch", 4096)):
+        value = kw.get(key)
+        if value is not None and not 1 <= value <= high:
+            raise InputError(f"{option} must be between 1 and {high} (got {value})")
     plan = resolve_device(
         backend=kw.pop("backend", "auto"),
         precision=kw.pop("precision", "auto"),

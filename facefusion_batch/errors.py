@@ -1,7 +1,7 @@
 """Errors that carry their exit status, so the CLI can map them without guessing.
 
 Exit codes follow the farm contract: 0 done, 1 internal error, 2 bad input or
-usage, 130 interrupted (SIGINT), 143 terminated (SIGTERM).
+usage, 129 hung up (SIGHUP), 130 interrupted (SIGINT), 143 terminated (SIGTERM).
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 EXIT_OK = 0
 EXIT_INTERNAL = 1
 EXIT_USAGE = 2
+EXIT_HANGUP = 129
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143
 

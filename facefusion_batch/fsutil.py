@@ -10,16 +10,18 @@ on failure the temporary file is removed.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
+import re
 import tempfile
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from facefusion_batch.errors import OutputError
+from facefusion_batch.errors import InputError, OutputError
 
 _lock = threading.Lock()
 _mode: int | None = None
@@ -113,8 +115,12 @@ class AtomicFile:
 
 
 def write_bytes_atomically(path: Path, data: bytes, *, make_parent: bool = True) -> None:
+    """`data` at `path`, atomically; a full disk or a vanished directory is an OutputError (exit 2)."""
     with AtomicFile(path, make_parent=make_parent) as out:
-        out.temp.write_bytes(data)
+        try:
+            out.temp.write_bytes(data)
+        except OSError as exc:
+            raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def write_json_atomically(
@@ -123,3 +129,93 @@ def write_json_atomically(
     """JSON at `path`, atomically (see AtomicFile)."""
     text = json.dumps(data, indent=indent, sort_keys=sort_keys) + "\n"
     write_bytes_atomically(path, text.encode("utf-8"))
+
+
+def ffmpeg_path(path: str | Path) -> str:
+    """`path` as FFmpeg must be given a local file: absolute, so that a name such as `file:a.mp4`,
+    `concat:x` or `pipe:0` is that file, never a protocol (FFmpeg reads `scheme:` as a URL)."""
+    return os.path.abspath(os.fspath(path))
+
+
+def same_file(a: str | Path, b: str | Path) -> bool:
+    """Whether two paths name one file: by device and inode when both exist (hard links,
+    symbolic links, `./x` against `/abs/x`), else by their resolved spelling."""
+    try:
+        sa, sb = os.stat(a), os.stat(b)
+        return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+    except OSError:
+        pass
+    try:
+        return Path(a).resolve() == Path(b).resolve()
+    except (OSError, RuntimeError):
+        return False
+
+
+def check_name_length(path: Path, what: str) -> None:
+    """Refuse a file name longer than NAME_MAX bytes before any work (the OS would refuse it at
+    the end, after the render)."""
+    size = len(Path(path).name.encode(errors="surrogateescape"))
+    if size > NAME_MAX:
+        raise InputError(f"{what} {path}: the file name is {size} bytes; file systems allow {NAME_MAX}")
+
+
+def lock_path(path: Path) -> Path:
+    """`.{name}.lock` beside `path` (the name shortened, with a hash, to stay within NAME_MAX)."""
+    path = Path(path)
+    name = f".{path.name}.lock"
+    if len(name.encode(errors="surrogateescape")) > NAME_MAX:
+        tag = hashlib.blake2b(path.name.encode(errors="surrogateescape"), digest_size=4).hexdigest()
+        keep = path.name.encode(errors="surrogateescape")[: NAME_MAX - 16]
+        name = f".{keep.decode(errors='ignore')}-{tag}.lock"
+    return path.parent / name
+
+
+def stale_partials(path: Path) -> list[Path]:
+    """The temporary files AtomicFile would make for `path` (`.{stem}.partial-XXXXXXXX{suffix}`)."""
+    path = Path(path)
+    prefix, suffix = temp_prefix(path)
+    pattern = re.compile(re.escape(prefix) + r"[A-Za-z0-9_]{8}" + re.escape(suffix) + r"\Z")
+    parent = path.parent if str(path.parent) else Path(".")
+    try:
+        return sorted(parent / n for n in os.listdir(parent) if pattern.match(n))
+    except OSError:
+        return []
+
+
+@contextlib.contextmanager
+def claim_output(path: Path, what: str = "output") -> Iterator[None]:
+    """Hold `path` for the whole job: a second ffbatch process on the same output fails at once
+    (exit 2) instead of racing it. Holding the claim, temporary files of a job that died
+    (SIGKILL, power loss) are removed: no live writer can own them. The lock file goes at the end."""
+    lock = lock_path(path)
+    if not lock.parent.is_dir():
+        raise OutputError(f"cannot write {path}: the directory {lock.parent} does not exist")
+    while True:
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, default_file_mode())
+        except OSError as exc:
+            raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise InputError(
+                f"another ffbatch process is writing {what} {path} (it holds {lock}); "
+                "wait for it to finish or stop it"
+            ) from None
+        try:  # the holder before us may have removed the file we locked: lock the new one
+            same = os.fstat(fd).st_ino == os.stat(lock).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    try:
+        for stale in stale_partials(path):
+            with contextlib.suppress(OSError):
+                os.unlink(stale)
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(lock)
+        os.close(fd)

@@ -28,7 +28,7 @@ import av
 import av.error
 
 from facefusion_batch.errors import FfbatchError, InputError, Interrupted, OutputError
-from facefusion_batch.fsutil import AtomicFile
+from facefusion_batch.fsutil import AtomicFile, check_name_length, claim_output, ffmpeg_path
 from facefusion_batch.video.audio import AudioMuxer
 from facefusion_batch.video.probe import check_readable_file, pick_video_stream
 from facefusion_batch.video.segments import TAG_FRAME_COUNT, TAG_FRAMES, TAG_INPUT, TAG_SETTINGS
@@ -56,6 +56,8 @@ class SegmentInfo:
     frame_count: int | None
     settings: str | None
     input: str | None
+    decode_pts: tuple[int, ...] = ()  # every packet's pts, in decode (file) order
+    dts_missing: bool = False  # Matroska stores no dts: the first packets of a B-frame stream lack one
 
     def describe_codec(self) -> str:
         return f"{self.codec} {self.width}x{self.height} {self.pix_fmt}, time base {self.time_base}"
@@ -88,7 +90,7 @@ def inspect_segment(path: Path) -> SegmentInfo:
     path = Path(path)
     check_readable_file(path, "segment")
     try:
-        container = av.open(str(path))
+        container = av.open(ffmpeg_path(path))
     except av.error.FFmpegError as exc:
         raise InputError(f"segment {path} cannot be read as a video: {exc}") from None
     try:
@@ -98,6 +100,7 @@ def inspect_segment(path: Path) -> SegmentInfo:
         par = stream.codec_context
         pts: list[int] = []
         first_key = None
+        dts_missing = pts_missing = False
         for packet in container.demux(stream):
             if not packet.size:
                 continue
@@ -105,6 +108,8 @@ def inspect_segment(path: Path) -> SegmentInfo:
                 first_key = bool(packet.is_keyframe)
             if packet.pts is not None:
                 pts.append(packet.pts)
+            dts_missing |= packet.dts is None
+            pts_missing |= packet.pts is None
         tags = {k.lower(): v for k, v in container.metadata.items()}
         if not pts:
             raise InputError(f"segment {path} holds no video frames")
@@ -129,6 +134,8 @@ def inspect_segment(path: Path) -> SegmentInfo:
             frame_count=int(count) if count and count.isdigit() else None,
             settings=tags.get(TAG_SETTINGS),
             input=tags.get(TAG_INPUT),
+            decode_pts=() if pts_missing else tuple(pts),
+            dts_missing=dts_missing,
         )
     except av.error.FFmpegError as exc:
         raise InputError(f"segment {path} is damaged: {exc}") from None
@@ -160,6 +167,12 @@ def check_segments(segments: list[SegmentInfo]) -> list[SegmentInfo]:
                 "differ: rendered with other encoder settings?); they cannot be joined without re-encoding"
             )
     for seg in segments:
+        if seg.frames is not None and seg.packets != seg.frames[1] - seg.frames[0]:
+            a, b = seg.frames
+            raise InputError(
+                f"segment {seg.path} holds {seg.packets} frames but its tag says frames {a}:{b} "
+                f"({b - a}); it was cut short or damaged: render it again"
+            )
         if not seg.starts_with_keyframe:
             raise InputError(f"segment {seg.path} does not start with a keyframe, so it cannot be joined")
     tagged = all(s.frames is not None for s in segments)
@@ -264,12 +277,12 @@ def _copy(
         options["movflags"] = "+faststart+use_metadata_tags" if metadata else "+faststart"
         if tb.numerator == 1 and tb.denominator < 2**31:
             options["video_track_timescale"] = str(tb.denominator)
-    out = av.open(str(tmp), mode="w", format=fmt, container_options=options)
+    out = av.open(ffmpeg_path(tmp), mode="w", format=fmt, container_options=options)
     audio: AudioMuxer | None = None
     packets = 0
     try:
         out.metadata.update(metadata)
-        with av.open(str(first.path)) as template:
+        with av.open(ffmpeg_path(first.path)) as template:
             video = out.add_stream_from_template(template.streams[first.stream_index])
         video.time_base = tb
         if audio_from is not None:
@@ -278,10 +291,11 @@ def _copy(
                 log.warning("--audio-from %s has no audio stream; the output has none", audio_from)
         last_dts: int | None = None
         for seg in infos:
-            with av.open(str(seg.path)) as src:
-                for packet in src.demux(src.streams[seg.stream_index]):
-                    if not packet.size:
-                        continue
+            dts = decode_timestamps(seg) if seg.dts_missing else None
+            with av.open(ffmpeg_path(seg.path)) as src:
+                for n, packet in enumerate(p for p in src.demux(src.streams[seg.stream_index]) if p.size):
+                    if dts is not None:
+                        packet.dts = dts[n]
                     # Separately encoded segments each start their decode clock a few frames early;
                     # where that reaches back past the previous segment, move it forward (dts <= pts).
                     if packet.dts is not None and last_dts is not None and packet.dts <= last_dts:
@@ -313,6 +327,20 @@ def _copy(
     return packets, audio_packets
 
 
+def decode_timestamps(seg: SegmentInfo) -> list[int] | None:
+    """A dts for every packet of a segment whose container stores none (Matroska): packet i
+    decodes at the i-th smallest pts, shifted back by the reorder depth so that no packet decodes
+    after it is shown; the first ones step back by the frame duration. None if a pts is missing."""
+    order = list(seg.decode_pts)
+    if not order:
+        return None
+    ranked = sorted(order)
+    rank = {pts: i for i, pts in enumerate(ranked)}
+    depth = max(0, max(i - rank[pts] for i, pts in enumerate(order)))
+    step = int(seg.frame_step) if seg.frame_step else 1
+    return [ranked[i - depth] if i >= depth else ranked[0] - (depth - i) * step for i in range(len(order))]
+
+
 def _same_file(a: Path, b: Path) -> bool:
     try:
         return a.exists() and b.exists() and os.path.samefile(a, b)
@@ -324,7 +352,12 @@ def concat_command(
     segments: list[Path], output: Path, *, audio_from: Path | None, overwrite: bool, clean: bool
 ) -> JoinReport:
     """`ffbatch concat`: join, then (with --clean) delete the segments and an emptied work dir."""
-    report = join_segments(segments, output, audio_from=audio_from, overwrite=overwrite)
+    check_name_length(Path(output), "output")
+    parent = Path(output).parent if str(Path(output).parent) else Path(".")
+    if not parent.is_dir():
+        raise OutputError(f"cannot write {output}: the directory {parent} does not exist")
+    with claim_output(Path(output)):
+        report = join_segments(segments, output, audio_from=audio_from, overwrite=overwrite)
     if clean:
         parents = set()
         for seg in segments:

@@ -11,7 +11,10 @@ is missing. `--report` then holds a summary and one entry per input.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import shlex
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -20,17 +23,26 @@ from typing import Any
 
 import typer
 
-from facefusion_batch.config import RenderSettings, validate, validate_options
+from facefusion_batch import __version__
+from facefusion_batch.config import (
+    RenderSettings,
+    check_writes,
+    files_read,
+    settings_record,
+    validate,
+    validate_options,
+)
 from facefusion_batch.errors import EXIT_OK, EXIT_USAGE, FfbatchError, InputError, Interrupted
 from facefusion_batch.farm.outputs import is_done, job_for, output_tags, outputs_for
 from facefusion_batch.farm.ray_runner import render_with_ray
 from facefusion_batch.farm.resume import render_chunked
 from facefusion_batch.farm.segment import prepare_segment_job, render_segment
-from facefusion_batch.fsutil import write_json_atomically
-from facefusion_batch.pipeline.report import peak_rss_mb
+from facefusion_batch.fsutil import claim_output, write_json_atomically
+from facefusion_batch.pipeline.report import WarningLog, peak_rss_mb
 from facefusion_batch.pipeline.run import (
     JobReport,
     Renderer,
+    check_faces_swapped,
     log_start,
     pixel_format_of,
     render_into,
@@ -71,7 +83,72 @@ def render(
         skipped = prepare_segment_job(settings)
         if skipped is not None:
             return skipped
-    validate(settings)
+    try:
+        validate(settings)
+    except FfbatchError as exc:
+        if settings.report and _report_is_safe(settings):
+            _write_report_quietly(settings, {"status": "failed", "message": str(exc)}, WarningLog())
+        raise
+    with claim_output(settings.output), WarningLog() as warnings:
+        try:
+            report = _render_claimed(settings, on_progress, on_start, renderer, output_tags, started)
+        except (Exception, KeyboardInterrupt) as exc:
+            if settings.report:
+                _write_report_quietly(settings, failure_record(exc), warnings)
+            raise
+        if settings.report:
+            write_report(settings, report.summary(), warnings)
+    return report
+
+
+def failure_record(exc: BaseException) -> dict[str, str]:
+    """status and message of a job that did not finish, as its report says them."""
+    if isinstance(exc, Interrupted | KeyboardInterrupt):
+        return {"status": "interrupted", "message": str(exc) or "interrupted (SIGINT)"}
+    if isinstance(exc, FfbatchError):
+        return {"status": "failed", "message": str(exc)}
+    return {"status": "failed", "message": f"internal error: {type(exc).__name__}: {exc}"}
+
+
+def _report_is_safe(settings: RenderSettings) -> bool:
+    """Whether --report may be written although the job was refused (it is none of its files)."""
+    try:
+        check_writes(
+            [("--report", Path(settings.report))], [*files_read(settings), ("output", Path(settings.output))]
+        )
+        return Path(settings.report).parent.is_dir() or not str(Path(settings.report).parent)
+    except FfbatchError:
+        return False
+
+
+def command_line() -> str:
+    """The command line as a shell would repeat it."""
+    return shlex.join(["ffbatch", *sys.argv[1:]])
+
+
+def _write_report_quietly(settings: RenderSettings, data: dict[str, Any], warnings: WarningLog) -> None:
+    """The report of a failed job: written if it can be; the job's own error is the one shown."""
+    try:
+        write_report(settings, data, warnings)
+    except (FfbatchError, OSError) as exc:
+        log.warning("could not write the report %s: %s", settings.report, exc)
+
+
+def write_report(settings: RenderSettings, data: dict[str, Any], warnings: WarningLog) -> None:
+    """`--report`: what the job did, with what made it (version, command line, settings, warnings)."""
+    record = {
+        "input": str(settings.input),
+        "output": str(settings.output),
+        **data,
+        "ffbatch": __version__,
+        "command": command_line(),
+        "settings": settings_record(settings),
+        "warnings": warnings.messages,
+    }
+    write_json_atomically(settings.report, record)
+
+
+def _render_claimed(settings, on_progress, on_start, renderer, output_tags, started) -> JobReport:
     if settings.device.hwaccel != "none":
         problem = hwaccel_problem(settings.device.hwaccel)
         if problem:
@@ -107,14 +184,19 @@ def render(
         else:
             _render_plain(renderer, settings, info, report, timer, on_progress, on_start, output_tags)
     report.audio = report.audio or ("copied" if info.audio_streams else "none")
+    if report.faces_swapped == 0 and report.frames_out and not report.segments.get("reused"):
+        log.warning(
+            "0 faces swapped in %s (%d faces found in %d frames): the output is the input re-encoded",
+            settings.input,
+            report.faces_found,
+            report.frames_out,
+        )
     report.stage_seconds = dict(timer.seconds)
     report.wall_seconds = time.perf_counter() - started
     report.peak_rss_mb = peak_rss_mb()
     backend_report = getattr(renderer.models.backend, "report", None)
     if callable(backend_report):
         report.device = backend_report()
-    if settings.report:
-        write_json_atomically(settings.report, report.summary())
     return report
 
 
@@ -146,6 +228,7 @@ def render_still(settings: RenderSettings, renderer: Renderer | None, started: f
     report = renderer.new_report(settings)
     with timer.stage("swap_image"):
         result = renderer.swap([image])
+    check_faces_swapped(settings, result.faces_swapped, result.faces_found, "output")
     write_image_atomically(settings.output, result.frames[0])
     report.frames_in = report.frames_out = 1
     report.faces_found = result.faces_found
@@ -158,9 +241,12 @@ def render_still(settings: RenderSettings, renderer: Renderer | None, started: f
     report.stage_seconds = dict(timer.seconds)
     report.wall_seconds = time.perf_counter() - started
     report.peak_rss_mb = peak_rss_mb()
-    if settings.report:
-        write_json_atomically(settings.report, report.summary())
-    log.info("swapped %d face(s) in the still image %s", result.faces_swapped, settings.input)
+    if result.faces_swapped:
+        log.info("swapped %d face(s) in the still image %s", result.faces_swapped, settings.input)
+    else:
+        log.warning(
+            "0 faces swapped in the still image %s (%d faces found)", settings.input, result.faces_found
+        )
     return report
 
 
@@ -203,6 +289,8 @@ def run_render_command(
     """Everything `ffbatch render` does after parsing; returns the exit status."""
     if not inputs:
         raise InputError("give at least one input video")
+    if ray_workers is not None and not 1 <= ray_workers <= 1024:
+        raise InputError(f"--ray-workers must be between 1 and 1024 (got {ray_workers})")
     if output is not None and output_dir is not None:
         raise InputError("give either -o/--output (one input) or --output-dir (any number), not both")
     if output is None and output_dir is None:
@@ -221,6 +309,14 @@ def run_render_command(
         raise InputError(f"--output-dir {output_dir} is not a directory")
     outputs = [output] if output is not None else outputs_for(inputs, output_dir, output_pattern)
     jobs = [job_for(base, i, o) for i, o in zip(inputs, outputs, strict=True)]
+    # before any work: no output (nor the report) is a file any job of the run reads
+    writes = [
+        ("output", Path(o)) if len(inputs) == 1 else (f"the output of {i},", Path(o))
+        for i, o in zip(inputs, outputs, strict=True)
+    ]
+    if base.report is not None:
+        writes.append(("--report", Path(base.report)))
+    check_writes(writes, [read for job in jobs for read in files_read(job)])
     if ray is not None:
         return render_with_ray(
             jobs, address=ray, workers=ray_workers, report_path=base.report, batch=output is None
@@ -255,9 +351,52 @@ def log_done(result) -> None:
 def render_batch(jobs: list[RenderSettings], *, report_path: Path | None) -> int:
     started = time.perf_counter()
     validate_options(jobs[0])  # a bad option fails the run once, not every input
-    renderer: Renderer | None = None
     entries: list[dict[str, Any]] = []
     counts = {"ok": 0, "skipped": 0, "failed": 0}
+    try:
+        renderer = _render_jobs(jobs, entries, counts)
+    except (Exception, KeyboardInterrupt) as exc:
+        if report_path:
+            summary = {"inputs": len(jobs), **counts, **failure_record(exc), "jobs": entries}
+            with contextlib.suppress(FfbatchError, OSError):
+                write_json_atomically(Path(report_path), _with_provenance(summary, jobs[0]), sort_keys=True)
+        raise
+    wall = time.perf_counter() - started
+    summary = {
+        "inputs": len(jobs),
+        **counts,
+        "status": "failed" if counts["failed"] else "ok",
+        "wall_seconds": round(wall, 3),
+        "model_load_seconds": round(renderer.load_seconds, 3) if renderer else 0.0,
+        "jobs": entries,
+    }
+    if report_path:
+        write_json_atomically(Path(report_path), _with_provenance(summary, jobs[0]), sort_keys=True)
+    log.info(
+        "%d inputs: %d rendered, %d up to date, %d failed, in %.1f s",
+        len(jobs),
+        counts["ok"],
+        counts["skipped"],
+        counts["failed"],
+        wall,
+    )
+    for entry in entries:
+        if entry["status"] == "failed":
+            log.error("failed: %s: %s", entry["input"], entry["message"])
+    return EXIT_USAGE if counts["failed"] else EXIT_OK
+
+
+def _with_provenance(summary: dict[str, Any], job: RenderSettings) -> dict[str, Any]:
+    return {
+        **summary,
+        "ffbatch": __version__,
+        "command": command_line(),
+        "settings": settings_record(replace(job, input=Path(""), output=Path(""))),
+    }
+
+
+def _render_jobs(jobs: list[RenderSettings], entries: list, counts: dict) -> Renderer | None:
+    renderer: Renderer | None = None
     for i, job in enumerate(jobs, 1):
         job = replace(job, report=None)
         log.info("input %d of %d: %s -> %s", i, len(jobs), job.input, job.output)
@@ -294,29 +433,7 @@ def render_batch(jobs: list[RenderSettings], *, report_path: Path | None) -> int
         entries.append(result.summary())
         counts["ok"] += 1
         typer.echo(str(job.output))
-    wall = time.perf_counter() - started
-    summary = {
-        "inputs": len(jobs),
-        **counts,
-        "status": "failed" if counts["failed"] else "ok",
-        "wall_seconds": round(wall, 3),
-        "model_load_seconds": round(renderer.load_seconds, 3) if renderer else 0.0,
-        "jobs": entries,
-    }
-    if report_path:
-        write_json_atomically(Path(report_path), summary, sort_keys=True)
-    log.info(
-        "%d inputs: %d rendered, %d up to date, %d failed, in %.1f s",
-        len(jobs),
-        counts["ok"],
-        counts["skipped"],
-        counts["failed"],
-        wall,
-    )
-    for entry in entries:
-        if entry["status"] == "failed":
-            log.error("failed: %s: %s", entry["input"], entry["message"])
-    return EXIT_USAGE if counts["failed"] else EXIT_OK
+    return renderer
 
 
 def _failed(entries: list, counts: dict, job: RenderSettings, message: str) -> None:

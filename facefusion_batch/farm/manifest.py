@@ -21,6 +21,7 @@ import datetime as _dt
 import hashlib
 import json
 import logging
+import os
 import shutil
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -55,6 +56,7 @@ _NOT_IN_DIGEST = frozenset(
         "frames",
         "chunk_frames",
         "force",
+        "fail_if_no_faces",
         "device",  # only what of it changes pixels: DEVICE_IN_DIGEST
     }
 )
@@ -62,30 +64,39 @@ _NOT_IN_DIGEST = frozenset(
 # another order) and the precision. Not the streams, batch sizes, GPU index or the decoder
 # (H.264/HEVC/AV1 decoding is bit-exact: NVDEC gives the same pictures).
 DEVICE_IN_DIGEST = ("backend", "precision")
-_FINGERPRINT_BYTES = 1 << 20
+_FINGERPRINT_BLOCK = 4 << 20
 
 
 sha256_file = fsutil.sha256_file
+_fingerprints: dict[tuple[int, int, int, int], str] = {}  # (dev, inode, size, mtime_ns) → digest
 
 
 def file_fingerprint(path: Path) -> str:
-    """Size plus sha256 of the first and last MiB: cheap for huge inputs, independent of the
-    path and the mtime (so a farm node that mounts the input elsewhere agrees)."""
-    size = path.stat().st_size
-    digest = hashlib.sha256(str(size).encode())
-    with open(path, "rb") as fh:
-        digest.update(fh.read(_FINGERPRINT_BYTES))
-        if size > 2 * _FINGERPRINT_BYTES:
-            fh.seek(size - _FINGERPRINT_BYTES)
-            digest.update(fh.read(_FINGERPRINT_BYTES))
-    return digest.hexdigest()
+    """blake2b of every byte (and the size): an edit in place anywhere changes it, the path and
+    the mtime do not (a farm node that mounts the input elsewhere agrees). Read in 4 MiB blocks;
+    remembered per run by inode, size and mtime, so a job hashes its input once."""
+    st = os.stat(path)
+    key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    if key not in _fingerprints:
+        digest = hashlib.blake2b(str(st.st_size).encode(), digest_size=32)
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(_FINGERPRINT_BLOCK), b""):
+                digest.update(block)
+        _fingerprints[key] = digest.hexdigest()
+    return _fingerprints[key]
 
 
 def settings_digest(settings: RenderSettings) -> str:
-    """What decides the output's pixels and timing: the input, the source photos (by content),
-    every rendering setting, and the ffbatch version. 16 hex digits."""
+    """What decides the output's pixels and timing: the input, the source and reference photos
+    (by content, never by how their paths are spelled), every rendering setting, and the ffbatch
+    version. 16 hex digits."""
     fields = {k: v for k, v in asdict(settings).items() if k not in _NOT_IN_DIGEST}
     fields["device"] = {k: getattr(settings.device, k) for k in DEVICE_IN_DIGEST}
+    reference = fields.get("swap", {}).get("reference") if isinstance(fields.get("swap"), dict) else None
+    if reference is not None:
+        image = reference.get("image")
+        reference["image"] = sha256_file(Path(image)) if image is not None else None
+        reference["video"] = None  # the input itself, fingerprinted below
     data = {
         "ffbatch": __version__,
         "input": file_fingerprint(Path(settings.input)),

@@ -26,7 +26,7 @@ from facefusion_batch.errors import FfbatchError, InputError
 from facefusion_batch.farm.concat import join_segments
 from facefusion_batch.farm.jobs import render
 from facefusion_batch.farm.manifest import remove_work_dir, segment_name, work_dir_for
-from facefusion_batch.fsutil import write_json_atomically
+from facefusion_batch.fsutil import claim_output, write_json_atomically
 from facefusion_batch.video.probe import probe
 from facefusion_batch.video.segments import frame_index
 
@@ -172,7 +172,9 @@ def render_on_several_gpus(
         raise InputError("--gpus renders one input to one -o/--output")
     if frames is not None or ray is not None:
         raise InputError("--gpus does not combine with --frames or --ray (each makes its own segments)")
-    result = render_on_gpus(settings, gpus)
+    validate(settings)
+    with claim_output(settings.output):  # one job per output, as every render
+        result = render_on_gpus(settings, gpus)
     log.info(
         "done: %d frames on %d GPUs in %.1f s (%.1f fps), %d faces swapped, audio %s",
         result["frames_out"],

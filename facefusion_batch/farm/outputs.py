@@ -12,7 +12,13 @@ from pathlib import Path
 from facefusion_batch.config import RenderSettings
 from facefusion_batch.errors import InputError
 from facefusion_batch.farm.manifest import settings_digest
-from facefusion_batch.video.segments import TAG_INPUT, TAG_SETTINGS, read_tags
+from facefusion_batch.video.segments import (
+    TAG_INPUT,
+    TAG_SETTINGS,
+    frame_index,
+    read_tags,
+    video_packet_count,
+)
 
 DEFAULT_PATTERN = "{stem}-swapped{ext}"
 
@@ -69,4 +75,11 @@ def is_done(settings: RenderSettings) -> bool:
     if not all(Path(s).is_file() for s in settings.sources):
         return False
     tags = read_tags(out)
-    return bool(tags.get(TAG_SETTINGS)) and tags.get(TAG_SETTINGS) == output_tags(settings)[TAG_SETTINGS]
+    if not tags.get(TAG_SETTINGS) or tags.get(TAG_SETTINGS) != output_tags(settings)[TAG_SETTINGS]:
+        return False
+    # tagged but cut short (the tags come first): not done; every frame of the input must be there
+    try:
+        frames = frame_index(settings.input).count
+    except InputError:
+        return False
+    return video_packet_count(out) == frames

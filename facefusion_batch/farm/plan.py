@@ -42,7 +42,7 @@ FORMATS = ("json", "shell", "slurm", "opencue")
 # render options that plan sets itself (or that make no sense per chunk)
 _NOT_PASSED = frozenset(
     {"inputs", "output", "output_dir", "output_pattern", "frames", "chunk_frames", "ray", "ray_workers"}
-    | {"report", "force", "overwrite"}
+    | {"report", "force", "overwrite", "fail_if_no_faces"}
 )
 
 
@@ -370,8 +370,13 @@ def plan_command(
         raise InputError("plan writes farm commands; --ray is for `ffbatch render`")
     if params.get("gpus"):
         raise InputError("plan: every farm task renders on one GPU; leave out --gpus")
+    if params.get("fail_if_no_faces"):
+        raise InputError(
+            "plan: --fail-if-no-faces judges a whole render; one farm chunk cannot (leave it out)"
+        )
     # the farm's hosts resolve the device themselves; this machine's GPUs say nothing about theirs
     render_settings(params, resolve=False)
+    refuse_control_characters("--ffbatch", ffbatch)
     command = shlex.split(ffbatch)
     if not command:
         raise InputError("--ffbatch must name the command that runs ffbatch, e.g. ffbatch")
@@ -385,4 +390,17 @@ def plan_command(
         command=command,
         overwrite=overwrite,
     )
+    for argv in plan.tasks():
+        for word in argv:
+            refuse_control_characters("a plan word", str(word))
+    for line in sbatch or ():
+        refuse_control_characters("--sbatch", line)
     return render_plan(plan, fmt, sbatch)
+
+
+def refuse_control_characters(what: str, text: str) -> None:
+    """A newline (or any control character) in a plan would start a line every task runs: a
+    path or an option holding one is refused, never quoted (slurm's #SBATCH lines cannot be)."""
+    bad = next((ch for ch in text if ord(ch) < 0x20 or 0x7F <= ord(ch) < 0xA0 or ch in "\u2028\u2029"), None)
+    if bad is not None:
+        raise InputError(f"{what} {text!r} holds the control character {bad!r}; a farm plan cannot carry it")

@@ -33,7 +33,14 @@ from facefusion_batch.farm.manifest import (
     work_dir_for,
 )
 from facefusion_batch.farm.segment import is_up_to_date, segment_tags
-from facefusion_batch.pipeline.run import JobReport, log_start, pixel_format_of, read_ranges, run_frames
+from facefusion_batch.pipeline.run import (
+    JobReport,
+    check_faces_swapped,
+    log_start,
+    pixel_format_of,
+    read_ranges,
+    run_frames,
+)
 from facefusion_batch.video.planes import BGR24
 from facefusion_batch.video.probe import VideoInfo
 from facefusion_batch.video.reader import Frame
@@ -190,6 +197,12 @@ def render_chunked(
                 ) from None
             except BaseException:
                 sink.abort()
+                raise
+        if not report.segments["reused"]:  # faces of reused segments were counted by their own run
+            try:
+                check_faces_swapped(settings, report.faces_swapped, report.faces_found, "output")
+            except FfbatchError:
+                remove_work_dir(work)  # a rerun renders (and refuses) again, never joins them
                 raise
         with timer.stage("join"):
             join_segments(

@@ -24,6 +24,7 @@ from facefusion_batch.video.segments import (
     format_range,
     frame_index,
     read_tags,
+    video_packet_count,
 )
 from facefusion_batch.video.writer import VideoWriter
 
@@ -46,7 +47,11 @@ def is_up_to_date(path: Path, digest: str, start: int, end: int | None) -> bool:
         return False
     got_start, _, got_end = tags.get(TAG_FRAMES, "").partition(":")
     wanted_end = tags.get(TAG_FRAME_COUNT) if end is None else str(end)
-    return got_start == str(start) and got_end == wanted_end
+    if not (got_start == str(start) and got_end == wanted_end and got_end.isdigit()):
+        return False
+    # the tags are written first: a segment cut short (a full disk, a copy that broke off) still
+    # carries them, but not every frame's packet
+    return video_packet_count(path) == int(got_end) - start
 
 
 def prepare_segment_job(settings: RenderSettings) -> JobReport | None:

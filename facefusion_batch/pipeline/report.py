@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import resource
 import sys
 from dataclasses import asdict, dataclass, field
@@ -57,3 +58,24 @@ class RenderReport:
         data["wall_seconds"] = round(self.wall_seconds, 3)
         data["peak_rss_mb"] = round(self.peak_rss_mb, 1)
         return data
+
+
+class WarningLog(logging.Handler):
+    """The warnings a job logs, kept for its report (a farm reads the report, not the log)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.messages.append(record.getMessage())
+        except Exception:  # a malformed log call must not fail the job
+            self.handleError(record)
+
+    def __enter__(self) -> WarningLog:
+        logging.getLogger("ffbatch").addHandler(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        logging.getLogger("ffbatch").removeHandler(self)

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from facefusion_batch.config import RenderSettings
-from facefusion_batch.errors import EXIT_TERMINATED, Interrupted
+from facefusion_batch.errors import EXIT_HANGUP, EXIT_TERMINATED, InputError, Interrupted
 from facefusion_batch.kernels.base import Kernels
 from facefusion_batch.kernels.factory import make_kernels
 from facefusion_batch.pipeline.batcher import Batch, batches
@@ -53,7 +53,7 @@ _signalled: list[int] = []  # signals received inside `sigterm_as_interrupt`, ne
 
 @contextmanager
 def sigterm_as_interrupt():
-    """SIGTERM (farm schedulers' stop) unwinds like Ctrl-C, with exit status 143.
+    """SIGTERM (farm schedulers' stop) and SIGHUP unwind like Ctrl-C, with exit status 143 / 129.
 
     Both handlers also leave a note that the frame loop checks after every batch
     (`raise_if_signalled`): Python drops an exception raised while a finalizer or a
@@ -65,7 +65,7 @@ def sigterm_as_interrupt():
 
     def on_term(signum, frame):
         _signalled.append(signum)
-        raise Interrupted("terminated (SIGTERM)", exit_code=EXIT_TERMINATED)
+        raise signal_error(signum)
 
     def on_int(signum, frame):
         _signalled.append(signum)
@@ -80,12 +80,14 @@ def sigterm_as_interrupt():
 
     _signalled.clear()
     previous = signal.signal(signal.SIGTERM, on_term)
+    previous_hup = signal.signal(signal.SIGHUP, on_term)
     previous_int = signal.signal(signal.SIGINT, on_int)
     sys.unraisablehook = unraisable
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGHUP, previous_hup)
         signal.signal(signal.SIGINT, previous_int)
         sys.unraisablehook = previous_hook
         _signalled.clear()
@@ -96,9 +98,16 @@ def raise_if_signalled() -> None:
     if not _signalled:
         return
     signum = _signalled[-1]
-    if signum == signal.SIGTERM:
-        raise Interrupted("terminated (SIGTERM)", exit_code=EXIT_TERMINATED)
+    if signum in (signal.SIGTERM, signal.SIGHUP):
+        raise signal_error(signum)
     raise KeyboardInterrupt
+
+
+def signal_error(signum: int) -> Interrupted:
+    """SIGTERM → exit 143, SIGHUP (the terminal or the ssh session went away) → exit 129."""
+    if signum == signal.SIGHUP:
+        return Interrupted("hung up (SIGHUP)", exit_code=EXIT_HANGUP)
+    return Interrupted("terminated (SIGTERM)", exit_code=EXIT_TERMINATED)
 
 
 def default_threads(workers: int) -> int:
@@ -321,6 +330,15 @@ def read_ranges(
             reader.close()
 
 
+def check_faces_swapped(settings: RenderSettings, swapped: int, found: int, what: str) -> None:
+    """`--fail-if-no-faces`: a job that swapped no face fails (exit 2) before its output is kept."""
+    if settings.fail_if_no_faces and swapped == 0:
+        raise InputError(
+            f"--fail-if-no-faces: no face was swapped in {settings.input} ({found} faces found); "
+            f"the {what} was not written"
+        )
+
+
 def log_start(settings: RenderSettings, info: VideoInfo, report: RenderReport, frames: int | None) -> None:
     log.info(
         "rendering %s (%dx%d, %s frames) with %s",
@@ -347,6 +365,7 @@ def render_into(
     """Swap every frame of `reader` into `writer`. The writer is closed (its file renamed into
     place) only when everything, `check()` included, went well; otherwise it is aborted and its
     temporary file removed. `what` names the output in the interrupt message."""
+    faces_before = report.faces_swapped
     try:
         run_frames(
             renderer,
@@ -360,6 +379,7 @@ def render_into(
         )
         if check is not None:
             check()
+        check_faces_swapped(settings, report.faces_swapped - faces_before, report.faces_found, what)
         with timer.stage("finish"):
             writer.close()
     except KeyboardInterrupt:

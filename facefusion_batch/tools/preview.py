@@ -9,7 +9,8 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from facefusion_batch.config import RenderSettings
+from facefusion_batch.config import RenderSettings, check_writes, files_read
+from facefusion_batch.fsutil import claim_output
 from facefusion_batch.pipeline.run import Renderer
 from facefusion_batch.video.probe import probe
 from facefusion_batch.video.sampling import sample_frames
@@ -40,6 +41,12 @@ def contact_sheet(rows: list[tuple[str, np.ndarray, np.ndarray]]) -> np.ndarray:
 
 def preview_command(settings: RenderSettings, frames: int, output: Path) -> None:
     """Sample `frames` frames of the input, swap them in one batch, write the sheet to `output`."""
+    check_writes([("preview -o", Path(output))], files_read(settings))
+    with claim_output(Path(output), "preview"):
+        _preview(settings, frames, Path(output))
+
+
+def _preview(settings: RenderSettings, frames: int, output: Path) -> None:
     info = probe(settings.input)
     # the models and sources exactly as a render loads them (one worker: all cores per model)
     renderer = Renderer.load(settings)

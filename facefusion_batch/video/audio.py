@@ -25,6 +25,7 @@ import av
 import av.error
 
 from facefusion_batch.errors import InputError
+from facefusion_batch.fsutil import ffmpeg_path
 from facefusion_batch.video.probe import check_readable_file
 
 log = logging.getLogger("ffbatch")
@@ -73,7 +74,7 @@ class AudioMuxer:
         self.source = Path(source)
         check_readable_file(self.source, "audio source")
         try:
-            self._in = av.open(str(self.source), mode="r")
+            self._in = av.open(ffmpeg_path(self.source), mode="r")
         except av.error.FFmpegError as exc:
             raise InputError(f"audio source {self.source} cannot be opened: {exc}") from None
         self._tracks: dict[int, _Track] = {}

@@ -17,6 +17,7 @@ import av
 import av.error
 
 from facefusion_batch.errors import InputError
+from facefusion_batch.fsutil import ffmpeg_path
 
 
 @dataclass(frozen=True)
@@ -111,7 +112,7 @@ def probe(path: str | Path) -> VideoInfo:
     path = Path(path)
     check_readable_file(path)
     try:
-        container = av.open(str(path), mode="r")
+        container = av.open(ffmpeg_path(path), mode="r")
     except av.error.FFmpegError as exc:
         raise InputError(
             f"input video {path} cannot be read as a video: it is damaged, incomplete (an .mp4/.mov "

@@ -27,6 +27,7 @@ import av
 import av.error
 
 from facefusion_batch.errors import InputError
+from facefusion_batch.fsutil import ffmpeg_path
 from facefusion_batch.video.probe import pick_video_stream
 
 TAG_FRAMES = "ffbatch_frames"
@@ -96,7 +97,7 @@ def frame_index(path: str | Path, stream_index: int | None = None) -> FrameIndex
     """Demux (not decode) the video stream once and number its frames."""
     path = Path(path)
     try:
-        container = av.open(str(path))
+        container = av.open(ffmpeg_path(path))
     except (av.error.FFmpegError, OSError) as exc:
         raise InputError(f"input video {path} cannot be read: {exc}") from None
     try:
@@ -139,10 +140,23 @@ def frame_index(path: str | Path, stream_index: int | None = None) -> FrameIndex
     )
 
 
+def video_packet_count(path: str | Path) -> int | None:
+    """Video packets a file holds, by demuxing it (no decoding); None when it cannot be read to
+    its end. A finished segment or output holds one per frame: fewer means it was cut short."""
+    try:
+        with av.open(ffmpeg_path(path)) as container:
+            stream = pick_video_stream(container)
+            if stream is None:
+                return None
+            return sum(1 for packet in container.demux(stream) if packet.size)
+    except (av.error.FFmpegError, OSError):
+        return None
+
+
 def read_tags(path: str | Path) -> dict[str, str]:
     """The container tags of a file (keys lower-cased); {} if it cannot be opened."""
     try:
-        with av.open(str(path)) as container:
+        with av.open(ffmpeg_path(path)) as container:
             return {k.lower(): v for k, v in container.metadata.items()}
     except (av.error.FFmpegError, OSError):
         return {}

@@ -45,7 +45,7 @@ import av.error
 import numpy as np
 
 from facefusion_batch.errors import FfbatchError, InputError, OutputError
-from facefusion_batch.fsutil import AtomicFile
+from facefusion_batch.fsutil import AtomicFile, ffmpeg_path
 from facefusion_batch.video.audio import AudioMuxer
 from facefusion_batch.video.planes import BGR24, PIXEL_FORMATS, YUV420P, picture_shape
 from facefusion_batch.video.probe import VideoInfo
@@ -331,7 +331,7 @@ class VideoWriter:
                 options["video_track_timescale"] = str(self.time_base.denominator)
         try:
             self._container = av.open(
-                str(self._temp), mode="w", format=self._format, container_options=options
+                ffmpeg_path(self._temp), mode="w", format=self._format, container_options=options
             )
         except (av.error.FFmpegError, OSError) as exc:
             raise OutputError(f"cannot write {self.output}: {exc}") from None
