@@ -31,6 +31,7 @@ from facefusion_batch.runtime.nvml import list_gpus
 from facefusion_batch.swap.classical import EYES_MOUTH_CHOICES, ClassicalSettings
 from facefusion_batch.swap.learned import LearnedSettings
 from facefusion_batch.swap.masks import MASK_TYPES, REGION_CLASSES, MaskSettings
+from facefusion_batch.video.formats import CONTAINERS, check_fits
 from facefusion_batch.video.hwaccel import HWACCELS
 from facefusion_batch.video.reader import DECODE_ERROR_MODES
 from facefusion_batch.video.writer import EncoderSettings, validate_encoder
@@ -137,6 +138,8 @@ def validate_options(settings: RenderSettings) -> RenderSettings:
     validate_swap(settings.swap, settings.faces)
     _check_range("--score-threshold", settings.detector.score_threshold, 0.0, 1.0)
     validate_encoder(settings.encoder)
+    if settings.output.suffix.lower() in CONTAINERS and not settings.output.is_dir():
+        check_fits(settings.encoder.codec, settings.output)  # plan and render: exit 2 before decoding
     if settings.chunk_frames is not None and settings.chunk_frames < 0:
         raise InputError(f"--chunk-frames must be 0 (no chunks) or more (got {settings.chunk_frames})")
     if settings.frames is not None:
@@ -331,6 +334,17 @@ def _mask_padding(raw: str) -> tuple[int, int, int, int]:
     return padding  # type: ignore[return-value]
 
 
+def encoder_options(pairs: list[str] | None) -> tuple[tuple[str, str], ...]:
+    """--encoder-opt KEY=VALUE (repeatable) -> ordered (key, value) pairs; a later KEY wins."""
+    options: dict[str, str] = {}
+    for pair in pairs or ():
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise InputError(f"--encoder-opt takes KEY=VALUE, e.g. x264-params=keyint=24 (got {pair!r})")
+        options[key.strip().lstrip("-")] = value
+    return tuple(options.items())
+
+
 def render_settings(
     params: Mapping[str, Any], *, given: Collection[str] | None = None, resolve: bool = True
 ) -> tuple[RenderSettings, tuple[int, ...] | None]:
@@ -385,6 +399,17 @@ def render_settings(
         crf=kw.pop("crf", defaults.crf),
         quality=kw.pop("quality", defaults.quality),
         preset=kw.pop("preset", defaults.preset),
+        profile=kw.pop("profile", defaults.profile),
+        pix_fmt=kw.pop("pix_fmt", defaults.pix_fmt),
+        bitrate=kw.pop("bitrate", defaults.bitrate),
+        maxrate=kw.pop("maxrate", defaults.maxrate),
+        bufsize=kw.pop("bufsize", defaults.bufsize),
+        gop=kw.pop("gop", defaults.gop),
+        options=encoder_options(kw.pop("encoder_opt", None)),
+        allow_reduce=kw.pop("allow_reduce", defaults.allow_reduce),
+        audio_codec=kw.pop("audio_codec", defaults.audio_codec),
+        audio_bitrate=kw.pop("audio_bitrate", defaults.audio_bitrate),
+        audio=kw.pop("audio", defaults.audio),
     )
     detector = DetectorSettings(score_threshold=kw.pop("score_threshold"))
     batch_size = kw.pop("batch_size", CPU_BATCH)

@@ -43,7 +43,7 @@ from facefusion_batch.video.probe import probe
 from facefusion_batch.video.reader import FrameReader
 from facefusion_batch.video.segments import parse_range
 from facefusion_batch.video.stills import IMAGE_SUFFIXES, is_still_image, read_image, write_image_atomically
-from facefusion_batch.video.writer import VideoWriter
+from facefusion_batch.video.writer import VideoWriter, check_output
 
 log = logging.getLogger("ffbatch")
 
@@ -82,6 +82,9 @@ def render(
     if is_still_image(settings.input):
         return render_still(settings, renderer, started)
     info = probe(settings.input)
+    reduced = check_output(settings.encoder, info, settings.output)  # exit 2 before any decoding
+    for what in reduced:
+        log.warning("%s: %s", settings.output, what)
     timer = StageTimer()
     if renderer is not None and not renderer.serves(settings):
         raise ValueError("this Renderer was loaded for other sources or model settings")
@@ -89,6 +92,7 @@ def render(
         renderer = Renderer.load(settings)
         timer.add("load", renderer.load_seconds)
     report = renderer.new_report(settings)
+    report.reduced = reduced
     chunk = chunk_size_for(settings, info.frame_count)
     if settings.on_decode_error == "skip" and chunk and settings.chunk_frames is None:
         log.info("--on-decode-error skip: rendering %s whole, not in resumable chunks", settings.input)
@@ -186,6 +190,7 @@ def _render_plain(renderer, settings, info, report, timer, on_progress, on_start
     )
     render_into(renderer, reader, writer, settings, report, timer, on_progress, layout, "output")
     report.audio = writer.audio_summary
+    report.dropped = list(writer.dropped)
 
 
 def run_render_command(

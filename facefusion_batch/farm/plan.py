@@ -34,6 +34,7 @@ from facefusion_batch.config import render_settings
 from facefusion_batch.errors import InputError
 from facefusion_batch.farm.manifest import segment_name, work_dir_for
 from facefusion_batch.farm.outputs import DEFAULT_PATTERN, outputs_for
+from facefusion_batch.video.formats import check_fits
 from facefusion_batch.video.probe import probe
 from facefusion_batch.video.segments import format_range, frame_index, split_frames
 
@@ -371,7 +372,7 @@ def plan_command(
     if params.get("gpus"):
         raise InputError("plan: every farm task renders on one GPU; leave out --gpus")
     # the farm's hosts resolve the device themselves; this machine's GPUs say nothing about theirs
-    render_settings(params, resolve=False)
+    settings, _ = render_settings(params, resolve=False)
     command = shlex.split(ffbatch)
     if not command:
         raise InputError("--ffbatch must name the command that runs ffbatch, e.g. ffbatch")
@@ -385,4 +386,6 @@ def plan_command(
         command=command,
         overwrite=overwrite,
     )
+    for job in plan.jobs:  # the joined outputs: an encoder their container cannot hold is exit 2 here
+        check_fits(settings.encoder.codec, job.output)
     return render_plan(plan, fmt, sbatch)

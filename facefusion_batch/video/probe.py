@@ -55,6 +55,25 @@ class VideoInfo:
     color_range: int = 0
     color_primaries: int = 2
     color_trc: int = 2
+    # What the output carries over: sample aspect ratio (None: square or unknown), AVFieldOrder of
+    # the stream (0 unknown, 1 progressive, 2-5 interlaced) and whether the first frame is
+    # interlaced, container tags (title, timecode, ...), the video stream's tags (language,
+    # timecode) and the other streams (index, type, codec) besides video and audio.
+    sample_aspect_ratio: Fraction | None = None
+    field_order: int = 0
+    interlaced: bool = False
+    container_tags: tuple[tuple[str, str], ...] = ()
+    video_tags: tuple[tuple[str, str], ...] = ()
+    other_streams: tuple[tuple[int, str, str], ...] = ()
+
+    @property
+    def timecode(self) -> str | None:
+        """The start timecode (container tag, video stream tag, or a tmcd track's), if any."""
+        for tags in (self.container_tags, self.video_tags):
+            for key, value in tags:
+                if key == "timecode":
+                    return value
+        return None
 
 
 def rotation_from_display(ccw_degrees: float) -> int:
@@ -179,6 +198,15 @@ def _probe_open(path: Path, container: av.container.InputContainer) -> VideoInfo
         frame_count = max(1, int(math.floor(duration_s * float(average_rate) + 0.5)))
         estimated = True
 
+    sar = stream.sample_aspect_ratio
+    sar = Fraction(sar) if sar and Fraction(sar) != 1 else None
+    others = tuple(
+        (s.index, s.type, _stream_codec(s)) for s in container.streams if s.type not in ("video", "audio")
+    )
+    container_tags = dict(container.metadata)
+    for s in container.streams:
+        if s.type == "data" and "timecode" in s.metadata and "timecode" not in container_tags:
+            container_tags["timecode"] = s.metadata["timecode"]  # a QuickTime tmcd track
     return VideoInfo(
         path=path,
         width=width,
@@ -201,7 +229,20 @@ def _probe_open(path: Path, container: av.container.InputContainer) -> VideoInfo
         color_range=int(first.color_range),
         color_primaries=int(first.color_primaries),
         color_trc=int(first.color_trc),
+        sample_aspect_ratio=sar,
+        field_order=int(ctx.field_order or 0),
+        interlaced=bool(first.interlaced_frame),
+        container_tags=tuple(sorted(container_tags.items())),
+        video_tags=tuple(sorted(dict(stream.metadata).items())),
+        other_streams=others,
     )
+
+
+def _stream_codec(stream) -> str:
+    ctx = getattr(stream, "codec_context", None)
+    if ctx is not None and ctx.name:
+        return ctx.name
+    return stream.metadata.get("handler_name", "data") if stream.type == "data" else stream.type
 
 
 def _first_frame(path: Path, container: av.container.InputContainer, stream) -> av.VideoFrame:
