@@ -34,7 +34,7 @@ from facefusion_batch.config import render_settings
 from facefusion_batch.errors import InputError
 from facefusion_batch.farm.manifest import segment_name, work_dir_for
 from facefusion_batch.farm.outputs import DEFAULT_PATTERN, outputs_for
-from facefusion_batch.video.formats import check_fits
+from facefusion_batch.video.formats import check_fits, segment_suffix
 from facefusion_batch.video.probe import probe
 from facefusion_batch.video.segments import format_range, frame_index, split_frames
 
@@ -124,6 +124,7 @@ def make_plan(
     output_pattern: str = DEFAULT_PATTERN,
     command: list[str] | None = None,
     overwrite: bool = False,
+    suffix: str = ".mp4",
 ) -> Plan:
     if chunk_frames < 1:
         raise InputError(f"--chunk-frames must be at least 1 (got {chunk_frames})")
@@ -156,7 +157,7 @@ def make_plan(
     task = 0
     for job in jobs:
         for start, end in split_frames(job.frame_count, chunk_frames):
-            segment = job.work_dir / segment_name(start, end)
+            segment = job.work_dir / segment_name(start, end, suffix)
             argv = [*command, "render", str(job.input), *render_args]
             argv += ["--frames", format_range(start, end), "-o", str(segment), "--overwrite"]
             job.chunks.append(Chunk(task, (start, end), segment, argv))
@@ -385,6 +386,7 @@ def plan_command(
         output_pattern=output_pattern,
         command=command,
         overwrite=overwrite,
+        suffix=segment_suffix(settings.encoder.codec),
     )
     for job in plan.jobs:  # the joined outputs: an encoder their container cannot hold is exit 2 here
         check_fits(settings.encoder.codec, job.output)

@@ -34,6 +34,7 @@ from facefusion_batch.farm.manifest import (
 )
 from facefusion_batch.farm.segment import is_up_to_date, segment_tags
 from facefusion_batch.pipeline.run import JobReport, log_start, pixel_format_of, read_ranges, run_frames
+from facefusion_batch.video.formats import segment_suffix
 from facefusion_batch.video.planes import BGR24
 from facefusion_batch.video.probe import VideoInfo
 from facefusion_batch.video.reader import Frame
@@ -74,7 +75,7 @@ class SegmentSink:
             if frame.index != start:
                 raise FfbatchError(f"segment {start}:{end} should start at frame {start}, got {frame.index}")
             self._range = (start, end)
-            path = self.work / segment_name(start, end)
+            path = self.work / segment_name(start, end, segment_suffix(self.settings.encoder.codec))
             try:
                 self._writer = VideoWriter(
                     path,
@@ -119,7 +120,7 @@ def plan_segments(
     for start, end in split_frames(index.count, chunk):
         path = manifest.verified(start, end)
         if path is None:
-            candidate = manifest.work_dir / segment_name(start, end)
+            candidate = manifest.work_dir / segment_name(start, end, segment_suffix(settings.encoder.codec))
             if candidate.is_file() and is_up_to_date(candidate, digest, start, end):
                 manifest.record(start, end, candidate)
                 path = candidate

@@ -71,7 +71,7 @@ class VideoInfo:
         """The start timecode (container tag, video stream tag, or a tmcd track's), if any."""
         for tags in (self.container_tags, self.video_tags):
             for key, value in tags:
-                if key == "timecode":
+                if key.lower() == "timecode":  # Matroska tags are upper case
                     return value
         return None
 
@@ -174,6 +174,8 @@ def _probe_open(path: Path, container: av.container.InputContainer) -> VideoInfo
             f"input video {path}: the video codec of stream #{stream.index} is not supported by this FFmpeg"
         )
 
+    # the container's colour tags, read before decoding (the decoder overwrites them with the frame's)
+    stream_colour = (ctx.colorspace, ctx.color_range, ctx.color_primaries, ctx.color_trc)
     first = _first_frame(path, container, stream)
     rotation = rotation_from_display(first.rotation)
     coded_w, coded_h = first.width, first.height
@@ -225,10 +227,10 @@ def _probe_open(path: Path, container: av.container.InputContainer) -> VideoInfo
         format_name=container.format.name,
         frame_count_estimated=estimated,
         video_stream_index=stream.index,
-        color_space=int(first.colorspace),
-        color_range=int(first.color_range),
-        color_primaries=int(first.color_primaries),
-        color_trc=int(first.color_trc),
+        color_space=_tag(first.colorspace, stream_colour[0], 2),
+        color_range=_tag(first.color_range, stream_colour[1], 0),
+        color_primaries=_tag(first.color_primaries, stream_colour[2], 2),
+        color_trc=_tag(first.color_trc, stream_colour[3], 2),
         sample_aspect_ratio=sar,
         field_order=int(ctx.field_order or 0),
         interlaced=bool(first.interlaced_frame),
@@ -236,6 +238,15 @@ def _probe_open(path: Path, container: av.container.InputContainer) -> VideoInfo
         video_tags=tuple(sorted(dict(stream.metadata).items())),
         other_streams=others,
     )
+
+
+def _tag(frame_value, stream_value, unspecified: int) -> int:
+    """The frame's colour tag, else the container's (ProRes frames often leave primaries and
+    transfer unspecified while the .mov says them)."""
+    value = int(frame_value or 0)
+    if value == unspecified and stream_value is not None and int(stream_value) != unspecified:
+        return int(stream_value)
+    return value
 
 
 def _stream_codec(stream) -> str:

@@ -235,7 +235,9 @@ def validate_encoder(settings: EncoderSettings) -> None:
 
 
 @functools.lru_cache(maxsize=64)
-def _open_failure(codec: str, pix_fmt: str, options: tuple[tuple[str, str], ...]) -> str | None:
+def _open_failure(
+    codec: str, pix_fmt: str, options: tuple[tuple[str, str], ...], width: int = 256, height: int = 256
+) -> str | None:
     """Try to open the encoder on a small picture; the reason it fails, or None.
 
     An option the encoder does not know (a misspelt --encoder-opt) is refused too: FFmpeg
@@ -245,8 +247,8 @@ def _open_failure(codec: str, pix_fmt: str, options: tuple[tuple[str, str], ...]
         return f"it has no option {', '.join(unknown)} (see `ffmpeg -h encoder={codec}`)"
     try:
         ctx = av.CodecContext.create(codec, "w")
-        ctx.width = 256
-        ctx.height = 256
+        ctx.width = width
+        ctx.height = height
         ctx.pix_fmt = pix_fmt
         ctx.time_base = Fraction(1, 25)
         ctx.framerate = Fraction(25)
@@ -328,6 +330,16 @@ def check_output(settings: EncoderSettings, info: VideoInfo, output: Path) -> li
             "mix the two fields. Deinterlace it first (e.g. ffmpeg -vf bwdif) and render that"
         )
     pix_fmt = output_pix_fmt(settings, info)
+    width, height = _even_dims(info.width, info.height, pix_fmt)
+    reason = _open_failure(
+        settings.codec, pix_fmt, tuple(sorted(settings.codec_options().items())), width, height
+    )
+    if reason is not None:
+        need = " (DNxHR needs at least 256x120)" if settings.spec.family == "dnxhr" else ""
+        raise InputError(
+            f"--encoder {settings.codec} cannot encode {info.path}'s {width}x{height} {pix_fmt} "
+            f"pictures{need}: {reason}"
+        )
     warnings = []
     problems = reduction_problems(info, pix_fmt)
     if problems:
@@ -520,6 +532,13 @@ class VideoWriter:
             ctx.codec_tag = "hvc1"  # QuickTime and Final Cut play only hvc1-tagged HEVC
         if info.sample_aspect_ratio is not None:
             ctx.sample_aspect_ratio = info.sample_aspect_ratio  # anamorphic: displays as the input
+            if self._format in ("matroska", "webm", "avi"):
+                # Matroska takes the SAR from the stream, which PyAV 18 cannot set
+                sar = info.sample_aspect_ratio
+                self.dropped.append(
+                    f"sample aspect ratio {sar.numerator}:{sar.denominator} (this {self._format} output "
+                    "displays square pixels; .mov or .mp4 keep it)"
+                )
         for key, value in info.video_tags:
             if key in _STREAM_TAGS:
                 stream.metadata[key] = value
@@ -541,6 +560,9 @@ class VideoWriter:
             ctx.color_primaries = info.color_primaries
         if info.color_trc != 2:
             ctx.color_trc = info.color_trc
+        tagged = info.color_space not in (0, 2) or info.color_primaries != 2 or info.color_trc != 2
+        if self._format == "avi" and tagged:
+            self.dropped.append("colour tags (AVI cannot store them; players assume BT.601)")
         self._stream = stream
         if audio_from is not None and settings.audio:
             self._audio = AudioMuxer(
