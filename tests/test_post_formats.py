@@ -7,7 +7,11 @@ formats, stream lists, tags and audio packets.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import subprocess
+import sys
 from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
@@ -473,3 +477,107 @@ def test_every_table_entry_names_containers_ffmpeg_can_open():
         assert spec.extensions, name
         if spec.profiles:
             assert spec.default_profile in spec.profiles
+
+
+# -- the command line ----------------------------------------------------------------------------
+
+
+def ffbatch(*args, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": "200"}
+    env.pop("FFBATCH_DEBUG", None)
+    return subprocess.run(
+        [sys.executable, "-m", "facefusion_batch", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
+
+
+def error_line(proc: subprocess.CompletedProcess) -> str:
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    assert "Traceback" not in proc.stderr
+    return next(line for line in proc.stderr.splitlines() if line.startswith("ffbatch: error:"))
+
+
+def test_render_and_plan_refuse_an_impossible_pair_up_front(h264_clip, tmp_path):
+    source = tmp_path / "face.png"
+    source.write_bytes(b"not read before the options are checked")
+    out = tmp_path / "out.mp4"
+    rendered = error_line(ffbatch("render", h264_clip, "-s", source, "-o", out, "--encoder", "prores_ks"))
+    planned = error_line(
+        ffbatch("plan", h264_clip, "-s", source, "--encoder", "prores_ks", "--chunk-frames", "3", "-o", out)
+    )
+    assert "cannot hold prores" in rendered and ".mov or .mxf or .mkv" in rendered
+    assert planned == rendered
+    assert list(tmp_path.iterdir()) == [source]
+
+
+def test_plan_puts_prores_chunks_in_mov_segments(h264_clip, tmp_path):
+    source = tmp_path / "face.png"
+    source.write_bytes(b"x")
+    proc = ffbatch(
+        "plan", h264_clip, "-s", source, "--encoder", "prores_ks", "--profile", "4444",
+        "--chunk-frames", "3", "-o", tmp_path / "out.mov", "--format", "json",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    chunks = json.loads(proc.stdout)["jobs"][0]["chunks"]
+    assert len(chunks) == 2
+    for chunk in chunks:
+        assert chunk["segment"].endswith(".mov")
+        assert "--profile" in chunk["argv"] and "4444" in chunk["argv"]
+
+
+def test_render_refuses_ten_bit_before_loading_models(prores_master, tmp_path):
+    source = tmp_path / "face.png"
+    source.write_bytes(b"x")
+    line = error_line(
+        ffbatch("render", prores_master, "-s", source, "-o", tmp_path / "o.mov", "--encoder", "prores_ks")
+    )
+    assert "10-bit" in line and "--allow-reduce" in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["face.png"]
+
+
+def test_render_to_prores_4444_end_to_end(face_clip, astronaut_path, tmp_path):
+    out, report = tmp_path / "out.mov", tmp_path / "report.json"
+    proc = ffbatch(
+        "render", face_clip, "-s", astronaut_path, "-o", out, "--encoder", "prores_ks", "--profile", "4444",
+        "--report", report, "--backend", "cpu", "-q",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(report.read_text())
+    assert data["dropped"] == [] and data["reduced"] == [] and data["audio"] == "copied"
+    assert data["faces_swapped"] > 0
+    container, stream = video_stream(out)
+    with container:
+        assert "4444" in stream.codec_context.profile
+        frames = list(container.decode(stream))
+        assert [s.codec_context.name for s in container.streams.audio] == ["aac"]
+    assert len(frames) == 24 and frames[0].format.name.startswith("yuv444p")
+
+
+def test_chunked_prores_render_joins_mov_segments_and_keeps_tags(face_clip, astronaut_path, tmp_path):
+    """A chunked render (as on a farm) of a tagged input: segments in .mov, joined with the title and
+    timecode of the input, the audio as asked (--no-audio here)."""
+    tagged = tmp_path / "tagged.mov"
+    with av.open(str(face_clip)) as src, av.open(str(tagged), "w") as dst:
+        dst.metadata.update({"title": "Reel 7", "timecode": "10:00:00:00"})
+        video = dst.add_stream_from_template(src.streams.video[0])
+        for packet in src.demux(src.streams.video[0]):
+            if packet.size:
+                packet.stream = video
+                dst.mux(packet)
+    for suffix in (".mkv", ".mov"):
+        out = tmp_path / f"out{suffix}"
+        proc = ffbatch(
+            "render", tagged, "-s", astronaut_path, "-o", out, "--encoder", "prores_ks", "--profile", "proxy",
+            "--chunk-frames", "10", "--no-audio", "--backend", "cpu", "-q",
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        info = probe(out)
+        assert info.codec == "prores" and info.audio_streams == 0
+        assert len(decoded_bgr(out)) == 24 and dict(info.container_tags)["title"] == "Reel 7"
+        if suffix == ".mkv":
+            assert info.timecode == "10:00:00:00"
+        else:  # a joined .mov cannot get its tmcd track through PyAV 18: said, not silent
+            assert info.timecode is None and "timecode 10:00:00:00 is not kept" in proc.stderr

@@ -430,9 +430,12 @@ def _join(entry: InputJob, tags: dict | None, batch: bool) -> None:
         join_segments(
             [entry.done[r] for r in sorted(entry.done)],
             Path(settings.output),
-            audio_from=Path(settings.input) if entry.info.audio_streams else None,
+            audio_from=Path(settings.input) if entry.info.audio_streams and settings.encoder.audio else None,
             overwrite=True,
             metadata=tags,
+            tags_from=Path(settings.input),
+            audio_codec=settings.encoder.audio_codec,
+            audio_bitrate=settings.encoder.audio_bitrate,
         )
     except FfbatchError as exc:
         _fail(entry, str(exc), batch)

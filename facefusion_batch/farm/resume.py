@@ -196,9 +196,12 @@ def render_chunked(
             join_segments(
                 [done[r] for r in sorted(done)],
                 output,
-                audio_from=Path(settings.input) if info.audio_streams else None,
+                audio_from=Path(settings.input) if info.audio_streams and settings.encoder.audio else None,
                 overwrite=True,  # validated up front: --overwrite, or no output when the job began
                 metadata=output_tags,
+                tags_from=Path(settings.input),
+                audio_codec=settings.encoder.audio_codec,
+                audio_bitrate=settings.encoder.audio_bitrate,
             )
         remove_work_dir(work)
 
