@@ -304,6 +304,13 @@ def render(
     ] = "copy",
     audio_bitrate: Annotated[str | None, typer.Option(help="--audio-codec aac: bitrate, e.g. 256k.")] = None,
     audio: Annotated[bool, typer.Option("--audio/--no-audio", help="Carry the input's audio tracks.")] = True,
+    start_number: Annotated[
+        int | None,
+        typer.Option(
+            help="Image sequence output (-o shot/frame.%06d.exr, .dpx .tif .png): the first frame's number "
+            "(default 1001)."
+        ),
+    ] = None,
     blend: BlendOpt = "multiband",
     eyes_mouth: EyesMouthOpt = "target",
     colour: ColourOpt = "local",

@@ -34,6 +34,7 @@ from facefusion_batch.swap.masks import MASK_TYPES, REGION_CLASSES, MaskSettings
 from facefusion_batch.video.formats import CONTAINERS, check_fits
 from facefusion_batch.video.hwaccel import HWACCELS
 from facefusion_batch.video.reader import DECODE_ERROR_MODES
+from facefusion_batch.video.sequence import DEFAULT_START_NUMBER, is_sequence_pattern, sequence_codec
 from facefusion_batch.video.writer import EncoderSettings, validate_encoder
 
 log = logging.getLogger("ffbatch")
@@ -137,7 +138,14 @@ def validate_options(settings: RenderSettings) -> RenderSettings:
         raise InputError(f"--source-face-index must not be negative (got {settings.source_face_index})")
     validate_swap(settings.swap, settings.faces)
     _check_range("--score-threshold", settings.detector.score_threshold, 0.0, 1.0)
-    validate_encoder(settings.encoder)
+    if is_sequence_pattern(settings.output):
+        if settings.frames is not None or settings.chunk_frames:
+            raise InputError(
+                "an image sequence output is rendered whole: leave out --frames and --chunk-frames"
+            )
+        sequence_codec(settings.output, settings.encoder.pix_fmt)  # the encoder is the extension's
+    else:
+        validate_encoder(settings.encoder)
     if settings.output.suffix.lower() in CONTAINERS and not settings.output.is_dir():
         check_fits(settings.encoder.codec, settings.output)  # plan and render: exit 2 before decoding
     if settings.chunk_frames is not None and settings.chunk_frames < 0:
@@ -410,6 +418,7 @@ def render_settings(
         audio_codec=kw.pop("audio_codec", defaults.audio_codec),
         audio_bitrate=kw.pop("audio_bitrate", defaults.audio_bitrate),
         audio=kw.pop("audio", defaults.audio),
+        start_number=_or(kw.pop("start_number", None), DEFAULT_START_NUMBER),
     )
     detector = DetectorSettings(score_threshold=kw.pop("score_threshold"))
     batch_size = kw.pop("batch_size", CPU_BATCH)

@@ -28,6 +28,7 @@ from facefusion_batch.tools.doctor import report_lines
 from facefusion_batch.video.formats import ENCODER_TABLE, available_encoders, check_fits, segment_suffix
 from facefusion_batch.video.probe import probe
 from facefusion_batch.video.reader import FrameReader
+from facefusion_batch.video.sequence import SequenceWriter
 from facefusion_batch.video.writer import EncoderSettings, VideoWriter, check_output, validate_encoder
 
 SIZE = (256, 144)  # DNxHR needs 256x120 or more
@@ -581,3 +582,105 @@ def test_chunked_prores_render_joins_mov_segments_and_keeps_tags(face_clip, astr
             assert info.timecode == "10:00:00:00"
         else:  # a joined .mov cannot get its tmcd track through PyAV 18: said, not silent
             assert info.timecode is None and "timecode 10:00:00:00 is not kept" in proc.stderr
+
+
+# -- image sequences out -----------------------------------------------------------------------------
+
+
+def read_image_file(path: Path) -> av.VideoFrame:
+    with av.open(str(path)) as container:
+        return next(container.decode(video=0))
+
+
+@pytest.mark.parametrize(
+    ("suffix", "pix_fmt", "read_as"),
+    [
+        (".png", None, "rgb24"),
+        (".tiff", "rgb48le", "rgb48le"),
+        (".dpx", None, "rgb24"),
+        (".exr", None, "gbrpf32le"),
+    ],
+)
+def test_sequence_writer_numbers_frames_and_keeps_pixels(h264_clip, tmp_path, suffix, pix_fmt, read_as):
+    info = probe(h264_clip)
+    pattern = tmp_path / f"shot.%06d{suffix}"
+    with (
+        FrameReader(h264_clip, info=info) as reader,
+        SequenceWriter(pattern, info, pix_fmt=pix_fmt) as writer,
+    ):
+        images = []
+        for frame in reader:
+            writer.write(frame.image, frame.pts, frame.time_base)
+            images.append(frame.image)
+        assert not list(tmp_path.glob("shot.*"))  # nothing visible before close
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == [f"shot.{n:06d}{suffix}" for n in range(1001, 1001 + FRAMES)]
+    for number, image in zip(range(1001, 1001 + FRAMES), images, strict=True):
+        picture = read_image_file(tmp_path / f"shot.{number:06d}{suffix}")
+        assert picture.format.name.startswith(read_as[:5])
+        if suffix == ".exr":
+            rgb = picture.to_ndarray()  # H x W x (R, G, B), floats: code / 255 exactly
+            assert np.array_equal(rgb[..., ::-1] * np.float32(255), image.astype(np.float32))
+        else:
+            assert np.array_equal(picture.to_ndarray(format="bgr24"), image)
+
+
+def test_sequence_abort_leaves_nothing(h264_clip, tmp_path):
+    info = probe(h264_clip)
+    with pytest.raises(RuntimeError):
+        with (
+            FrameReader(h264_clip, info=info) as reader,
+            SequenceWriter(tmp_path / "f.%04d.png", info) as writer,
+        ):
+            for frame in reader:
+                writer.write(frame.image, frame.pts, frame.time_base)
+                raise RuntimeError("boom")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("name", "extra", "words"),
+    [
+        ("f.%06d.jpg", (), "image sequences are written as"),
+        ("f.%06d.%04d.png", (), "exactly one frame number"),
+        ("f.%06d.exr", ("--pix-fmt", "rgb24"), "cannot be written as .exr"),
+        ("f.%06d.png", ("--frames", "0:3"), "rendered whole"),
+        ("f.%06d.png", ("--start-number", "-1"), "--start-number"),
+    ],
+)
+def test_bad_sequence_outputs_are_refused_up_front(h264_clip, tmp_path, name, extra, words):
+    source = tmp_path / "face.png"
+    source.write_bytes(b"x")
+    line = error_line(ffbatch("render", h264_clip, "-s", source, "-o", tmp_path / name, *extra))
+    assert words in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["face.png"]
+
+
+def test_render_to_an_exr_sequence_from_1001(face_clip, astronaut_path, tmp_path):
+    shot = tmp_path / "shot"
+    shot.mkdir()
+    report = tmp_path / "r.json"
+    proc = ffbatch(
+        "render", face_clip, "-s", astronaut_path, "-o", shot / "frame.%06d.exr", "--backend", "cpu",
+        "--report", report, "-q",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    names = sorted(p.name for p in shot.iterdir())
+    assert names == [f"frame.{n:06d}.exr" for n in range(1001, 1025)]
+    data = json.loads(report.read_text())
+    assert data["dropped"] == ["1 audio stream(s): an image sequence holds no audio"]
+    # the swapped frames, not the input: the sequence matches a video render's pixels closely
+    picture = read_image_file(shot / "frame.001010.exr")
+    assert picture.format.name == "gbrpf32le" and (picture.width, picture.height) == (640, 360)
+    again = error_line(ffbatch("render", face_clip, "-s", astronaut_path, "-o", shot / "frame.%06d.exr"))
+    assert "frame.001001.exr already exists" in again
+    numbered = ffbatch(
+        "render", face_clip, "-s", astronaut_path, "-o", shot / "f.%04d.png", "--start-number", "1",
+        "--backend", "cpu", "-q",
+    )  # fmt: skip
+    assert numbered.returncode == 0, numbered.stderr
+    assert (
+        (shot / "f.0001.png").is_file()
+        and (shot / "f.0024.png").is_file()
+        and not (shot / "f.0025.png").exists()
+    )

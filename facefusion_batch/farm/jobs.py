@@ -42,6 +42,7 @@ from facefusion_batch.video.hwaccel import hwaccel_problem
 from facefusion_batch.video.probe import probe
 from facefusion_batch.video.reader import FrameReader
 from facefusion_batch.video.segments import parse_range
+from facefusion_batch.video.sequence import SequenceWriter, check_sequence_output, is_sequence_pattern
 from facefusion_batch.video.stills import IMAGE_SUFFIXES, is_still_image, read_image, write_image_atomically
 from facefusion_batch.video.writer import VideoWriter, check_output
 
@@ -82,6 +83,10 @@ def render(
     if is_still_image(settings.input):
         return render_still(settings, renderer, started)
     info = probe(settings.input)
+    if is_sequence_pattern(settings.output):
+        check_sequence_output(
+            settings.output, settings.encoder.pix_fmt, settings.encoder.start_number, settings.overwrite
+        )
     reduced = check_output(settings.encoder, info, settings.output)  # exit 2 before any decoding
     for what in reduced:
         log.warning("%s: %s", settings.output, what)
@@ -124,8 +129,8 @@ def render(
 
 def chunk_size_for(settings: RenderSettings, frame_count: int | None) -> int:
     """Frames per chunk for a resumable render; 0 for a plain one."""
-    if settings.frames is not None:
-        return 0
+    if settings.frames is not None or is_sequence_pattern(settings.output):
+        return 0  # an image sequence is written whole (its frames are files already)
     if settings.chunk_frames is not None:
         return settings.chunk_frames
     if frame_count is not None and frame_count > AUTO_CHUNK_ABOVE:
@@ -135,6 +140,8 @@ def chunk_size_for(settings: RenderSettings, frame_count: int | None) -> int:
 
 def render_still(settings: RenderSettings, renderer: Renderer | None, started: float) -> JobReport:
     """A photo as the target: one frame through the same pipeline, written as an image."""
+    if is_sequence_pattern(settings.output):
+        raise InputError(f"input {settings.input} is a still image: write one image, not {settings.output}")
     if not is_still_image(settings.output):
         raise InputError(
             f"input {settings.input} is a still image: write the result to an image file "
@@ -180,14 +187,23 @@ def _render_plain(renderer, settings, info, report, timer, on_progress, on_start
         pixel_format=pixel_format_of(layout),
         hwaccel=settings.device.hwaccel,
     )
-    writer = VideoWriter(
-        settings.output,
-        info,
-        settings.encoder,
-        audio_from=settings.input if info.audio_streams else None,
-        metadata=output_tags,
-        pixel_format=pixel_format_of(layout),
-    )
+    if is_sequence_pattern(settings.output):
+        writer = SequenceWriter(
+            settings.output,
+            info,
+            pix_fmt=settings.encoder.pix_fmt,
+            start_number=settings.encoder.start_number,
+            pixel_format=pixel_format_of(layout),
+        )
+    else:
+        writer = VideoWriter(
+            settings.output,
+            info,
+            settings.encoder,
+            audio_from=settings.input if info.audio_streams else None,
+            metadata=output_tags,
+            pixel_format=pixel_format_of(layout),
+        )
     render_into(renderer, reader, writer, settings, report, timer, on_progress, layout, "output")
     report.audio = writer.audio_summary
     report.dropped = list(writer.dropped)

@@ -37,6 +37,7 @@ from facefusion_batch.farm.outputs import DEFAULT_PATTERN, outputs_for
 from facefusion_batch.video.formats import check_fits, segment_suffix
 from facefusion_batch.video.probe import probe
 from facefusion_batch.video.segments import format_range, frame_index, split_frames
+from facefusion_batch.video.sequence import is_sequence_pattern
 
 FORMATS = ("json", "shell", "slurm", "opencue")
 
@@ -374,6 +375,10 @@ def plan_command(
         raise InputError("plan: every farm task renders on one GPU; leave out --gpus")
     # the farm's hosts resolve the device themselves; this machine's GPUs say nothing about theirs
     settings, _ = render_settings(params, resolve=False)
+    if any(is_sequence_pattern(p) for p in (output, params.get("output")) if p is not None):
+        raise InputError(
+            "plan joins video segments; an image sequence output is rendered with `ffbatch render`"
+        )
     command = shlex.split(ffbatch)
     if not command:
         raise InputError("--ffbatch must name the command that runs ffbatch, e.g. ffbatch")

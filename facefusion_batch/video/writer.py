@@ -64,6 +64,7 @@ from facefusion_batch.video.formats import (
 )
 from facefusion_batch.video.planes import BGR24, PIXEL_FORMATS, YUV420P, picture_shape
 from facefusion_batch.video.probe import VideoInfo
+from facefusion_batch.video.sequence import DEFAULT_START_NUMBER, is_sequence_pattern, sequence_codec
 
 log = logging.getLogger("ffbatch")
 
@@ -108,6 +109,7 @@ class EncoderSettings:
     audio_codec: str = "copy"
     audio_bitrate: str | None = None
     audio: bool = True
+    start_number: int = DEFAULT_START_NUMBER  # the first frame's number in an image sequence output
 
     @property
     def is_nvenc(self) -> bool:
@@ -322,17 +324,26 @@ def reduction_problems(info: VideoInfo, pix_fmt: str) -> list[str]:
 def check_output(settings: EncoderSettings, info: VideoInfo, output: Path) -> list[str]:
     """Exit 2 (InputError), before any frame is processed, when the output cannot be what the user
     expects from this input; otherwise the losses the user agreed to, for the log and the report."""
-    check_fits(settings.codec, output)
+    sequence = is_sequence_pattern(output)
+    if not sequence:
+        check_fits(settings.codec, output)
     if info.interlaced or info.field_order >= 2:
         order = _FIELD_ORDERS.get(info.field_order, "interlaced")
         raise InputError(
             f"input {info.path} is interlaced ({order}); ffbatch swaps whole progressive frames and would "
             "mix the two fields. Deinterlace it first (e.g. ffmpeg -vf bwdif) and render that"
         )
-    pix_fmt = output_pix_fmt(settings, info)
+    if sequence:
+        pix_fmt = sequence_codec(output, settings.pix_fmt)[1]
+    else:
+        pix_fmt = output_pix_fmt(settings, info)
     width, height = _even_dims(info.width, info.height, pix_fmt)
-    reason = _open_failure(
-        settings.codec, pix_fmt, tuple(sorted(settings.codec_options().items())), width, height
+    reason = (
+        None
+        if sequence
+        else _open_failure(
+            settings.codec, pix_fmt, tuple(sorted(settings.codec_options().items())), width, height
+        )
     )
     if reason is not None:
         need = " (DNxHR needs at least 256x120)" if settings.spec.family == "dnxhr" else ""
