@@ -172,7 +172,12 @@ def given_options(ctx: typer.Context) -> set[str]:
 @app.command()
 def render(
     ctx: typer.Context,
-    inputs: Annotated[list[Path], typer.Argument(help="Input video(s).", show_default=False)],
+    inputs: Annotated[
+        list[Path],
+        typer.Argument(
+            help="Input video(s), or an image sequence (shot/frame.%04d.dpx).", show_default=False
+        ),
+    ],
     source: SourceOpt,
     output: Annotated[
         Path | None,
@@ -304,11 +309,15 @@ def render(
     ] = "copy",
     audio_bitrate: Annotated[str | None, typer.Option(help="--audio-codec aac: bitrate, e.g. 256k.")] = None,
     audio: Annotated[bool, typer.Option("--audio/--no-audio", help="Carry the input's audio tracks.")] = True,
+    fps: Annotated[
+        float | None,
+        typer.Option(help="Image sequence input (shot/frame.%04d.dpx): its frame rate (default 24)."),
+    ] = None,
     start_number: Annotated[
         int | None,
         typer.Option(
             help="Image sequence output (-o shot/frame.%06d.exr, .dpx .tif .png): the first frame's number "
-            "(default 1001)."
+            "(default: the input sequence's first, or 1001 for a video)."
         ),
     ] = None,
     blend: BlendOpt = "multiband",

@@ -33,8 +33,9 @@ from facefusion_batch.swap.learned import LearnedSettings
 from facefusion_batch.swap.masks import MASK_TYPES, REGION_CLASSES, MaskSettings
 from facefusion_batch.video.formats import CONTAINERS, check_fits
 from facefusion_batch.video.hwaccel import HWACCELS
+from facefusion_batch.video.probe import sequence_numbers
 from facefusion_batch.video.reader import DECODE_ERROR_MODES
-from facefusion_batch.video.sequence import DEFAULT_START_NUMBER, is_sequence_pattern, sequence_codec
+from facefusion_batch.video.sequence import check_start_number, is_sequence_pattern, sequence_codec
 from facefusion_batch.video.writer import EncoderSettings, validate_encoder
 
 log = logging.getLogger("ffbatch")
@@ -93,6 +94,7 @@ class RenderSettings:
     # what a frame the decoder cannot deliver does: fail the job, or skip (replaced, pts kept)
     on_decode_error: str = "fail"
     source_face_index: int = 0  # which face of each --source photo, largest first
+    input_fps: float | None = None  # an image sequence input's frame rate (--fps; default 24)
 
     @property
     def batch_policy(self) -> BatchPolicy:
@@ -138,12 +140,17 @@ def validate_options(settings: RenderSettings) -> RenderSettings:
         raise InputError(f"--source-face-index must not be negative (got {settings.source_face_index})")
     validate_swap(settings.swap, settings.faces)
     _check_range("--score-threshold", settings.detector.score_threshold, 0.0, 1.0)
+    if is_sequence_pattern(settings.input) and (settings.frames is not None or settings.chunk_frames):
+        raise InputError("an image sequence input is rendered whole: leave out --frames and --chunk-frames")
+    if settings.input_fps is not None and not settings.input_fps > 0:
+        raise InputError(f"--fps must be more than 0 (got {settings.input_fps:g})")
     if is_sequence_pattern(settings.output):
         if settings.frames is not None or settings.chunk_frames:
             raise InputError(
                 "an image sequence output is rendered whole: leave out --frames and --chunk-frames"
             )
         sequence_codec(settings.output, settings.encoder.pix_fmt)  # the encoder is the extension's
+        check_start_number(settings.encoder.start_number)
     else:
         validate_encoder(settings.encoder)
     if settings.output.suffix.lower() in CONTAINERS and not settings.output.is_dir():
@@ -164,7 +171,10 @@ def validate_options(settings: RenderSettings) -> RenderSettings:
 
 def validate_paths(settings: RenderSettings) -> RenderSettings:
     """The input exists; the output can be written and is not the input."""
-    if not settings.input.exists():
+    if is_sequence_pattern(settings.input):
+        if not sequence_numbers(settings.input):
+            raise InputError(f"input {settings.input}: no files match this image sequence pattern")
+    elif not settings.input.exists():
         raise InputError(f"input {settings.input}: no such file")
     out = settings.output
     if out.exists() and out.is_dir():
@@ -418,8 +428,9 @@ def render_settings(
         audio_codec=kw.pop("audio_codec", defaults.audio_codec),
         audio_bitrate=kw.pop("audio_bitrate", defaults.audio_bitrate),
         audio=kw.pop("audio", defaults.audio),
-        start_number=_or(kw.pop("start_number", None), DEFAULT_START_NUMBER),
+        start_number=kw.pop("start_number", None),
     )
+    kw["input_fps"] = kw.pop("fps", None)
     detector = DetectorSettings(score_threshold=kw.pop("score_threshold"))
     batch_size = kw.pop("batch_size", CPU_BATCH)
     plan = resolve_device(

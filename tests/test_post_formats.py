@@ -95,11 +95,12 @@ def make_master(
     return path
 
 
-def transcode(src: Path, out: Path, settings: EncoderSettings) -> VideoWriter:
+def transcode(src: Path, out: Path, settings: EncoderSettings, fps: Fraction | None = None) -> VideoWriter:
     """Reader -> writer with the checks a render makes first; frames untouched."""
-    info = probe(src)
+    info = probe(src, fps=fps)
     check_output(settings, info, out)
-    with FrameReader(src, info=info) as reader, VideoWriter(out, info, settings, audio_from=src) as writer:
+    audio = src if info.audio_streams else None
+    with FrameReader(src, info=info) as reader, VideoWriter(out, info, settings, audio_from=audio) as writer:
         for frame in reader:
             writer.write(frame.image, frame.pts, frame.time_base)
     return writer
@@ -684,3 +685,89 @@ def test_render_to_an_exr_sequence_from_1001(face_clip, astronaut_path, tmp_path
         and (shot / "f.0024.png").is_file()
         and not (shot / "f.0025.png").exists()
     )
+
+
+# -- image sequences in ------------------------------------------------------------------------------
+
+
+def write_sequence(pattern: Path, images, *, first: int, pix_fmt: str = "rgb24") -> Path:
+    codec = {".png": "png", ".dpx": "dpx", ".tiff": "tiff", ".exr": "exr"}[pattern.suffix]
+    for number, image in enumerate(images, first):
+        frame = av.VideoFrame.from_ndarray(image, format="bgr24").reformat(format=pix_fmt)
+        ctx = av.CodecContext.create(codec, "w")
+        ctx.width, ctx.height, ctx.pix_fmt, ctx.time_base = (
+            frame.width,
+            frame.height,
+            pix_fmt,
+            Fraction(1, 25),
+        )
+        data = b"".join(bytes(p) for p in ctx.encode(frame) + ctx.encode(None))
+        (pattern.parent / (pattern.name % number)).write_bytes(data)
+    return pattern
+
+
+def test_a_dpx_sequence_reads_as_frames_at_fps(tmp_path):
+    images = [synthetic_frame(i, SIZE) for i in range(5)]
+    pattern = write_sequence(tmp_path / "plate.%07d.dpx", images, first=86400)
+    info = probe(pattern, fps=Fraction(24000, 1001))
+    assert (info.frame_count, info.first_number, info.average_rate) == (5, 86400, Fraction(24000, 1001))
+    with FrameReader(pattern, info=info) as reader:
+        frames = list(reader)
+    assert [np.array_equal(f.image, image) for f, image in zip(frames, images, strict=True)] == [True] * 5
+    out = tmp_path / "out.mov"
+    transcode(pattern, out, EncoderSettings(codec="prores_ks", profile="4444"), fps=Fraction(24000, 1001))
+    made = probe(out)
+    assert made.frame_count == 5 and made.average_rate == Fraction(24000, 1001)
+    assert np.abs(decoded_bgr(out)[2].astype(int) - images[2]).mean() < 1.5
+
+
+def test_sequence_inputs_that_are_incomplete_or_deeper_are_refused(tmp_path):
+    images = [synthetic_frame(i, SIZE) for i in range(4)]
+    gap = write_sequence(tmp_path / "gap.%04d.png", images, first=1)
+    (tmp_path / "gap.0002.png").unlink()
+    with pytest.raises(InputError, match=r"1 frame\(s\) missing between 1 and 4"):
+        probe(gap)
+    deep = write_sequence(tmp_path / "deep.%04d.png", images, first=1, pix_fmt="rgb48be")
+    info = probe(deep)
+    assert info.bit_depth == 16
+    with pytest.raises(InputError, match="16-bit.*--allow-reduce"):
+        check_output(EncoderSettings(codec="ffv1"), info, tmp_path / "o.mkv")
+    with pytest.raises(InputError, match="no files match"):
+        probe(tmp_path / "none.%04d.png")
+    with pytest.raises(InputError, match="--fps times an image sequence"):
+        probe(write_sequence(tmp_path / "one.%d.png", images[:1], first=0).parent / "one.0.png", fps=25)
+
+
+def test_render_a_png_sequence_into_a_sequence_keeps_its_numbers(face_clip, astronaut_path, tmp_path):
+    plate = tmp_path / "plate"
+    plate.mkdir()
+    images = [image for _, image in zip(range(8), (f.image for f in FrameReader(face_clip)), strict=False)]
+    write_sequence(plate / "p.%04d.png", images, first=101)
+    out_dir = tmp_path / "comp"
+    out_dir.mkdir()
+    proc = ffbatch(
+        "render", plate / "p.%04d.png", "-s", astronaut_path, "-o", out_dir / "c.%04d.png",
+        "--fps", "24", "--backend", "cpu", "-q",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in out_dir.iterdir()) == [f"c.{n:04d}.png" for n in range(101, 109)]
+    changed = [
+        np.abs(
+            read_image_file(out_dir / f"c.{n:04d}.png").to_ndarray(format="bgr24").astype(int) - image
+        ).max()
+        for n, image in zip(range(101, 109), images, strict=True)
+    ]
+    assert max(changed) > 40  # faces were swapped, so pixels changed
+    video = tmp_path / "c.mov"
+    proc = ffbatch(
+        "render", plate / "p.%04d.png", "-s", astronaut_path, "-o", video, "--encoder", "prores_ks",
+        "--fps", "23.976", "--backend", "cpu", "-q",
+    )  # fmt: skip
+    # RGB frames into ProRes 422 would subsample the chroma: refused until the user says so
+    assert "would be subsampled to yuv422p10le" in error_line(proc)
+    proc = ffbatch(
+        "render", plate / "p.%04d.png", "-s", astronaut_path, "-o", video, "--encoder", "prores_ks",
+        "--profile", "4444", "--fps", "23.976", "--backend", "cpu", "-q",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert probe(video).frame_count == 8 and probe(video).average_rate == Fraction(24000, 1001)

@@ -42,7 +42,12 @@ from facefusion_batch.video.hwaccel import hwaccel_problem
 from facefusion_batch.video.probe import probe
 from facefusion_batch.video.reader import FrameReader
 from facefusion_batch.video.segments import parse_range
-from facefusion_batch.video.sequence import SequenceWriter, check_sequence_output, is_sequence_pattern
+from facefusion_batch.video.sequence import (
+    SequenceWriter,
+    check_sequence_output,
+    default_start_number,
+    is_sequence_pattern,
+)
 from facefusion_batch.video.stills import IMAGE_SUFFIXES, is_still_image, read_image, write_image_atomically
 from facefusion_batch.video.writer import VideoWriter, check_output
 
@@ -80,13 +85,15 @@ def render(
                 f"--hwaccel {settings.device.hwaccel}: the GPU video decoder cannot be used here "
                 f"({problem}); use --hwaccel none"
             )
-    if is_still_image(settings.input):
+    if is_still_image(settings.input) and not is_sequence_pattern(settings.input):
         return render_still(settings, renderer, started)
-    info = probe(settings.input)
+    info = probe(settings.input, fps=settings.input_fps)
+    start_number = settings.encoder.start_number
+    if start_number is None:
+        start_number = default_start_number(settings.input)
     if is_sequence_pattern(settings.output):
-        check_sequence_output(
-            settings.output, settings.encoder.pix_fmt, settings.encoder.start_number, settings.overwrite
-        )
+        check_sequence_output(settings.output, settings.encoder.pix_fmt, start_number, settings.overwrite)
+        settings = replace(settings, encoder=replace(settings.encoder, start_number=start_number))
     reduced = check_output(settings.encoder, info, settings.output)  # exit 2 before any decoding
     for what in reduced:
         log.warning("%s: %s", settings.output, what)
@@ -129,7 +136,11 @@ def render(
 
 def chunk_size_for(settings: RenderSettings, frame_count: int | None) -> int:
     """Frames per chunk for a resumable render; 0 for a plain one."""
-    if settings.frames is not None or is_sequence_pattern(settings.output):
+    if (
+        settings.frames is not None
+        or is_sequence_pattern(settings.output)
+        or is_sequence_pattern(settings.input)
+    ):
         return 0  # an image sequence is written whole (its frames are files already)
     if settings.chunk_frames is not None:
         return settings.chunk_frames

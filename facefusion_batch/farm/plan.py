@@ -375,9 +375,10 @@ def plan_command(
         raise InputError("plan: every farm task renders on one GPU; leave out --gpus")
     # the farm's hosts resolve the device themselves; this machine's GPUs say nothing about theirs
     settings, _ = render_settings(params, resolve=False)
-    if any(is_sequence_pattern(p) for p in (output, params.get("output")) if p is not None):
+    paths = (output, params.get("output"), *params["inputs"])
+    if any(is_sequence_pattern(p) for p in paths if p is not None):
         raise InputError(
-            "plan joins video segments; an image sequence output is rendered with `ffbatch render`"
+            "plan joins video segments; image sequences are rendered whole with `ffbatch render`"
         )
     command = shlex.split(ffbatch)
     if not command:

@@ -22,7 +22,7 @@ import numpy as np
 
 from facefusion_batch.errors import FfbatchError, InputError, OutputError
 from facefusion_batch.video.planes import BGR24, YUV420P, picture_shape
-from facefusion_batch.video.probe import VideoInfo
+from facefusion_batch.video.probe import VideoInfo, sequence_numbers
 
 log = logging.getLogger("ffbatch")
 
@@ -41,6 +41,12 @@ _PATTERN = re.compile(r"%(0\d+)?d")
 def is_sequence_pattern(path: Path | str) -> bool:
     """A file name with a printf frame number (frame.%06d.exr)."""
     return bool(_PATTERN.search(Path(path).name))
+
+
+def default_start_number(input: Path) -> int:
+    """An image sequence input keeps its own numbers; a video's frames start at 1001, as in VFX."""
+    numbers = sequence_numbers(input) if is_sequence_pattern(input) else []
+    return numbers[0] if numbers else DEFAULT_START_NUMBER
 
 
 def frame_path(pattern: Path, number: int) -> Path:
@@ -73,8 +79,7 @@ def sequence_codec(pattern: Path, pix_fmt: str | None) -> tuple[str, str]:
 def check_sequence_output(pattern: Path, pix_fmt: str | None, start_number: int, overwrite: bool) -> None:
     """Exit 2 up front unless the sequence can be written where asked."""
     sequence_codec(pattern, pix_fmt)
-    if start_number < 0:
-        raise InputError(f"--start-number must not be negative (got {start_number})")
+    check_start_number(start_number)
     parent = pattern.parent if str(pattern.parent) else Path(".")
     if not parent.is_dir():
         raise InputError(f"output directory {parent} does not exist")
@@ -83,6 +88,11 @@ def check_sequence_output(pattern: Path, pix_fmt: str | None, start_number: int,
     first = frame_path(pattern, start_number)
     if first.exists() and not overwrite:
         raise InputError(f"output {first} already exists; pass --overwrite to replace the sequence")
+
+
+def check_start_number(start_number: int | None) -> None:
+    if start_number is not None and start_number < 0:
+        raise InputError(f"--start-number must not be negative (got {start_number})")
 
 
 class SequenceWriter:

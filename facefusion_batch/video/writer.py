@@ -64,7 +64,7 @@ from facefusion_batch.video.formats import (
 )
 from facefusion_batch.video.planes import BGR24, PIXEL_FORMATS, YUV420P, picture_shape
 from facefusion_batch.video.probe import VideoInfo
-from facefusion_batch.video.sequence import DEFAULT_START_NUMBER, is_sequence_pattern, sequence_codec
+from facefusion_batch.video.sequence import is_sequence_pattern, sequence_codec
 
 log = logging.getLogger("ffbatch")
 
@@ -109,7 +109,7 @@ class EncoderSettings:
     audio_codec: str = "copy"
     audio_bitrate: str | None = None
     audio: bool = True
-    start_number: int = DEFAULT_START_NUMBER  # the first frame's number in an image sequence output
+    start_number: int | None = None  # an image sequence output's first number (None: default_start_number)
 
     @property
     def is_nvenc(self) -> bool:
