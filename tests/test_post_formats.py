@@ -771,3 +771,58 @@ def test_render_a_png_sequence_into_a_sequence_keeps_its_numbers(face_clip, astr
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert probe(video).frame_count == 8 and probe(video).average_rate == Fraction(24000, 1001)
+
+
+def with_subtitles(path: Path) -> Path:
+    """An H.264 .mkv with a Spanish SubRip track (a cue at 0 s)."""
+    header = (
+        b"[Script Info]\nScriptType: v4.00+\n\n[V4+ Styles]\nFormat: Name, Fontname, Fontsize\n"
+        b"Style: Default,Arial,20\n\n[Events]\nFormat: Layer, Start, End, Style, Text\n"
+    )
+    out = av.open(str(path), "w")
+    try:
+        video = out.add_stream("libx264", rate=25, options={"preset": "ultrafast"})
+        video.width, video.height, video.pix_fmt = *SIZE, "yuv420p"
+        subs = out.add_stream("subrip")
+        subs.metadata["language"] = "spa"
+        subs.codec_context.subtitle_header = header  # what the SubRip encoder opens with
+        subs.codec_context.extradata = header
+        for i in range(FRAMES):
+            frame = av.VideoFrame.from_ndarray(synthetic_frame(i, SIZE), format="bgr24")
+            frame.pts = i
+            out.mux(video.encode(frame))
+            if i == 0:
+                cue = av.Packet(b"0,0,Default,,0,0,0,,Hola")
+                cue.pts = cue.dts = 0
+                cue.duration = 100
+                cue.time_base = Fraction(1, 1000)
+                cue.stream = subs
+                out.mux(cue)
+        out.mux(video.encode(None))
+    finally:
+        out.close()
+    return path
+
+
+def test_subtitles_are_kept_where_the_container_holds_them(tmp_path, caplog):
+    src = with_subtitles(tmp_path / "subs.mkv")
+    info = probe(src)
+    assert [kind for _, kind, _ in info.other_streams] == ["subtitle"]
+    out = tmp_path / "out.mkv"
+    with (
+        FrameReader(src, info=info) as reader,
+        VideoWriter(out, info, EncoderSettings(preset="ultrafast"), audio_from=src) as writer,
+    ):
+        for frame in reader:
+            writer.write(frame.image, frame.pts, frame.time_base)
+    assert writer.dropped == []
+    with av.open(str(out)) as container:
+        subs = container.streams.subtitles
+        assert [(s.codec_context.name, s.language) for s in subs] == [("srt", "spa")]
+        assert [bytes(p) for p in container.demux(subs[0]) if p.size] == [b"0,0,Default,,0,0,0,,Hola"]
+    caplog.set_level(logging.WARNING, logger="ffbatch")
+    mp4 = tmp_path / "out.mp4"
+    writer = VideoWriter(mp4, info, EncoderSettings(preset="ultrafast"), audio_from=src)
+    writer.abort()
+    assert writer.dropped == ["subtitle stream #1 (srt): a mp4 file cannot hold it"]
+    assert any("left out of the output" in r.getMessage() for r in caplog.records)

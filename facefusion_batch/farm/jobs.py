@@ -211,7 +211,7 @@ def _render_plain(renderer, settings, info, report, timer, on_progress, on_start
             settings.output,
             info,
             settings.encoder,
-            audio_from=settings.input if info.audio_streams else None,
+            audio_from=settings.input if info.audio_streams or info.other_streams else None,
             metadata=output_tags,
             pixel_format=pixel_format_of(layout),
         )

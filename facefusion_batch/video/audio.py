@@ -82,6 +82,7 @@ class AudioMuxer:
         codec: str = "copy",
         bitrate: str | None = None,
         subtitles: bool = True,
+        audio: bool = True,
     ) -> None:
         """`mux` writes one packet to `output` (default `output.mux`); the writer passes its own
         so that write failures are reported the same way for audio and video. Setting `cancel`
@@ -105,7 +106,8 @@ class AudioMuxer:
         self.packets_copied = 0
         self.packets_encoded = 0
         try:
-            self._add_tracks(output)
+            if audio:
+                self._add_tracks(output)
             if subtitles:
                 self._add_subtitles(output)
             streams = [t.source for t in self._tracks.values()] + list(self._subtitles.values())

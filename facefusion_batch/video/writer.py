@@ -575,7 +575,8 @@ class VideoWriter:
         if self._format == "avi" and tagged:
             self.dropped.append("colour tags (AVI cannot store them; players assume BT.601)")
         self._stream = stream
-        if audio_from is not None and settings.audio:
+        subtitles = any(kind == "subtitle" for _, kind, _ in info.other_streams)
+        if audio_from is not None and (settings.audio or subtitles):
             self._audio = AudioMuxer(
                 audio_from,
                 self._container,
@@ -583,13 +584,16 @@ class VideoWriter:
                 cancel=self._abort,
                 codec=settings.audio_codec,
                 bitrate=settings.audio_bitrate,
+                audio=settings.audio,
             )
             self.dropped.extend(self._audio.dropped)
             if self._audio.tracks:
                 self.audio_summary = self._audio.summary()
-        elif audio_from is not None and info.audio_streams:
+        if audio_from is not None and info.audio_streams and not settings.audio:
             self.audio_summary = "left out (--no-audio)"
         for index, kind, codec in info.other_streams:
+            if kind == "subtitle" and self._audio is not None:
+                continue  # copied, or in the muxer's own `dropped` with the reason
             if self._audio is None or index not in self._audio.carried:
                 if not (kind == "data" and info.timecode):  # a tmcd track: rewritten from the timecode
                     self.dropped.append(f"stream #{index} ({kind}, {codec}): not carried into {self._format}")
