@@ -549,6 +549,7 @@ def test_render_to_prores_4444_end_to_end(face_clip, astronaut_path, tmp_path):
     assert proc.returncode == 0, proc.stderr
     data = json.loads(report.read_text())
     assert data["dropped"] == [] and data["reduced"] == [] and data["audio"] == "copied"
+    assert data["encoder"].startswith("prores_ks profile=4444 pix_fmt=yuv444p10le")
     assert data["faces_swapped"] > 0
     container, stream = video_stream(out)
     with container:
@@ -670,6 +671,7 @@ def test_render_to_an_exr_sequence_from_1001(face_clip, astronaut_path, tmp_path
     assert names == [f"frame.{n:06d}.exr" for n in range(1001, 1025)]
     data = json.loads(report.read_text())
     assert data["dropped"] == ["1 audio stream(s): an image sequence holds no audio"]
+    assert data["encoder"] == "exr gbrpf32le, an image sequence from 1001"
     # the swapped frames, not the input: the sequence matches a video render's pixels closely
     picture = read_image_file(shot / "frame.001010.exr")
     assert picture.format.name == "gbrpf32le" and (picture.width, picture.height) == (640, 360)

@@ -218,6 +218,13 @@ def _render_plain(renderer, settings, info, report, timer, on_progress, on_start
     render_into(renderer, reader, writer, settings, report, timer, on_progress, layout, "output")
     report.audio = writer.audio_summary
     report.dropped = list(writer.dropped)
+    if isinstance(writer, SequenceWriter):
+        report.encoder = f"{writer.codec} {writer.pix_fmt}, an image sequence from {writer.start_number}"
+    else:
+        enc = settings.encoder
+        profile = enc.profile or enc.spec.default_profile
+        shown = f" profile={profile}" if profile else ""
+        report.encoder = f"{enc.codec}{shown} pix_fmt={writer.pix_fmt} preset={enc.preset}"
 
 
 def run_render_command(

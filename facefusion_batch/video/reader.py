@@ -438,7 +438,7 @@ class FrameReader:
         if info.bit_depth > 8 and not self._warned_depth:
             self._warned_depth = True
             log.warning(
-                "%s is %d-bit (%s); frames are processed as 8-bit BGR, so the output is 8-bit",
+                "%s is %d-bit (%s); frames are processed as 8-bit BGR, so the output holds 8-bit precision",
                 self.path,
                 info.bit_depth,
                 info.pix_fmt,
