@@ -828,3 +828,13 @@ def test_subtitles_are_kept_where_the_container_holds_them(tmp_path, caplog):
     writer.abort()
     assert writer.dropped == ["subtitle stream #1 (srt): a mp4 file cannot hold it"]
     assert any("left out of the output" in r.getMessage() for r in caplog.records)
+
+
+def test_av1_in_webm_gets_opus_audio(tmp_path):
+    src = make_master(tmp_path / "aac.mkv", codec="libx264", pix_fmt="yuv420p", audio=(("aac", "eng"),))
+    out = tmp_path / "out.webm"
+    transcode(src, out, EncoderSettings(codec="libsvtav1", preset="13"))
+    with av.open(str(out)) as container:
+        assert [s.codec_context.name for s in container.streams.audio] == ["opus"]
+        assert container.streams.audio[0].language == "eng"
+        assert len(list(container.decode(video=0))) == FRAMES

@@ -210,6 +210,8 @@ class AudioMuxer:
         if self.codec == "pcm" or output_format == "mxf":
             bits = getattr(ctx.format, "bits", 0) if ctx.format is not None else 0
             return "pcm_s16le" if bits and bits <= 16 else "pcm_s24le"
+        if output_format == "webm":
+            return "libopus"  # WebM holds Opus or Vorbis only
         return _REENCODE_CODEC
 
     def _add_reencode_stream(self, output: av.container.OutputContainer, stream):
@@ -224,7 +226,7 @@ class AudioMuxer:
             layout = _DEFAULT_LAYOUTS.get(channels, f"{channels}c")
         try:
             target = output.add_stream(codec, rate=rate, layout=layout)
-            if codec == _REENCODE_CODEC:
+            if codec in (_REENCODE_CODEC, "libopus"):
                 default = min(128_000 * max(1, channels), 512_000)
                 target.codec_context.bit_rate = _bits_per_second(self.bitrate) if self.bitrate else default
             target.codec_context.open()
