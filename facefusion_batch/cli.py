@@ -191,7 +191,12 @@ def given_options(ctx: typer.Context) -> set[str]:
 @app.command()
 def render(
     ctx: typer.Context,
-    inputs: Annotated[list[Path], typer.Argument(help="Input video(s).", show_default=False)],
+    inputs: Annotated[
+        list[Path],
+        typer.Argument(
+            help="Input video(s), or an image sequence (shot/frame.%04d.dpx).", show_default=False
+        ),
+    ],
     source: SourceOpt,
     output: Annotated[
         Path | None,
@@ -268,10 +273,72 @@ def render(
     precision: Annotated[
         str, typer.Option(help="GPU: auto (fp16 where the model allows) | fp32 | fp16 | int8 (tensorrt).")
     ] = "auto",
-    encoder: Annotated[str, typer.Option(help="libx264 | libx265 | h264_nvenc | hevc_nvenc.")] = "libx264",
-    crf: Annotated[int | None, typer.Option(help="Constant rate factor 0–51 (default 18).")] = None,
+    encoder: Annotated[
+        str,
+        typer.Option(
+            help="libx264 | libx264rgb | libx265 | libsvtav1 | prores_ks | dnxhd | ffv1 | h264_nvenc | "
+            "hevc_nvenc (see README, 'Formats for post-production', for the containers each fits)."
+        ),
+    ] = "libx264",
+    crf: Annotated[
+        int | None, typer.Option(help="Constant rate factor 0–51, AV1 0–63 (default 18; 0: lossless x264).")
+    ] = None,
     quality: Annotated[int | None, typer.Option(help="0–100 (100 best); instead of --crf.")] = None,
-    preset: Annotated[str, typer.Option(help="Encoder preset.")] = "veryfast",
+    preset: Annotated[
+        str, typer.Option(help="Encoder preset (x264 names; NVENC p1–p7; AV1 0–13).")
+    ] = "veryfast",
+    profile: Annotated[
+        str | None,
+        typer.Option(
+            help="prores_ks: proxy | lt | 422 | hq | 4444 | 4444xq (default hq); "
+            "dnxhd: lb | sq | hq | hqx | 444 (default hq); x264/x265: the encoder's own (high, main10...)."
+        ),
+    ] = None,
+    pix_fmt: Annotated[
+        str | None,
+        typer.Option(
+            help="Output pixel format, e.g. yuv422p10le (default: the input's where the encoder takes it, "
+            "else the profile's); also accepts a reduction of bit depth or chroma."
+        ),
+    ] = None,
+    bitrate: Annotated[str | None, typer.Option(help="Target bitrate, e.g. 20M (instead of --crf).")] = None,
+    maxrate: Annotated[str | None, typer.Option(help="Peak bitrate, e.g. 30M (with --bufsize).")] = None,
+    bufsize: Annotated[str | None, typer.Option(help="Rate-control buffer, e.g. 60M.")] = None,
+    gop: Annotated[int | None, typer.Option(help="Keyframe interval in frames (1: all intra).")] = None,
+    encoder_opt: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="KEY=VALUE passed to the encoder as ffmpeg's -KEY VALUE (repeatable), e.g. "
+            "x264-params=keyint=24 or vendor=apl0; an option the encoder lacks is exit 2."
+        ),
+    ] = None,
+    allow_reduce: Annotated[
+        bool,
+        typer.Option(
+            help="Accept an output with less than the input: 10/12-bit or HDR processed at 8 bits, "
+            "4:2:2/4:4:4 chroma subsampled. Without it such a render is refused (exit 2)."
+        ),
+    ] = False,
+    audio_codec: Annotated[
+        str,
+        typer.Option(
+            help="copy: every track as it is where the container holds it (else re-encoded, with a "
+            "warning); pcm: every track to PCM (not in .mp4); aac: every track to AAC."
+        ),
+    ] = "copy",
+    audio_bitrate: Annotated[str | None, typer.Option(help="--audio-codec aac: bitrate, e.g. 256k.")] = None,
+    audio: Annotated[bool, typer.Option("--audio/--no-audio", help="Carry the input's audio tracks.")] = True,
+    fps: Annotated[
+        float | None,
+        typer.Option(help="Image sequence input (shot/frame.%04d.dpx): its frame rate (default 24)."),
+    ] = None,
+    start_number: Annotated[
+        int | None,
+        typer.Option(
+            help="Image sequence output (-o shot/frame.%06d.exr, .dpx .tif .png): the first frame's number "
+            "(default: the input sequence's first, or 1001 for a video)."
+        ),
+    ] = None,
     blend: BlendOpt = "multiband",
     eyes_mouth: EyesMouthOpt = "eyes",
     colour: ColourOpt = "local",

@@ -34,8 +34,11 @@ from facefusion_batch.runtime.nvml import list_gpus
 from facefusion_batch.swap.classical import EYES_MOUTH_CHOICES, ClassicalSettings
 from facefusion_batch.swap.learned import LearnedSettings
 from facefusion_batch.swap.masks import MASK_TYPES, REGION_CLASSES, MaskSettings
+from facefusion_batch.video.formats import CONTAINERS, check_fits
 from facefusion_batch.video.hwaccel import HWACCELS
+from facefusion_batch.video.probe import sequence_numbers
 from facefusion_batch.video.reader import DECODE_ERROR_MODES
+from facefusion_batch.video.sequence import check_start_number, is_sequence_pattern, sequence_codec
 from facefusion_batch.video.writer import EncoderSettings, validate_encoder
 
 log = logging.getLogger("ffbatch")
@@ -96,6 +99,7 @@ class RenderSettings:
     on_decode_error: str = "fail"
     source_face_index: int = 0  # which face of each --source photo, largest first
     fail_if_no_faces: bool = False  # exit 2, writing nothing, when not one face was swapped
+    input_fps: float | None = None  # an image sequence input's frame rate (--fps; default 24)
 
     @property
     def batch_policy(self) -> BatchPolicy:
@@ -157,7 +161,22 @@ def validate_options(settings: RenderSettings) -> RenderSettings:
         raise InputError(f"--source-face-index must not be negative (got {settings.source_face_index})")
     validate_swap(settings.swap, settings.faces)
     _check_range("--score-threshold", settings.detector.score_threshold, 0.0, 1.0)
-    validate_encoder(settings.encoder)
+    if is_sequence_pattern(settings.input) and (settings.frames is not None or settings.chunk_frames):
+        raise InputError("an image sequence input is rendered whole: leave out --frames and --chunk-frames")
+    if settings.input_fps is not None and not settings.input_fps > 0:
+        raise InputError(f"--fps must be more than 0 (got {settings.input_fps:g})")
+    if is_sequence_pattern(settings.output):
+        if settings.frames is not None or settings.chunk_frames:
+            raise InputError(
+                "an image sequence output is rendered whole: leave out --frames and --chunk-frames"
+            )
+        sequence_codec(settings.output, settings.encoder.pix_fmt)  # the encoder is the extension's
+        check_start_number(settings.encoder.start_number)
+    else:
+        validate_encoder(settings.encoder)
+    check_name_length(settings.output, "output")  # before any stat of it, which would raise
+    if settings.output.suffix.lower() in CONTAINERS and not settings.output.is_dir():
+        check_fits(settings.encoder.codec, settings.output)  # plan and render: exit 2 before decoding
     if settings.chunk_frames is not None and settings.chunk_frames < 0:
         raise InputError(f"--chunk-frames must be 0 (no chunks) or more (got {settings.chunk_frames})")
     if settings.frames is not None:
@@ -209,7 +228,10 @@ def check_writes(writes: list[tuple[str, Path]], reads: list[tuple[str, Path]]) 
 
 def validate_paths(settings: RenderSettings) -> RenderSettings:
     """The input exists; the output can be written and is none of the files the job reads."""
-    if not settings.input.exists():
+    if is_sequence_pattern(settings.input):
+        if not sequence_numbers(settings.input):
+            raise InputError(f"input {settings.input}: no files match this image sequence pattern")
+    elif not settings.input.exists():
         raise InputError(f"input {settings.input}: no such file")
     writes = [("output", Path(settings.output))]
     if settings.report is not None:
@@ -391,6 +413,17 @@ def _mask_padding(raw: str) -> tuple[int, int, int, int]:
     return padding  # type: ignore[return-value]
 
 
+def encoder_options(pairs: list[str] | None) -> tuple[tuple[str, str], ...]:
+    """--encoder-opt KEY=VALUE (repeatable) -> ordered (key, value) pairs; a later KEY wins."""
+    options: dict[str, str] = {}
+    for pair in pairs or ():
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise InputError(f"--encoder-opt takes KEY=VALUE, e.g. x264-params=keyint=24 (got {pair!r})")
+        options[key.strip().lstrip("-")] = value
+    return tuple(options.items())
+
+
 def render_settings(
     params: Mapping[str, Any], *, given: Collection[str] | None = None, resolve: bool = True
 ) -> tuple[RenderSettings, tuple[int, ...] | None]:
@@ -445,7 +478,20 @@ def render_settings(
         crf=kw.pop("crf", defaults.crf),
         quality=kw.pop("quality", defaults.quality),
         preset=kw.pop("preset", defaults.preset),
+        profile=kw.pop("profile", defaults.profile),
+        pix_fmt=kw.pop("pix_fmt", defaults.pix_fmt),
+        bitrate=kw.pop("bitrate", defaults.bitrate),
+        maxrate=kw.pop("maxrate", defaults.maxrate),
+        bufsize=kw.pop("bufsize", defaults.bufsize),
+        gop=kw.pop("gop", defaults.gop),
+        options=encoder_options(kw.pop("encoder_opt", None)),
+        allow_reduce=kw.pop("allow_reduce", defaults.allow_reduce),
+        audio_codec=kw.pop("audio_codec", defaults.audio_codec),
+        audio_bitrate=kw.pop("audio_bitrate", defaults.audio_bitrate),
+        audio=kw.pop("audio", defaults.audio),
+        start_number=kw.pop("start_number", None),
     )
+    kw["input_fps"] = kw.pop("fps", None)
     detector = DetectorSettings(score_threshold=kw.pop("score_threshold"))
     smoothing = kw.pop("smoothing", TrackSettings().smoothing)
     if not math.isfinite(smoothing) or not 0 <= smoothing <= 10:

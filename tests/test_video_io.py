@@ -208,7 +208,10 @@ def test_odd_size_is_padded_to_even(clips, tmp_path, caplog):
     info = probe(src)
     assert (info.width, info.height) == (321, 241)
     caplog.set_level(logging.WARNING, logger="ffbatch")
-    out = transcode(src, tmp_path / "out.mp4")
+    # the input is 4:4:4, which keeps odd sides; asking for 4:2:0 pads
+    kept = transcode(src, tmp_path / "kept.mp4")
+    assert (probe(kept).width, probe(kept).height, probe(kept).pix_fmt) == (321, 241, "yuv444p")
+    out = transcode(src, tmp_path / "out.mp4", EncoderSettings(preset="ultrafast", pix_fmt="yuv420p"))
     assert sum("padding 321x241 to 322x242" in r.getMessage() for r in caplog.records) == 1
     out_info = probe(out)
     assert (out_info.width, out_info.height) == (322, 242)

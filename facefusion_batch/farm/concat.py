@@ -32,7 +32,7 @@ from facefusion_batch.fsutil import AtomicFile, check_name_length, claim_output,
 from facefusion_batch.video.audio import AudioMuxer
 from facefusion_batch.video.probe import check_readable_file, pick_video_stream
 from facefusion_batch.video.segments import TAG_FRAME_COUNT, TAG_FRAMES, TAG_INPUT, TAG_SETTINGS
-from facefusion_batch.video.writer import container_format_for
+from facefusion_batch.video.writer import carried_tags, container_format_for
 
 log = logging.getLogger("ffbatch")
 
@@ -232,8 +232,14 @@ def join_segments(
     audio_from: Path | None = None,
     overwrite: bool = False,
     metadata: dict[str, str] | None = None,
+    tags_from: Path | None = None,
+    audio_codec: str = "copy",
+    audio_bitrate: str | None = None,
 ) -> JoinReport:
-    """Check, then stream-copy `paths` into `output` (atomically), audio copied from `audio_from`."""
+    """Check, then stream-copy `paths` into `output` (atomically), audio copied from `audio_from`
+    (or re-encoded: `audio_codec` pcm / aac). `tags_from` (default `audio_from`): the original
+    input, whose container tags (title, timecode, ...) and video language the output keeps."""
+    tags_from = tags_from if tags_from is not None else audio_from
     started = time.perf_counter()
     output = Path(output)
     fmt = container_format_for(output)
@@ -252,7 +258,9 @@ def join_segments(
         raise OutputError(f"cannot write {output}: the directory {parent} does not exist")
     out = AtomicFile(output)
     try:
-        packets, audio_packets = _copy(infos, out.temp, fmt, audio_from, metadata or {})
+        tags = {**_input_tags(tags_from, fmt), **(metadata or {})}
+        audio = (audio_codec, audio_bitrate)
+        packets, audio_packets = _copy(infos, out.temp, fmt, audio_from, tags, audio)
         out.commit()
     except KeyboardInterrupt:
         raise Interrupted("interrupted (SIGINT) while joining; the partial output was removed") from None
@@ -265,8 +273,28 @@ def join_segments(
     return JoinReport(output, len(infos), packets, audio_packets, elapsed, output.stat().st_size)
 
 
+def _input_tags(path: Path | None, fmt: str) -> dict[str, str]:
+    """The container tags of the original input that the joined output keeps (as a render does)."""
+    if path is None:
+        return {}
+    try:
+        with av.open(str(path)) as src:
+            tags = dict(src.metadata)
+            for stream in src.streams:
+                if stream.type == "data" and "timecode" in stream.metadata:
+                    tags.setdefault("timecode", stream.metadata["timecode"])  # a tmcd track
+    except (av.error.FFmpegError, OSError):
+        return {}
+    return carried_tags(tuple(tags.items()), fmt)
+
+
 def _copy(
-    infos: list[SegmentInfo], tmp: Path, fmt: str, audio_from: Path | None, metadata: dict[str, str]
+    infos: list[SegmentInfo],
+    tmp: Path,
+    fmt: str,
+    audio_from: Path | None,
+    metadata: dict[str, str],
+    audio_choice: tuple[str, str | None] = ("copy", None),
 ) -> tuple[int, int]:
     first = infos[0]
     tb = first.time_base
@@ -274,7 +302,17 @@ def _copy(
     if fmt == "matroska":
         options["avoid_negative_ts"] = "disabled"  # every pts as it was (as the writer does)
     if fmt in ("mp4", "mov"):
-        options["movflags"] = "+faststart+use_metadata_tags" if metadata else "+faststart"
+        custom = bool(set(metadata) - set(carried_tags(tuple(metadata.items()), fmt)))  # our own tags
+        options["movflags"] = "+faststart+use_metadata_tags" if custom else "+faststart"
+        if "timecode" in metadata:
+            # a tmcd track needs the stream's frame rate, which PyAV 18 cannot set on a copied stream
+            log.warning(
+                "%s: the input's timecode %s is not kept in a joined .%s (no timecode track); "
+                "a .mkv output keeps it as a tag",
+                tmp.name.split(".partial-")[0].lstrip("."),
+                metadata["timecode"],
+                fmt,
+            )
         if tb.numerator == 1 and tb.denominator < 2**31:
             options["video_track_timescale"] = str(tb.denominator)
     out = av.open(ffmpeg_path(tmp), mode="w", format=fmt, container_options=options)
@@ -286,7 +324,7 @@ def _copy(
             video = out.add_stream_from_template(template.streams[first.stream_index])
         video.time_base = tb
         if audio_from is not None:
-            audio = AudioMuxer(audio_from, out)
+            audio = AudioMuxer(audio_from, out, codec=audio_choice[0], bitrate=audio_choice[1])
             if not audio.tracks:
                 log.warning("--audio-from %s has no audio stream; the output has none", audio_from)
         last_dts: int | None = None

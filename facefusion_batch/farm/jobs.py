@@ -54,8 +54,14 @@ from facefusion_batch.video.hwaccel import hwaccel_problem
 from facefusion_batch.video.probe import probe
 from facefusion_batch.video.reader import FrameReader
 from facefusion_batch.video.segments import parse_range
+from facefusion_batch.video.sequence import (
+    SequenceWriter,
+    check_sequence_output,
+    default_start_number,
+    is_sequence_pattern,
+)
 from facefusion_batch.video.stills import IMAGE_SUFFIXES, is_still_image, read_image, write_image_atomically
-from facefusion_batch.video.writer import VideoWriter
+from facefusion_batch.video.writer import VideoWriter, check_output
 
 log = logging.getLogger("ffbatch")
 
@@ -156,9 +162,18 @@ def _render_claimed(settings, on_progress, on_start, renderer, output_tags, star
                 f"--hwaccel {settings.device.hwaccel}: the GPU video decoder cannot be used here "
                 f"({problem}); use --hwaccel none"
             )
-    if is_still_image(settings.input):
+    if is_still_image(settings.input) and not is_sequence_pattern(settings.input):
         return render_still(settings, renderer, started)
-    info = probe(settings.input)
+    info = probe(settings.input, fps=settings.input_fps)
+    start_number = settings.encoder.start_number
+    if start_number is None:
+        start_number = default_start_number(settings.input)
+    if is_sequence_pattern(settings.output):
+        check_sequence_output(settings.output, settings.encoder.pix_fmt, start_number, settings.overwrite)
+        settings = replace(settings, encoder=replace(settings.encoder, start_number=start_number))
+    reduced = check_output(settings.encoder, info, settings.output)  # exit 2 before any decoding
+    for what in reduced:
+        log.warning("%s: %s", settings.output, what)
     timer = StageTimer()
     if renderer is not None and not renderer.serves(settings):
         raise ValueError("this Renderer was loaded for other sources or model settings")
@@ -166,6 +181,7 @@ def _render_claimed(settings, on_progress, on_start, renderer, output_tags, star
         renderer = Renderer.load(settings)
         timer.add("load", renderer.load_seconds)
     report = renderer.new_report(settings)
+    report.reduced = reduced
     chunk = chunk_size_for(settings, info.frame_count)
     if settings.on_decode_error == "skip" and chunk and settings.chunk_frames is None:
         log.info("--on-decode-error skip: rendering %s whole, not in resumable chunks", settings.input)
@@ -202,8 +218,12 @@ def _render_claimed(settings, on_progress, on_start, renderer, output_tags, star
 
 def chunk_size_for(settings: RenderSettings, frame_count: int | None) -> int:
     """Frames per chunk for a resumable render; 0 for a plain one."""
-    if settings.frames is not None:
-        return 0
+    if (
+        settings.frames is not None
+        or is_sequence_pattern(settings.output)
+        or is_sequence_pattern(settings.input)
+    ):
+        return 0  # an image sequence is written whole (its frames are files already)
     if settings.chunk_frames is not None:
         return settings.chunk_frames
     if frame_count is not None and frame_count > AUTO_CHUNK_ABOVE:
@@ -213,6 +233,8 @@ def chunk_size_for(settings: RenderSettings, frame_count: int | None) -> int:
 
 def render_still(settings: RenderSettings, renderer: Renderer | None, started: float) -> JobReport:
     """A photo as the target: one frame through the same pipeline, written as an image."""
+    if is_sequence_pattern(settings.output):
+        raise InputError(f"input {settings.input} is a still image: write one image, not {settings.output}")
     if not is_still_image(settings.output):
         raise InputError(
             f"input {settings.input} is a still image: write the result to an image file "
@@ -262,16 +284,33 @@ def _render_plain(renderer, settings, info, report, timer, on_progress, on_start
         pixel_format=pixel_format_of(layout),
         hwaccel=settings.device.hwaccel,
     )
-    writer = VideoWriter(
-        settings.output,
-        info,
-        settings.encoder,
-        audio_from=settings.input if info.audio_streams else None,
-        metadata=output_tags,
-        pixel_format=pixel_format_of(layout),
-    )
+    if is_sequence_pattern(settings.output):
+        writer = SequenceWriter(
+            settings.output,
+            info,
+            pix_fmt=settings.encoder.pix_fmt,
+            start_number=settings.encoder.start_number,
+            pixel_format=pixel_format_of(layout),
+        )
+    else:
+        writer = VideoWriter(
+            settings.output,
+            info,
+            settings.encoder,
+            audio_from=settings.input if info.audio_streams or info.other_streams else None,
+            metadata=output_tags,
+            pixel_format=pixel_format_of(layout),
+        )
     render_into(renderer, reader, writer, settings, report, timer, on_progress, layout, "output")
     report.audio = writer.audio_summary
+    report.dropped = list(writer.dropped)
+    if isinstance(writer, SequenceWriter):
+        report.encoder = f"{writer.codec} {writer.pix_fmt}, an image sequence from {writer.start_number}"
+    else:
+        enc = settings.encoder
+        profile = enc.profile or enc.spec.default_profile
+        shown = f" profile={profile}" if profile else ""
+        report.encoder = f"{enc.codec}{shown} pix_fmt={writer.pix_fmt} preset={enc.preset}"
 
 
 def run_render_command(

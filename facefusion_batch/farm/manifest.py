@@ -113,8 +113,9 @@ def work_dir_for(output: Path) -> Path:
     return output.parent / f".{output.name}.ffbatch"
 
 
-def segment_name(start: int, end: int) -> str:
-    return f"{start:08d}-{end:08d}{SEGMENT_SUFFIX}"
+def segment_name(start: int, end: int, suffix: str = SEGMENT_SUFFIX) -> str:
+    """`suffix`: video/formats.segment_suffix(codec), .mov for the codecs .mp4 cannot hold (ProRes)."""
+    return f"{start:08d}-{end:08d}{suffix}"
 
 
 def range_key(start: int, end: int) -> str:

@@ -27,6 +27,7 @@ from facefusion_batch.farm.concat import join_segments
 from facefusion_batch.farm.jobs import render
 from facefusion_batch.farm.manifest import remove_work_dir, segment_name, work_dir_for
 from facefusion_batch.fsutil import claim_output, write_json_atomically
+from facefusion_batch.video.formats import segment_suffix
 from facefusion_batch.video.probe import probe
 from facefusion_batch.video.segments import frame_index
 
@@ -76,6 +77,7 @@ def render_on_gpus(settings: RenderSettings, gpus: tuple[int, ...]) -> dict[str,
     work = work_dir_for(settings.output)
     work.mkdir(parents=True, exist_ok=True)
     jobs = []
+    suffix = segment_suffix(settings.encoder.codec)
     for gpu, (start, end) in zip(gpus, ranges, strict=False):
         jobs.append(
             (
@@ -83,7 +85,7 @@ def render_on_gpus(settings: RenderSettings, gpus: tuple[int, ...]) -> dict[str,
                 replace(
                     settings,
                     frames=(start, end),
-                    output=work / f"gpu{gpu}-{segment_name(start, end)}",
+                    output=work / f"gpu{gpu}-{segment_name(start, end, suffix)}",
                     report=work / f"gpu{gpu}-report.json",
                     chunk_frames=None,
                     quiet=True,

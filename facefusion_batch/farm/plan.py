@@ -34,8 +34,10 @@ from facefusion_batch.config import render_settings
 from facefusion_batch.errors import InputError
 from facefusion_batch.farm.manifest import segment_name, work_dir_for
 from facefusion_batch.farm.outputs import DEFAULT_PATTERN, outputs_for
+from facefusion_batch.video.formats import check_fits, segment_suffix
 from facefusion_batch.video.probe import probe
 from facefusion_batch.video.segments import format_range, frame_index, split_frames
+from facefusion_batch.video.sequence import is_sequence_pattern
 
 FORMATS = ("json", "shell", "slurm", "opencue")
 
@@ -123,6 +125,7 @@ def make_plan(
     output_pattern: str = DEFAULT_PATTERN,
     command: list[str] | None = None,
     overwrite: bool = False,
+    suffix: str = ".mp4",
 ) -> Plan:
     if chunk_frames < 1:
         raise InputError(f"--chunk-frames must be at least 1 (got {chunk_frames})")
@@ -155,7 +158,7 @@ def make_plan(
     task = 0
     for job in jobs:
         for start, end in split_frames(job.frame_count, chunk_frames):
-            segment = job.work_dir / segment_name(start, end)
+            segment = job.work_dir / segment_name(start, end, suffix)
             argv = [*command, "render", str(job.input), *render_args]
             argv += ["--frames", format_range(start, end), "-o", str(segment), "--overwrite"]
             job.chunks.append(Chunk(task, (start, end), segment, argv))
@@ -375,8 +378,13 @@ def plan_command(
             "plan: --fail-if-no-faces judges a whole render; one farm chunk cannot (leave it out)"
         )
     # the farm's hosts resolve the device themselves; this machine's GPUs say nothing about theirs
-    render_settings(params, resolve=False)
+    settings, _ = render_settings(params, resolve=False)
     refuse_control_characters("--ffbatch", ffbatch)
+    paths = (output, params.get("output"), *params["inputs"])
+    if any(is_sequence_pattern(p) for p in paths if p is not None):
+        raise InputError(
+            "plan joins video segments; image sequences are rendered whole with `ffbatch render`"
+        )
     command = shlex.split(ffbatch)
     if not command:
         raise InputError("--ffbatch must name the command that runs ffbatch, e.g. ffbatch")
@@ -389,12 +397,15 @@ def plan_command(
         output_pattern=output_pattern,
         command=command,
         overwrite=overwrite,
+        suffix=segment_suffix(settings.encoder.codec),
     )
     for argv in plan.tasks():
         for word in argv:
             refuse_control_characters("a plan word", str(word))
     for line in sbatch or ():
         refuse_control_characters("--sbatch", line)
+    for job in plan.jobs:  # the joined outputs: an encoder their container cannot hold is exit 2 here
+        check_fits(settings.encoder.codec, job.output)
     return render_plan(plan, fmt, sbatch)
 
 

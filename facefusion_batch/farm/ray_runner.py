@@ -54,6 +54,7 @@ from facefusion_batch.farm.segment import segment_tags, write_segment
 from facefusion_batch.pipeline.run import JobReport, Renderer
 from facefusion_batch.progress import Progress
 from facefusion_batch.timing import StageTimer
+from facefusion_batch.video.formats import segment_suffix
 from facefusion_batch.video.probe import probe
 from facefusion_batch.video.segments import frame_index
 
@@ -262,7 +263,8 @@ def render_with_ray(
                 log.error("%s: %s", entry.settings.input, exc)
                 continue
             for frames in entry.missing:
-                tasks.append(SegmentTask(number, frames, entry.manifest.work_dir / _name(frames)))
+                path = entry.manifest.work_dir / _name(frames, entry.settings)
+                tasks.append(SegmentTask(number, frames, path))
         total_frames = sum(b - a for t in tasks for a, b in [t.frames])
         log.info(
             "ray: %d segments (%d frames) of %d input(s) on %d actor(s) %s",
@@ -308,9 +310,9 @@ def on_actor_gpu(settings: RenderSettings) -> RenderSettings:
     return replace(settings, device=device)
 
 
-def _name(frames: tuple[int, int]) -> str:
+def _name(frames: tuple[int, int], settings: RenderSettings) -> str:
 
-    return segment_name(*frames)
+    return segment_name(*frames, segment_suffix(settings.encoder.codec))
 
 
 def _prepare(entry: InputJob, stack: contextlib.ExitStack, actors: int) -> None:
@@ -428,9 +430,12 @@ def _join(entry: InputJob, tags: dict | None, batch: bool) -> None:
         join_segments(
             [entry.done[r] for r in sorted(entry.done)],
             Path(settings.output),
-            audio_from=Path(settings.input) if entry.info.audio_streams else None,
+            audio_from=Path(settings.input) if entry.info.audio_streams and settings.encoder.audio else None,
             overwrite=True,
             metadata=tags,
+            tags_from=Path(settings.input),
+            audio_codec=settings.encoder.audio_codec,
+            audio_bitrate=settings.encoder.audio_bitrate,
         )
     except FfbatchError as exc:
         _fail(entry, str(exc), batch)

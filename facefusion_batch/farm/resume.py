@@ -41,6 +41,7 @@ from facefusion_batch.pipeline.run import (
     read_ranges,
     run_frames,
 )
+from facefusion_batch.video.formats import segment_suffix
 from facefusion_batch.video.planes import BGR24
 from facefusion_batch.video.probe import VideoInfo
 from facefusion_batch.video.reader import Frame
@@ -81,7 +82,7 @@ class SegmentSink:
             if frame.index != start:
                 raise FfbatchError(f"segment {start}:{end} should start at frame {start}, got {frame.index}")
             self._range = (start, end)
-            path = self.work / segment_name(start, end)
+            path = self.work / segment_name(start, end, segment_suffix(self.settings.encoder.codec))
             try:
                 self._writer = VideoWriter(
                     path,
@@ -126,7 +127,7 @@ def plan_segments(
     for start, end in split_frames(index.count, chunk):
         path = manifest.verified(start, end)
         if path is None:
-            candidate = manifest.work_dir / segment_name(start, end)
+            candidate = manifest.work_dir / segment_name(start, end, segment_suffix(settings.encoder.codec))
             if candidate.is_file() and is_up_to_date(candidate, digest, start, end):
                 manifest.record(start, end, candidate)
                 path = candidate
@@ -208,9 +209,12 @@ def render_chunked(
             join_segments(
                 [done[r] for r in sorted(done)],
                 output,
-                audio_from=Path(settings.input) if info.audio_streams else None,
+                audio_from=Path(settings.input) if info.audio_streams and settings.encoder.audio else None,
                 overwrite=True,  # validated up front: --overwrite, or no output when the job began
                 metadata=output_tags,
+                tags_from=Path(settings.input),
+                audio_codec=settings.encoder.audio_codec,
+                audio_bitrate=settings.encoder.audio_bitrate,
             )
         remove_work_dir(work)
 

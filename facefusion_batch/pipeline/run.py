@@ -44,7 +44,7 @@ from facefusion_batch.timing import StageTimer
 from facefusion_batch.video.planes import BGR24, YUV420P, PlaneLayout, plane_layout_for
 from facefusion_batch.video.probe import VideoInfo
 from facefusion_batch.video.reader import Frame, FrameReader
-from facefusion_batch.video.writer import VideoWriter
+from facefusion_batch.video.writer import VideoWriter, output_pix_fmt
 
 log = logging.getLogger("ffbatch")
 
@@ -120,6 +120,8 @@ class JobReport(RenderReport):
 
     frames: list[int] | None = None  # [start, end) of a --frames job
     segments: dict[str, int] = field(default_factory=dict)  # total / rendered / reused
+    dropped: list[str] = field(default_factory=list)  # streams of the input the output could not keep
+    reduced: list[str] = field(default_factory=list)  # precision the user agreed to lose (--allow-reduce)
 
     def summary(self) -> dict[str, Any]:
         data = super().summary()
@@ -209,7 +211,7 @@ class Renderer:
         input and output allow it exactly (video/planes.py); said in the log and the report."""
         if not self.accepts_planes:
             return None
-        layout, why_not = plane_layout_for(info, self.settings.encoder.pix_fmt)
+        layout, why_not = plane_layout_for(info, output_pix_fmt(self.settings.encoder, info))
         if layout is None:
             log.info("frames cross to the device as BGR: %s", why_not)
             return None

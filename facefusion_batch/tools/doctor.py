@@ -16,6 +16,7 @@ from facefusion_batch.paths import ffbatch_home
 from facefusion_batch.runtime.backends import availability, choose_auto
 from facefusion_batch.runtime.engine_cache import EngineCache, MachineKey
 from facefusion_batch.runtime.nvml import list_gpus, load_pynvml
+from facefusion_batch.video.formats import ENCODER_TABLE, available_encoders, containers_for
 from facefusion_batch.video.hwaccel import NVDEC, NVENC, codecs_present, nvdec_opens, nvenc_opens
 
 
@@ -64,8 +65,11 @@ def report_lines() -> list[str]:
     else:
         lines.append("gpu           no NVIDIA GPU (no driver/NVML, or torch without CUDA, or no device)")
     enc, dec = codecs_present(NVENC, "w"), codecs_present(NVDEC, "r")
-    software = codecs_present(("libx264", "libx265", "libsvtav1"), "w")
+    # the encoder table render validates against: doctor lists nothing render would refuse
+    software = available_encoders(gpu=False)
     lines.append(f"encoders      {', '.join(software)} (software)")
+    for name in software:
+        lines.append(f"  {name:<12}{ENCODER_TABLE[name].family}: {' '.join(containers_for(name))}")
     if not gpus:
         lines.append(
             f"nvenc         in this FFmpeg build: {', '.join(enc) or 'none'}; unusable here (no NVIDIA GPU)"

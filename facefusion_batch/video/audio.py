@@ -9,8 +9,12 @@ Copying is packet for packet (`add_stream_from_template`), timestamps kept.
 When the output container cannot hold the codec, or holds it in a way players
 rarely understand, the stream is decoded and re-encoded to AAC instead (logged
 as a warning): PCM in .mp4 is the common case (FFmpeg can write ISO "ipcm", but
-almost no player reads it). Subtitle, data and attachment streams are not
-carried over.
+almost no player reads it); that re-encode of lossless audio is a warning naming
+the containers that keep it (.mov, .mkv). `codec="pcm"` / `"aac"` re-encode every
+track to PCM (24-bit, or 16-bit for 16-bit sources) or to AAC at `bitrate`. MXF
+holds PCM only, so audio is PCM there. Every track keeps its language tag.
+Subtitle streams are copied where the container takes them; what cannot be kept
+(data, attachments, a subtitle format the container refuses) is in `dropped`.
 """
 
 from __future__ import annotations
@@ -35,6 +39,9 @@ log = logging.getLogger("ffbatch")
 _MP4_COPY = frozenset({"aac", "mp3", "ac3", "eac3", "alac", "opus", "flac"})
 _MOV_COPY = frozenset({"aac", "mp3", "ac3", "eac3", "alac"})
 _REENCODE_CODEC = "aac"
+_LOSSLESS = ("pcm_", "flac", "alac", "truehd", "mlp", "wavpack", "tta")
+_LOSSLESS_HOLDERS = ".mov or .mkv"
+_STREAM_TAGS = ("language", "title")
 _DEFAULT_LAYOUTS = {1: "mono", 2: "stereo", 3: "2.1", 4: "quad", 5: "5.0", 6: "5.1", 7: "6.1", 8: "7.1"}
 
 
@@ -44,7 +51,13 @@ def _copyable(codec_name: str, output_format: str) -> bool | None:
         return codec_name in _MP4_COPY
     if output_format == "mov":
         return codec_name in _MOV_COPY or codec_name.startswith("pcm_")
+    if output_format == "mxf":
+        return codec_name in ("pcm_s16le", "pcm_s24le")
     return None
+
+
+def is_lossless(codec_name: str) -> bool:
+    return codec_name.startswith(_LOSSLESS)
 
 
 @dataclass
@@ -67,24 +80,38 @@ class AudioMuxer:
         *,
         mux: Callable[[av.Packet], None] | None = None,
         cancel: threading.Event | None = None,
+        codec: str = "copy",
+        bitrate: str | None = None,
+        subtitles: bool = True,
+        audio: bool = True,
     ) -> None:
         """`mux` writes one packet to `output` (default `output.mux`); the writer passes its own
         so that write failures are reported the same way for audio and video. Setting `cancel`
-        stops a running `mux_until`/`finish` early."""
+        stops a running `mux_until`/`finish` early. `codec`: copy (where the container holds it),
+        pcm or aac (every track re-encoded); `bitrate` the AAC rate ("256k")."""
         self.source = Path(source)
+        self.codec = codec
+        self.bitrate = bitrate
+        self.dropped: list[str] = []  # streams left out, in words
+        self._targets: dict[int, str] = {}  # source index -> what it became
         check_readable_file(self.source, "audio source")
         try:
             self._in = av.open(ffmpeg_path(self.source), mode="r")
         except av.error.FFmpegError as exc:
             raise InputError(f"audio source {self.source} cannot be opened: {exc}") from None
         self._tracks: dict[int, _Track] = {}
+        self._subtitles: dict[int, av.stream.Stream] = {}
+        self._subtitle_targets: dict[int, av.stream.Stream] = {}
         self._pending: av.Packet | None = None
         self._exhausted = False
         self.packets_copied = 0
         self.packets_encoded = 0
         try:
-            self._add_tracks(output)
-            streams = [t.source for t in self._tracks.values()]
+            if audio:
+                self._add_tracks(output)
+            if subtitles:
+                self._add_subtitles(output)
+            streams = [t.source for t in self._tracks.values()] + list(self._subtitles.values())
             self._packets = self._in.demux(*streams) if streams else iter(())
         except BaseException:
             self._in.close()
@@ -97,6 +124,23 @@ class AudioMuxer:
         return len(self._tracks)
 
     @property
+    def carried(self) -> set[int]:
+        """Indices (in the source) of every stream this muxer writes: audio and subtitles."""
+        return set(self._tracks) | set(self._subtitles)
+
+    def summary(self) -> str:
+        """What happened to the audio, for the log and the report: "copied", "re-encoded to AAC",
+        or per track ("#1 pcm_s24le copied, #2 aac re-encoded to pcm_s24le") when they differ."""
+        if not self._targets:
+            return "none"
+        if not self.reencoded:
+            return "copied"
+        names = {t.target.codec_context.name for t in self._tracks.values() if t.reencode}
+        if names == {_REENCODE_CODEC} and len(self.reencoded) == len(self._tracks):
+            return "re-encoded to AAC"
+        return ", ".join(f"#{i} {what}" for i, what in sorted(self._targets.items()))
+
+    @property
     def reencoded(self) -> list[int]:
         """Indices (in the source) of the audio streams that are re-encoded."""
         return [i for i, t in self._tracks.items() if t.reencode]
@@ -107,7 +151,7 @@ class AudioMuxer:
             # The codec's canonical name ("mp3"), not the decoder's ("mp3float").
             codec = stream.codec_context.codec if stream.codec_context else stream.codec
             codec_name = codec.canonical_name if codec is not None else "unknown"
-            policy = _copyable(codec_name, out_format)
+            policy = _copyable(codec_name, out_format) if self.codec == "copy" else False
             target = None
             if policy is not False:
                 try:
@@ -116,6 +160,8 @@ class AudioMuxer:
                     target = None
             if target is not None:
                 self._tracks[stream.index] = _Track(stream, target, reencode=False)
+                self._targets[stream.index] = f"{codec_name} copied"
+                _copy_tags(stream, target)
                 continue
             if stream.codec_context is None:
                 log.warning(
@@ -127,17 +173,51 @@ class AudioMuxer:
                 )
                 continue
             target = self._add_reencode_stream(output, stream)
-            log.warning(
-                "%s: audio stream #%d (%s) cannot be stored as is in this %s output; re-encoding it to AAC",
-                self.source,
-                stream.index,
-                codec_name,
-                out_format,
-            )
+            _copy_tags(stream, target)
+            new = target.codec_context.name
+            self._targets[stream.index] = f"{codec_name} re-encoded to {new}"
+            if self.codec == "copy":
+                keeps = ""
+                if is_lossless(codec_name) and not is_lossless(new):
+                    keeps = f" (lossless audio made lossy: {_LOSSLESS_HOLDERS} keeps it as it is)"
+                log.warning(
+                    "%s: audio stream #%d (%s) cannot be stored as is in this %s output; "
+                    "re-encoding it to %s%s",
+                    self.source,
+                    stream.index,
+                    codec_name,
+                    out_format,
+                    "AAC" if new == _REENCODE_CODEC else new,
+                    keeps,
+                )
             self._tracks[stream.index] = _Track(stream, target, reencode=True)
+
+    def _add_subtitles(self, output: av.container.OutputContainer) -> None:
+        """Copy subtitle streams where the muxer takes them; the rest go to `dropped`."""
+        for stream in self._in.streams.subtitles:
+            name = stream.codec_context.name if stream.codec_context else "unknown"
+            try:
+                target = output.add_stream_from_template(stream)
+            except (ValueError, av.error.FFmpegError):
+                self.dropped.append(
+                    f"subtitle stream #{stream.index} ({name}): a {output.format.name} file cannot hold it"
+                )
+                continue
+            _copy_tags(stream, target)
+            self._subtitles[stream.index] = stream
+            self._subtitle_targets[stream.index] = target
+
+    def _reencode_codec(self, output_format: str, ctx) -> str:
+        if self.codec == "pcm" or output_format == "mxf":
+            bits = getattr(ctx.format, "bits", 0) if ctx.format is not None else 0
+            return "pcm_s16le" if bits and bits <= 16 else "pcm_s24le"
+        if output_format == "webm":
+            return "libopus"  # WebM holds Opus or Vorbis only
+        return _REENCODE_CODEC
 
     def _add_reencode_stream(self, output: av.container.OutputContainer, stream):
         ctx = stream.codec_context
+        codec = self._reencode_codec(output.format.name, ctx)
         rate = ctx.sample_rate or 48000
         channels = int(getattr(ctx, "channels", 0) or 2)
         layout = ctx.layout.name if ctx.layout is not None else ""
@@ -146,13 +226,15 @@ class AudioMuxer:
             # one for that many channels (mono, stereo, 5.1, ...).
             layout = _DEFAULT_LAYOUTS.get(channels, f"{channels}c")
         try:
-            target = output.add_stream(_REENCODE_CODEC, rate=rate, layout=layout)
-            target.codec_context.bit_rate = min(96_000 * max(1, channels), 512_000)
+            target = output.add_stream(codec, rate=rate, layout=layout)
+            if codec in (_REENCODE_CODEC, "libopus"):
+                default = min(128_000 * max(1, channels), 512_000)
+                target.codec_context.bit_rate = _bits_per_second(self.bitrate) if self.bitrate else default
             target.codec_context.open()
         except (ValueError, av.error.FFmpegError) as exc:
             raise InputError(
                 f"audio stream #{stream.index} of {self.source} ({ctx.name}, {rate} Hz) cannot be "
-                f"re-encoded to AAC for this output ({exc}); write a .mkv instead"
+                f"re-encoded to {codec} for this output ({exc}); write a .mkv instead"
             ) from None
         return target
 
@@ -190,6 +272,10 @@ class AudioMuxer:
     def _mux(self, packet: av.Packet) -> None:
         track = self._tracks.get(packet.stream.index)
         if track is None:
+            subtitle = self._subtitle_targets.get(packet.stream.index)
+            if subtitle is not None and packet.size:
+                packet.stream = subtitle
+                self._write(packet)
             return
         if packet.size == 0:  # demuxer's end-of-stream flush packet; keyframes may lack a DTS, keep them
             return
@@ -230,3 +316,17 @@ class AudioMuxer:
             self._in.close()
         except Exception:  # noqa: BLE001 - closing a reader cannot lose data
             pass
+
+
+def _copy_tags(source, target) -> None:
+    for key in _STREAM_TAGS:
+        value = source.metadata.get(key)
+        if value:
+            target.metadata[key] = value
+
+
+def _bits_per_second(rate: str) -> int:
+    """ "256k" -> 256000, "1.5M" -> 1500000."""
+    text = str(rate).strip().lower()
+    scale = {"k": 1_000, "m": 1_000_000}.get(text[-1:], 1)
+    return int(float(text.rstrip("km")) * scale)

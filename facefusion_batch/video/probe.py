@@ -8,7 +8,9 @@ names the file and says what is wrong.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import re
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -56,6 +58,30 @@ class VideoInfo:
     color_range: int = 0
     color_primaries: int = 2
     color_trc: int = 2
+    # What the output carries over: sample aspect ratio (None: square or unknown), AVFieldOrder of
+    # the stream (0 unknown, 1 progressive, 2-5 interlaced) and whether the first frame is
+    # interlaced, container tags (title, timecode, ...), the video stream's tags (language,
+    # timecode) and the other streams (index, type, codec) besides video and audio.
+    sample_aspect_ratio: Fraction | None = None
+    field_order: int = 0
+    interlaced: bool = False
+    container_tags: tuple[tuple[str, str], ...] = ()
+    video_tags: tuple[tuple[str, str], ...] = ()
+    other_streams: tuple[tuple[int, str, str], ...] = ()
+    # an image sequence input (shot/frame.%06d.dpx): how FFmpeg opens it (image2, frame rate,
+    # first number); None / () for a video file
+    open_format: str | None = None
+    open_options: tuple[tuple[str, str], ...] = ()
+    first_number: int | None = None
+
+    @property
+    def timecode(self) -> str | None:
+        """The start timecode (container tag, video stream tag, or a tmcd track's), if any."""
+        for tags in (self.container_tags, self.video_tags):
+            for key, value in tags:
+                if key.lower() == "timecode":  # Matroska tags are upper case
+                    return value
+        return None
 
 
 def rotation_from_display(ccw_degrees: float) -> int:
@@ -107,9 +133,42 @@ def pick_video_stream(container: av.container.InputContainer) -> av.video.stream
     return candidates[0] if candidates else None
 
 
-def probe(path: str | Path) -> VideoInfo:
-    """Read the headers (and first frame) of `path`; InputError on bad input."""
+DEFAULT_SEQUENCE_FPS = Fraction(24)
+_NUMBER = re.compile(r"%(0\d+)?d")
+
+
+def sequence_numbers(pattern: Path) -> list[int]:
+    """The frame numbers present for a printf pattern (frame.%06d.dpx), in order."""
+    name = pattern.name
+    match = _NUMBER.search(name)
+    if match is None:
+        return []
+    width = int(match.group(1)) if match.group(1) else 0
+    digits = rf"(\d{{{width}}})" if width else r"(\d+)"
+    regex = re.compile(re.escape(name[: match.start()]) + digits + re.escape(name[match.end() :]) + "$")
+    parent = pattern.parent if str(pattern.parent) else Path(".")
+    if not parent.is_dir():
+        return []
+    found = (regex.match(p.name) for p in parent.iterdir())
+    return sorted(int(m.group(1)) for m in found if m)
+
+
+def open_input(info: VideoInfo, **kwargs) -> av.container.InputContainer:
+    """Open the probed input again (a video file, or an image sequence as it was probed)."""
+    path = ffmpeg_path(info.path)  # absolute: a file named `file:x` is that file, not a protocol
+    if info.open_format is None:
+        return av.open(path, mode="r", **kwargs)
+    return av.open(path, mode="r", format=info.open_format, options=dict(info.open_options), **kwargs)
+
+
+def probe(path: str | Path, *, fps: float | Fraction | None = None) -> VideoInfo:
+    """Read the headers (and first frame) of `path`; InputError on bad input. A printf pattern
+    (shot/frame.%06d.exr) is an image sequence, timed at `fps` (default 24)."""
     path = Path(path)
+    if _NUMBER.search(path.name):
+        return _probe_sequence(path, fps)
+    if fps is not None:
+        raise InputError(f"--fps times an image sequence input; {path} is a video with its own timing")
     check_readable_file(path)
     try:
         container = av.open(ffmpeg_path(path), mode="r")
@@ -126,6 +185,54 @@ def probe(path: str | Path) -> VideoInfo:
         container.close()
 
 
+def sequence_rate(fps: float | Fraction | None) -> Fraction:
+    """--fps as a rate: 23.976 / 29.97 / 59.94 mean the NTSC rates 24000/1001 & co., as editors do."""
+    if not fps:
+        return DEFAULT_SEQUENCE_FPS
+    if isinstance(fps, Fraction):
+        return fps
+    ntsc = round(float(fps) * 1.001)
+    if float(fps) != int(fps) and abs(float(fps) - ntsc / 1.001) < 0.0015:
+        return Fraction(ntsc * 1000, 1001)
+    return Fraction(float(fps)).limit_denominator(1001)
+
+
+def _probe_sequence(pattern: Path, fps: float | Fraction | None) -> VideoInfo:
+    numbers = sequence_numbers(pattern)
+    if not numbers:
+        raise InputError(f"input {pattern}: no files match this image sequence pattern")
+    missing = numbers[-1] - numbers[0] + 1 - len(numbers)
+    if missing:
+        raise InputError(
+            f"input {pattern}: {missing} frame(s) missing between {numbers[0]} and {numbers[-1]}; "
+            "a sequence must be complete"
+        )
+    rate = sequence_rate(fps)
+    if rate <= 0:
+        raise InputError(f"--fps must be more than 0 (got {fps})")
+    options = (("framerate", f"{rate.numerator}/{rate.denominator}"), ("start_number", str(numbers[0])))
+    try:
+        container = av.open(str(pattern), mode="r", format="image2", options=dict(options))
+    except av.error.FFmpegError as exc:
+        raise InputError(
+            f"input {pattern} cannot be read as an image sequence: {_ffmpeg_reason(exc)}"
+        ) from None
+    try:
+        info = _probe_open(pattern, container, sequence=True)
+    finally:
+        container.close()
+    return dataclasses.replace(
+        info,
+        frame_count=len(numbers),
+        frame_count_estimated=False,
+        duration_s=float(len(numbers) / rate),
+        average_rate=rate,
+        open_format="image2",
+        open_options=options,
+        first_number=numbers[0],
+    )
+
+
 def _ffmpeg_reason(exc: Exception) -> str:
     text = getattr(exc, "strerror", None) or str(exc)
     return str(text).strip() or type(exc).__name__
@@ -139,11 +246,11 @@ def _is_still_image_format(name: str) -> bool:
     return name in ("image2", "image2pipe") or name.endswith("_pipe")
 
 
-def _probe_open(path: Path, container: av.container.InputContainer) -> VideoInfo:
+def _probe_open(path: Path, container: av.container.InputContainer, sequence: bool = False) -> VideoInfo:
     format_name = container.format.name
     if format_name in _TEXT_FORMATS:
         raise InputError(f"input video {path} is a text file, not a video")
-    if _is_still_image_format(format_name):
+    if _is_still_image_format(format_name) and not sequence:
         raise InputError(f"input video {path} is a still image ({format_name}), not a video")
     stream = pick_video_stream(container)
     if stream is None:
@@ -156,6 +263,8 @@ def _probe_open(path: Path, container: av.container.InputContainer) -> VideoInfo
             f"input video {path}: the video codec of stream #{stream.index} is not supported by this FFmpeg"
         )
 
+    # the container's colour tags, read before decoding (the decoder overwrites them with the frame's)
+    stream_colour = (ctx.colorspace, ctx.color_range, ctx.color_primaries, ctx.color_trc)
     first = _first_frame(path, container, stream)
     rotation = rotation_from_display(first.rotation)
     coded_w, coded_h = first.width, first.height
@@ -180,6 +289,15 @@ def _probe_open(path: Path, container: av.container.InputContainer) -> VideoInfo
         frame_count = max(1, int(math.floor(duration_s * float(average_rate) + 0.5)))
         estimated = True
 
+    sar = stream.sample_aspect_ratio
+    sar = Fraction(sar) if sar and Fraction(sar) != 1 else None
+    others = tuple(
+        (s.index, s.type, _stream_codec(s)) for s in container.streams if s.type not in ("video", "audio")
+    )
+    container_tags = dict(container.metadata)
+    for s in container.streams:
+        if s.type == "data" and "timecode" in s.metadata and "timecode" not in container_tags:
+            container_tags["timecode"] = s.metadata["timecode"]  # a QuickTime tmcd track
     return VideoInfo(
         path=path,
         width=width,
@@ -198,11 +316,33 @@ def _probe_open(path: Path, container: av.container.InputContainer) -> VideoInfo
         format_name=container.format.name,
         frame_count_estimated=estimated,
         video_stream_index=stream.index,
-        color_space=int(first.colorspace),
-        color_range=int(first.color_range),
-        color_primaries=int(first.color_primaries),
-        color_trc=int(first.color_trc),
+        color_space=_tag(first.colorspace, stream_colour[0], 2),
+        color_range=_tag(first.color_range, stream_colour[1], 0),
+        color_primaries=_tag(first.color_primaries, stream_colour[2], 2),
+        color_trc=_tag(first.color_trc, stream_colour[3], 2),
+        sample_aspect_ratio=sar,
+        field_order=int(ctx.field_order or 0),
+        interlaced=bool(first.interlaced_frame),
+        container_tags=tuple(sorted(container_tags.items())),
+        video_tags=tuple(sorted(dict(stream.metadata).items())),
+        other_streams=others,
     )
+
+
+def _tag(frame_value, stream_value, unspecified: int) -> int:
+    """The frame's colour tag, else the container's (ProRes frames often leave primaries and
+    transfer unspecified while the .mov says them)."""
+    value = int(frame_value or 0)
+    if value == unspecified and stream_value is not None and int(stream_value) != unspecified:
+        return int(stream_value)
+    return value
+
+
+def _stream_codec(stream) -> str:
+    ctx = getattr(stream, "codec_context", None)
+    if ctx is not None and ctx.name:
+        return ctx.name
+    return stream.metadata.get("handler_name", "data") if stream.type == "data" else stream.type
 
 
 def _first_frame(path: Path, container: av.container.InputContainer, stream) -> av.VideoFrame:

@@ -49,10 +49,9 @@ import cv2
 import numpy as np
 
 from facefusion_batch.errors import FfbatchError, InputError
-from facefusion_batch.fsutil import ffmpeg_path
 from facefusion_batch.video.hwaccel import HWACCELS
 from facefusion_batch.video.planes import BGR24, PIXEL_FORMATS, YUV420P, blank_picture
-from facefusion_batch.video.probe import VideoInfo, probe
+from facefusion_batch.video.probe import VideoInfo, open_input, probe
 from facefusion_batch.video.segments import FrameIndex, frame_index
 
 log = logging.getLogger("ffbatch")
@@ -274,7 +273,7 @@ class FrameReader:
     def _run(self) -> None:
         index = 0
         try:
-            container = av.open(ffmpeg_path(self.path), mode="r", hwaccel=self._hwaccel())
+            container = open_input(self.info, hwaccel=self._hwaccel())
         except BaseException as exc:  # noqa: BLE001 - handed to the consumer
             self._put(_Failure(exc, index))
             return
@@ -376,7 +375,7 @@ class FrameReader:
                 return
             # The seek landed after the range (an index without that keyframe): count instead,
             # from a freshly opened file so that frame 0 is the one a full decode starts with.
-            fresh = av.open(ffmpeg_path(self.path), mode="r")
+            fresh = open_input(self.info)
             try:
                 stream = fresh.streams[self.info.video_stream_index]
                 stream.thread_type = "AUTO"
@@ -440,7 +439,7 @@ class FrameReader:
         if info.bit_depth > 8 and not self._warned_depth:
             self._warned_depth = True
             log.warning(
-                "%s is %d-bit (%s); frames are processed as 8-bit BGR, so the output is 8-bit",
+                "%s is %d-bit (%s); frames are processed as 8-bit BGR, so the output holds 8-bit precision",
                 self.path,
                 info.bit_depth,
                 info.pix_fmt,

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-import av
 import numpy as np
 
 from facefusion_batch.errors import InputError
-from facefusion_batch.fsutil import ffmpeg_path
-from facefusion_batch.video.probe import VideoInfo
+from facefusion_batch.video.probe import VideoInfo, open_input
 from facefusion_batch.video.reader import rotate_upright
 
 
@@ -17,7 +15,7 @@ def sample_frames(info: VideoInfo, count: int) -> list[tuple[float, np.ndarray]]
     """`count` frames spread evenly over the video, found by seeking (no full decode)."""
     duration = info.duration_s or 0.0
     picked: list[tuple[float, np.ndarray]] = []
-    with av.open(ffmpeg_path(info.path)) as container:
+    with open_input(info) as container:
         stream = container.streams.video[0]
         stream.thread_type = "AUTO"
         tb = stream.time_base or Fraction(1, 1000)

@@ -11,13 +11,14 @@ time base, so frame counts are exact and variable frame rates survive. Each
 frame's duration is the gap to the next one (the last frame repeats the
 previous gap), which keeps the container duration right.
 
-Pictures: BGR `uint8` in, converted to `settings.pix_fmt` with the colour
-matrix the input was tagged with (the output carries the same tags), so colours
-round-trip. With 4:2:0/4:2:2 pixel formats an odd width or height is padded to
-even by repeating the last column/row (logged once): the output is then one
-pixel wider/taller than the input. With `pixel_format="yuv420p"` the frames
-arrive as planes in the input's own encoding (video/planes.py) and go to the
-encoder unconverted.
+Pictures: BGR `uint8` in, converted to the output pixel format (`output_pix_fmt`:
+--pix-fmt, else the input's own where the encoder takes it) with the colour
+matrix and range the input was tagged with (the output carries the same tags,
+its SAR, language and timecode tags), so colours round-trip. With 4:2:0/4:2:2
+pixel formats an odd width or height is padded to even by repeating the last
+column/row (logged once): the output is then one pixel wider/taller than the
+input. With `pixel_format="yuv420p"` the frames arrive as planes in the input's
+own encoding (video/planes.py) and go to the encoder unconverted.
 
 Quality: `crf` 0-51 (x264/x265 CRF; NVENC constant-quality `cq`, where 0 means
 "automatic" and is raised to 1). `quality` 0-100 (100 best) is the alternative,
@@ -35,6 +36,7 @@ import functools
 import logging
 import os
 import queue
+import re
 import threading
 from dataclasses import dataclass
 from fractions import Fraction
@@ -47,129 +49,208 @@ import numpy as np
 from facefusion_batch.errors import FfbatchError, InputError, OutputError
 from facefusion_batch.fsutil import AtomicFile, ffmpeg_path
 from facefusion_batch.video.audio import AudioMuxer
+from facefusion_batch.video.formats import (
+    CONTAINERS,
+    ENCODER_TABLE,
+    ENCODERS,
+    NVENC_PRESETS,
+    X26X_PRESETS,
+    X26X_TO_NVENC,
+    X26X_TO_SVTAV1,
+    EncoderSpec,
+    check_fits,
+    container_format_for,
+    encoder_spec,
+)
 from facefusion_batch.video.planes import BGR24, PIXEL_FORMATS, YUV420P, picture_shape
 from facefusion_batch.video.probe import VideoInfo
+from facefusion_batch.video.sequence import is_sequence_pattern, sequence_codec
 
 log = logging.getLogger("ffbatch")
 
-ENCODERS = ("libx264", "libx265", "h264_nvenc", "hevc_nvenc")
-X26X_PRESETS = (
-    "ultrafast",
-    "superfast",
-    "veryfast",
-    "faster",
-    "fast",
-    "medium",
-    "slow",
-    "slower",
-    "veryslow",
-    "placebo",
-)
-NVENC_PRESETS = ("p1", "p2", "p3", "p4", "p5", "p6", "p7")
-_X26X_TO_NVENC = {
-    "ultrafast": "p1",
-    "superfast": "p1",
-    "veryfast": "p2",
-    "faster": "p3",
-    "fast": "p3",
-    "medium": "p4",
-    "slow": "p5",
-    "slower": "p6",
-    "veryslow": "p7",
-    "placebo": "p7",
-}
-DEFAULT_CRF = 18
+PIPELINE_BITS = 8  # what the face pipeline carries per channel today
+# re-exported: older callers import the table's names from here
+__all__ = ["CONTAINERS", "ENCODERS", "NVENC_PRESETS", "X26X_PRESETS", "container_format_for"]
 
-# Output extension -> FFmpeg muxer. WebM is refused: it holds VP8/VP9/AV1 only.
-CONTAINERS = {".mp4": "mp4", ".m4v": "mp4", ".mov": "mov", ".mkv": "matroska"}
+DEFAULT_CRF = 18
+AUDIO_CODECS = ("copy", "pcm", "aac")
 
 # swscale can convert to these YUV matrices (AVColorSpace values).
 _CONVERTIBLE_COLORSPACES = {1, 4, 5, 6, 7, 9, 10}
+_HDR_TRANSFERS = {16: "PQ (SMPTE ST 2084)", 18: "HLG (ARIB STD-B67)"}
+_FIELD_ORDERS = {
+    2: "top field first",
+    3: "bottom field first",
+    4: "top coded first, bottom shown first",
+    5: "bottom coded first, top shown first",
+}
 _POLL_S = 0.05
+_RATE = re.compile(r"^\d+(\.\d+)?[kKmM]?$")
 
 
 @dataclass(frozen=True)
 class EncoderSettings:
+    """How the output is encoded; `pix_fmt` None: the input's own pixel format where the encoder
+    takes it, else the profile's or the encoder's (see `output_pix_fmt`)."""
+
     codec: str = "libx264"
     crf: int | None = None
     quality: int | None = None
     preset: str = "veryfast"
-    pix_fmt: str = "yuv420p"
+    pix_fmt: str | None = None
     threads: int = 0
+    profile: str | None = None
+    bitrate: str | None = None
+    maxrate: str | None = None
+    bufsize: str | None = None
+    gop: int | None = None
+    options: tuple[tuple[str, str], ...] = ()  # --encoder-opt key=value, passed to the encoder
+    allow_reduce: bool = False  # the user accepts fewer bits / less chroma / 8-bit HDR than the input
+    audio_codec: str = "copy"
+    audio_bitrate: str | None = None
+    audio: bool = True
+    start_number: int | None = None  # an image sequence output's first number (None: default_start_number)
 
     @property
     def is_nvenc(self) -> bool:
         return self.codec.endswith("_nvenc")
+
+    @property
+    def spec(self) -> EncoderSpec:
+        return encoder_spec(self.codec)
 
     def effective_crf(self) -> int:
         """The CRF (or NVENC cq) used: `crf`, else mapped from `quality`, else 18."""
         if self.crf is not None:
             return int(self.crf)
         if self.quality is not None:
-            return quality_to_crf(self.quality)
+            spec = ENCODER_TABLE.get(self.codec, ENCODER_TABLE["libx264"])
+            return quality_to_crf(self.quality, spec.max_crf)
         return DEFAULT_CRF
 
     def codec_options(self) -> dict[str, str]:
         """The FFmpeg encoder options these settings translate to."""
-        crf = self.effective_crf()
-        if self.is_nvenc:
-            preset = _X26X_TO_NVENC.get(self.preset, self.preset)
-            return {"preset": preset, "rc": "vbr", "cq": str(max(1, crf))}
-        options = {"preset": self.preset, "crf": str(crf)}
+        spec = ENCODER_TABLE.get(self.codec) or ENCODER_TABLE["libx264"]
+        options: dict[str, str] = {}
+        # with --bitrate alone the rate controls; a CRF/cq is set only when asked for
+        quality = self.bitrate is None or self.crf is not None or self.quality is not None
+        if spec.quality == "cq":
+            options["preset"] = X26X_TO_NVENC.get(self.preset, self.preset)
+            options["rc"] = "vbr"
+            if quality:
+                options["cq"] = str(max(1, self.effective_crf()))
+        elif spec.quality == "crf":
+            av1 = spec.family == "av1"
+            options["preset"] = X26X_TO_SVTAV1.get(self.preset, self.preset) if av1 else self.preset
+            if quality:
+                options["crf"] = str(self.effective_crf())
         if self.codec == "libx265":
             options["x265-params"] = "log-level=error"
+        profile = self.profile or spec.default_profile
+        if profile is not None:
+            options["profile"] = spec.profiles[profile].value if spec.profiles else profile
+        if spec.family == "ffv1":
+            options["level"] = "3"  # version 3: slices and CRCs, the archive profile
+        for key, value in (("b", self.bitrate), ("maxrate", self.maxrate), ("bufsize", self.bufsize)):
+            if value is not None:
+                options[key] = value
+        if self.gop is not None:
+            options["g"] = str(self.gop)
+        options.update(dict(self.options))
         return options
 
 
-def quality_to_crf(quality: int) -> int:
-    """Map quality 0-100 (100 best) linearly onto CRF 51-0."""
-    return int(round(51 * (100 - quality) / 100))
+def quality_to_crf(quality: int, max_crf: int = 51) -> int:
+    """Map quality 0-100 (100 best) linearly onto CRF max-0 (51 for x264/x265)."""
+    return int(round(max_crf * (100 - quality) / 100))
 
 
 def _is_int(value) -> bool:
     return isinstance(value, int | np.integer) and not isinstance(value, bool)
 
 
+def profile_pix_fmts(settings: EncoderSettings) -> tuple[str, ...]:
+    """The pixel formats the encoder (and its profile) can write here."""
+    spec = settings.spec
+    formats = tuple(f.name for f in av.Codec(settings.codec, "w").video_formats or ())
+    profile = spec.profiles.get(settings.profile or spec.default_profile or "")
+    if profile is not None and profile.pix_fmt is not None:
+        return tuple(f for f in (profile.pix_fmts or (profile.pix_fmt,)) if f in formats)
+    return formats
+
+
 def validate_encoder(settings: EncoderSettings) -> None:
     """Raise InputError, naming the option, unless `settings` can encode here."""
+    spec = settings.spec
     codec = settings.codec
-    if codec not in ENCODERS:
-        raise InputError(f"--encoder {codec!r} is not supported; choose one of: {', '.join(ENCODERS)}")
     if settings.crf is not None and settings.quality is not None:
         raise InputError("--crf and --quality are alternatives; give only one of them")
-    if settings.crf is not None and (not _is_int(settings.crf) or not 0 <= settings.crf <= 51):
-        raise InputError(f"--crf must be a whole number from 0 to 51, not {settings.crf!r}")
+    if spec.quality == "none" and (settings.crf is not None or settings.quality is not None):
+        what = "is lossless" if spec.lossless else "sets its quality by --profile"
+        raise InputError(f"--crf/--quality do not apply to --encoder {codec}: it {what}")
+    if settings.crf is not None and (not _is_int(settings.crf) or not 0 <= settings.crf <= spec.max_crf):
+        raise InputError(f"--crf must be a whole number from 0 to {spec.max_crf}, not {settings.crf!r}")
     if settings.quality is not None and (not _is_int(settings.quality) or not 0 <= settings.quality <= 100):
         raise InputError(f"--quality must be a whole number from 0 to 100, not {settings.quality!r}")
-    presets = NVENC_PRESETS + X26X_PRESETS if settings.is_nvenc else X26X_PRESETS
-    if settings.preset not in presets:
+    if spec.presets and settings.preset not in spec.presets:
         raise InputError(
-            f"--preset {settings.preset!r} is not valid for {codec}; choose one of: {', '.join(presets)}"
+            f"--preset {settings.preset!r} is not valid for {codec}; choose one of: {', '.join(spec.presets)}"
         )
+    if spec.profiles and settings.profile is not None and settings.profile not in spec.profiles:
+        raise InputError(
+            f"--profile {settings.profile!r} is not a {codec} profile; "
+            f"choose one of: {', '.join(spec.profiles)}"
+        )
+    rates = {"--bitrate": settings.bitrate, "--maxrate": settings.maxrate, "--bufsize": settings.bufsize}
+    for option, value in rates.items():
+        if value is not None and not _RATE.match(str(value)):
+            raise InputError(f"{option} takes bits per second such as 8000k or 20M, not {value!r}")
+    if spec.quality == "none" and settings.bitrate is not None:
+        raise InputError(f"--bitrate does not apply to --encoder {codec} (its rate follows --profile)")
+    if settings.gop is not None and (not _is_int(settings.gop) or settings.gop < 1):
+        raise InputError(f"--gop must be a whole number of frames, 1 or more (got {settings.gop!r})")
     if not _is_int(settings.threads) or settings.threads < 0:
         raise InputError(f"encoder threads must be 0 (automatic) or more, not {settings.threads!r}")
-    try:
-        formats = [f.name for f in av.Codec(codec, "w").video_formats or ()]
-    except (av.codec.codec.UnknownCodecError, ValueError, av.error.FFmpegError):
-        raise InputError(f"--encoder {codec}: this FFmpeg build has no such encoder") from None
-    if settings.pix_fmt not in formats:
+    if settings.audio_codec not in AUDIO_CODECS:
         raise InputError(
-            f"pixel format {settings.pix_fmt!r} is not supported by --encoder {codec}; "
-            f"choose one of: {', '.join(formats)}"
+            f"--audio-codec must be one of {', '.join(AUDIO_CODECS)} (got {settings.audio_codec!r})"
         )
-    reason = _open_failure(codec, settings.pix_fmt, tuple(sorted(settings.codec_options().items())))
+    if settings.audio_bitrate is not None:
+        if not _RATE.match(str(settings.audio_bitrate)):
+            raise InputError(
+                f"--audio-bitrate takes bits per second such as 256k, not {settings.audio_bitrate!r}"
+            )
+        if settings.audio_codec != "aac":
+            raise InputError("--audio-bitrate applies to --audio-codec aac only")
+    formats = profile_pix_fmts(settings)
+    pix_fmt = settings.pix_fmt or (formats[0] if spec.profiles else spec.default_pix_fmt)
+    if pix_fmt not in formats:
+        profile = settings.profile or spec.default_profile
+        which = f"--encoder {codec}" + (f" --profile {profile}" if profile and spec.profiles else "")
+        raise InputError(
+            f"pixel format {pix_fmt!r} is not supported by {which}; choose one of: {', '.join(formats)}"
+        )
+    reason = _open_failure(codec, pix_fmt, tuple(sorted(settings.codec_options().items())))
     if reason is not None:
         hint = " (NVENC needs an NVIDIA GPU with its driver)" if settings.is_nvenc else ""
         raise InputError(f"--encoder {codec} cannot be used here{hint}: {reason}")
 
 
-@functools.lru_cache(maxsize=32)
-def _open_failure(codec: str, pix_fmt: str, options: tuple[tuple[str, str], ...]) -> str | None:
-    """Try to open the encoder on a small picture; the reason it fails, or None."""
+@functools.lru_cache(maxsize=64)
+def _open_failure(
+    codec: str, pix_fmt: str, options: tuple[tuple[str, str], ...], width: int = 256, height: int = 256
+) -> str | None:
+    """Try to open the encoder on a small picture; the reason it fails, or None.
+
+    An option the encoder does not know (a misspelt --encoder-opt) is refused too: FFmpeg
+    would otherwise ignore it silently."""
+    unknown = _unknown_options(codec, dict(options))
+    if unknown:
+        return f"it has no option {', '.join(unknown)} (see `ffmpeg -h encoder={codec}`)"
     try:
         ctx = av.CodecContext.create(codec, "w")
-        ctx.width = 256
-        ctx.height = 256
+        ctx.width = width
+        ctx.height = height
         ctx.pix_fmt = pix_fmt
         ctx.time_base = Fraction(1, 25)
         ctx.framerate = Fraction(25)
@@ -180,19 +261,124 @@ def _open_failure(codec: str, pix_fmt: str, options: tuple[tuple[str, str], ...]
     return None
 
 
-def container_format_for(output: Path) -> str:
-    """The FFmpeg muxer for the output's extension; InputError for an unsupported one."""
-    suffix = output.suffix.lower()
-    if suffix in CONTAINERS:
-        return CONTAINERS[suffix]
-    if suffix == ".webm":
-        raise InputError(
-            f"output {output}: WebM holds only VP8/VP9/AV1 video, and ffbatch encodes H.264/HEVC; "
-            "use .mp4, .mkv or .mov"
+def _unknown_options(codec: str, options: dict[str, str]) -> list[str]:
+    supported = av.CodecContext.create(codec, "w").supported_options
+    known = {o.name for o in supported.private} | {o.name for o in supported.generic}
+    return sorted(k for k in options if k not in known)
+
+
+def _chroma(pix_fmt: str) -> tuple[int, int]:
+    """Chroma samples per 2x2 pixels, across and down (RGB counts as 4:4:4)."""
+    fmt = av.VideoFormat(pix_fmt)
+    if len([c for c in fmt.components if not c.is_alpha]) < 3:
+        return (2, 2)
+    return (fmt.chroma_width(2), fmt.chroma_height(2))
+
+
+def _depth(pix_fmt: str) -> int:
+    return max(c.bits for c in av.VideoFormat(pix_fmt).components if not c.is_alpha)
+
+
+def _same_chroma_8bit(pix_fmt: str) -> str | None:
+    try:
+        chroma = _chroma(pix_fmt)
+    except ValueError:
+        return None
+    return {(2, 2): "yuv444p", (1, 2): "yuv422p", (1, 1): "yuv420p"}.get(chroma)
+
+
+def output_pix_fmt(settings: EncoderSettings, info: VideoInfo) -> str:
+    """The pixel format written: --pix-fmt, else the input's own where the encoder (and its
+    profile) takes it, else the same chroma at 8 bits, else the profile's or encoder's default."""
+    if settings.pix_fmt is not None:
+        return settings.pix_fmt
+    spec = settings.spec
+    formats = profile_pix_fmts(settings)
+    fallback = formats[0] if spec.profiles else spec.default_pix_fmt
+    if spec.profiles:
+        return fallback  # ProRes / DNxHR: the profile decides
+    for candidate in (info.pix_fmt, _same_chroma_8bit(info.pix_fmt)):
+        # keep the family: an RGB encoder (libx264rgb) is not fed YUV, nor the other way round
+        if candidate in formats and candidate.startswith("yuv") == fallback.startswith("yuv"):
+            return candidate
+    return fallback
+
+
+def reduction_problems(info: VideoInfo, pix_fmt: str) -> list[str]:
+    """What writing `info`'s frames as `pix_fmt`, after the pipeline's 8 bits, loses."""
+    problems = []
+    if info.bit_depth > PIPELINE_BITS:
+        problems.append(
+            f"the input is {info.bit_depth}-bit ({info.pix_fmt}) and ffbatch processes frames at "
+            f"{PIPELINE_BITS} bits, so the output holds {PIPELINE_BITS}-bit precision"
         )
-    known = ", ".join(sorted(CONTAINERS))
-    shown = f"extension {suffix!r}" if suffix else "no extension"
-    raise InputError(f"output {output} has {shown}; the output must end in one of: {known}")
+    try:
+        chroma_in, chroma_out = _chroma(info.pix_fmt), _chroma(pix_fmt)
+    except ValueError:
+        chroma_in = chroma_out = (2, 2)
+    if chroma_out[0] < chroma_in[0] or chroma_out[1] < chroma_in[1]:
+        problems.append(f"the input's chroma ({info.pix_fmt}) would be subsampled to {pix_fmt}")
+    return problems
+
+
+def check_output(settings: EncoderSettings, info: VideoInfo, output: Path) -> list[str]:
+    """Exit 2 (InputError), before any frame is processed, when the output cannot be what the user
+    expects from this input; otherwise the losses the user agreed to, for the log and the report."""
+    sequence = is_sequence_pattern(output)
+    if not sequence:
+        check_fits(settings.codec, output)
+    if info.interlaced or info.field_order >= 2:
+        order = _FIELD_ORDERS.get(info.field_order, "interlaced")
+        raise InputError(
+            f"input {info.path} is interlaced ({order}); ffbatch swaps whole progressive frames and would "
+            "mix the two fields. Deinterlace it first (e.g. ffmpeg -vf bwdif) and render that"
+        )
+    if sequence:
+        pix_fmt = sequence_codec(output, settings.pix_fmt)[1]
+    else:
+        pix_fmt = output_pix_fmt(settings, info)
+    width, height = _even_dims(info.width, info.height, pix_fmt)
+    reason = (
+        None
+        if sequence
+        else _open_failure(
+            settings.codec, pix_fmt, tuple(sorted(settings.codec_options().items())), width, height
+        )
+    )
+    if reason is not None:
+        need = " (DNxHR needs at least 256x120)" if settings.spec.family == "dnxhr" else ""
+        raise InputError(
+            f"--encoder {settings.codec} cannot encode {info.path}'s {width}x{height} {pix_fmt} "
+            f"pictures{need}: {reason}"
+        )
+    warnings = []
+    problems = reduction_problems(info, pix_fmt)
+    if problems:
+        if not (settings.allow_reduce or settings.pix_fmt is not None):
+            raise InputError(
+                f"{output}: {'; '.join(problems)}. "
+                "Pass --allow-reduce (or an explicit --pix-fmt) to accept it"
+            )
+        warnings.extend(problems)
+    hdr = _HDR_TRANSFERS.get(info.color_trc)
+    if hdr is not None:
+        if not settings.allow_reduce:
+            raise InputError(
+                f"input {info.path} is HDR ({hdr}); ffbatch processes 8 bits per channel, which bands HDR "
+                f"gradients. Pass --allow-reduce to render it anyway (the output keeps its {hdr} tags)"
+            )
+        if _depth(pix_fmt) < 10:
+            raise InputError(
+                f"input {info.path} is HDR ({hdr}): a {_depth(pix_fmt)}-bit {pix_fmt} output would carry HDR "
+                "in 8 bits; choose a 10-bit --pix-fmt such as yuv420p10le, or a ProRes profile"
+            )
+        warnings.append(f"the HDR ({hdr}) input is processed at {PIPELINE_BITS} bits (--allow-reduce)")
+    wants_audio = settings.audio and info.audio_streams
+    if wants_audio and settings.audio_codec == "pcm" and output.suffix.lower() in (".mp4", ".m4v"):
+        raise InputError(
+            f"--audio-codec pcm: {output.suffix} cannot hold PCM audio that players read; write .mov or .mkv"
+        )
+    return warnings
 
 
 def _even_dims(width: int, height: int, pix_fmt: str) -> tuple[int, int]:
@@ -253,16 +439,19 @@ class VideoWriter:
         self.frames_written = 0
         self._format = container_format_for(self.output)
         validate_encoder(settings)
+        check_fits(settings.codec, self.output)
         self._check_output_path(audio_from)
-        self.width, self.height = _even_dims(info.width, info.height, settings.pix_fmt)
+        self.pix_fmt = output_pix_fmt(settings, info)
+        self.dropped: list[str] = []  # what of the input this output could not keep, in words
+        self.width, self.height = _even_dims(info.width, info.height, self.pix_fmt)
         self._pad = (self.height - info.height, self.width - info.width)
-        if pixel_format == YUV420P and (any(self._pad) or settings.pix_fmt != YUV420P):
+        if pixel_format == YUV420P and (any(self._pad) or self.pix_fmt != YUV420P):
             raise ValueError("yuv420p frames need even sides and a yuv420p output (see plane_layout_for)")
         if any(self._pad):
             log.warning(
                 "%s: %s needs even dimensions; padding %dx%d to %dx%d by repeating the last row/column",
                 self.output,
-                settings.pix_fmt,
+                self.pix_fmt,
                 info.width,
                 info.height,
                 self.width,
@@ -326,6 +515,8 @@ class VideoWriter:
         if self._format in ("mp4", "mov"):
             # use_metadata_tags: keep our own tag names (the muxer otherwise drops unknown keys)
             options["movflags"] = "+faststart+use_metadata_tags" if self._metadata else "+faststart"
+            if self.info.timecode:
+                options["write_tmcd"] = "1"  # a timecode track, which .mp4 otherwise leaves out
             if self.time_base.numerator == 1 and self.time_base.denominator < 2**31:
                 # Keep the input's time base exactly (the muxer would otherwise pick its own).
                 options["video_track_timescale"] = str(self.time_base.denominator)
@@ -335,29 +526,79 @@ class VideoWriter:
             )
         except (av.error.FFmpegError, OSError) as exc:
             raise OutputError(f"cannot write {self.output}: {exc}") from None
+        info = self.info
+        self._container.metadata.update(carried_tags(info.container_tags, self._format))
         self._container.metadata.update(self._metadata)
         settings = self.settings
-        rate = Fraction(self.info.average_rate) if self.info.average_rate else None
+        rate = Fraction(info.average_rate) if info.average_rate else None
         stream = self._container.add_stream(settings.codec, rate=rate, options=settings.codec_options())
         stream.width = self.width
         stream.height = self.height
-        stream.pix_fmt = settings.pix_fmt
+        stream.pix_fmt = self.pix_fmt
         ctx = stream.codec_context
         ctx.time_base = self.time_base
         stream.time_base = self.time_base
         ctx.thread_count = settings.threads
-        info = self.info
+        if settings.spec.family == "hevc" and self._format in ("mp4", "mov"):
+            ctx.codec_tag = "hvc1"  # QuickTime and Final Cut play only hvc1-tagged HEVC
+        if info.sample_aspect_ratio is not None:
+            ctx.sample_aspect_ratio = info.sample_aspect_ratio  # anamorphic: displays as the input
+            if self._format in ("matroska", "webm", "avi"):
+                # Matroska takes the SAR from the stream, which PyAV 18 cannot set
+                sar = info.sample_aspect_ratio
+                self.dropped.append(
+                    f"sample aspect ratio {sar.numerator}:{sar.denominator} (this {self._format} output "
+                    "displays square pixels; .mov or .mp4 keep it)"
+                )
+        for key, value in info.video_tags:
+            if key in _STREAM_TAGS:
+                stream.metadata[key] = value
+        if info.timecode:
+            stream.metadata["timecode"] = info.timecode
+        self._rgb = not self.pix_fmt.startswith(("yuv", "nv", "gray"))
         self._colorspace = info.color_space if info.color_space in _CONVERTIBLE_COLORSPACES else None
-        if self._colorspace is not None:
-            ctx.colorspace = self._colorspace
-            ctx.color_range = 1  # limited ("tv") range: what yuv420p & co. are written in
+        # the input's range is kept (a full-range source stays full range); untagged means limited
+        self._range = 2 if info.color_range == 2 else 1
+        if self._rgb:
+            ctx.colorspace = 0  # RGB: no matrix
+            ctx.color_range = 2
+            self._colorspace = None
+        elif self._colorspace is not None or self._range == 2:
+            if self._colorspace is not None:
+                ctx.colorspace = self._colorspace
+            ctx.color_range = self._range
+        if info.color_primaries != 2:
             ctx.color_primaries = info.color_primaries
+        if info.color_trc != 2:
             ctx.color_trc = info.color_trc
+        tagged = info.color_space not in (0, 2) or info.color_primaries != 2 or info.color_trc != 2
+        if self._format == "avi" and tagged:
+            self.dropped.append("colour tags (AVI cannot store them; players assume BT.601)")
         self._stream = stream
-        if audio_from is not None:
-            self._audio = AudioMuxer(audio_from, self._container, mux=self._mux, cancel=self._abort)
+        subtitles = any(kind == "subtitle" for _, kind, _ in info.other_streams)
+        if audio_from is not None and (settings.audio or subtitles):
+            self._audio = AudioMuxer(
+                audio_from,
+                self._container,
+                mux=self._mux,
+                cancel=self._abort,
+                codec=settings.audio_codec,
+                bitrate=settings.audio_bitrate,
+                audio=settings.audio,
+            )
+            self.dropped.extend(self._audio.dropped)
             if self._audio.tracks:
-                self.audio_summary = "re-encoded to AAC" if self._audio.reencoded else "copied"
+                self.audio_summary = self._audio.summary()
+        if audio_from is not None and info.audio_streams and not settings.audio:
+            self.audio_summary = "left out (--no-audio)"
+        for index, kind, codec in info.other_streams:
+            if kind == "subtitle" and self._audio is not None:
+                continue  # copied, or in the muxer's own `dropped` with the reason
+            if self._audio is None or index not in self._audio.carried:
+                if not (kind == "data" and info.timecode):  # a tmcd track: rewritten from the timecode
+                    self.dropped.append(f"stream #{index} ({kind}, {codec}): not carried into {self._format}")
+        for item in self.dropped:
+            log.warning("%s: left out of the output: %s", self.output, item)
 
     # -- producer side -------------------------------------------------------------------------
 
@@ -517,10 +758,14 @@ class VideoWriter:
                 frame.color_range = 1
         else:
             frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(image), format="bgr24")
-        if self._colorspace is not None and self.pixel_format != YUV420P:
-            frame = frame.reformat(
-                format=self.settings.pix_fmt, dst_colorspace=self._colorspace, dst_color_range=1
-            )
+            if self._rgb:
+                frame = frame.reformat(format=self.pix_fmt)
+            elif self._colorspace is not None:
+                frame = frame.reformat(
+                    format=self.pix_fmt, dst_colorspace=self._colorspace, dst_color_range=self._range
+                )
+            else:
+                frame = frame.reformat(format=self.pix_fmt, dst_color_range=self._range)
         frame.pts = pts
         frame.time_base = self.time_base
         if self._last_pts is not None:
@@ -561,6 +806,39 @@ class VideoWriter:
             container.close()
         except (av.error.FFmpegError, OSError) as exc:
             raise _OutputFailure(getattr(exc, "strerror", None) or str(exc)) from exc
+
+
+# Container tags carried from the input; the muxer writes its own brand/encoder tags.
+_MUXER_TAGS = frozenset({"major_brand", "minor_version", "compatible_brands", "encoder", "duration"})
+# Tags the ISO/QuickTime muxer writes without use_metadata_tags (others it drops).
+_ISO_TAGS = frozenset(
+    {
+        "title",
+        "comment",
+        "copyright",
+        "artist",
+        "author",
+        "description",
+        "date",
+        "creation_time",
+        "album",
+        "genre",
+        "composer",
+        "timecode",
+        "location",
+        "make",
+        "model",
+    }
+)
+_STREAM_TAGS = frozenset({"language", "title"})
+
+
+def carried_tags(tags: tuple[tuple[str, str], ...], output_format: str) -> dict[str, str]:
+    """The input's container tags the output keeps (title, timecode, copyright, ...)."""
+    kept = {k: v for k, v in tags if k.lower() not in _MUXER_TAGS and not k.lower().startswith("ffbatch")}
+    if output_format in ("mp4", "mov"):
+        kept = {k: v for k, v in kept.items() if k.lower() in _ISO_TAGS}
+    return kept
 
 
 def _same_file(a: Path, b: Path) -> bool:

@@ -1,0 +1,196 @@
+"""Image sequences out: `-o shot/frame.%06d.exr` (or .dpx .tif .tiff .png), one file per frame.
+
+VFX pipelines number frames from 1001 for a video input (`--start-number`). Each frame is
+encoded by FFmpeg's image encoder for the extension (PNG and TIFF 8- or 16-bit RGB, DPX,
+OpenEXR half/float RGB) into a hidden temporary name beside its final one; `close()` renames
+them all into place, `abort()` removes them, so a failed render leaves no partial sequence.
+EXR values are the video's display-referred RGB scaled to 0..1, not linearised.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import av.error
+import numpy as np
+
+from facefusion_batch.errors import FfbatchError, InputError, OutputError
+from facefusion_batch.video.planes import BGR24, YUV420P, picture_shape
+from facefusion_batch.video.probe import VideoInfo, sequence_numbers
+
+log = logging.getLogger("ffbatch")
+
+# extension -> (FFmpeg image encoder, default pixel format)
+SEQUENCE_CODECS = {
+    ".png": ("png", "rgb24"),
+    ".tif": ("tiff", "rgb24"),
+    ".tiff": ("tiff", "rgb24"),
+    ".dpx": ("dpx", "rgb24"),
+    ".exr": ("exr", "gbrpf32le"),
+}
+DEFAULT_START_NUMBER = 1001
+_PATTERN = re.compile(r"%(0\d+)?d")
+
+
+def is_sequence_pattern(path: Path | str) -> bool:
+    """A file name with a printf frame number (frame.%06d.exr)."""
+    return bool(_PATTERN.search(Path(path).name))
+
+
+def default_start_number(input: Path) -> int:
+    """An image sequence input keeps its own numbers; a video's frames start at 1001, as in VFX."""
+    numbers = sequence_numbers(input) if is_sequence_pattern(input) else []
+    return numbers[0] if numbers else DEFAULT_START_NUMBER
+
+
+def frame_path(pattern: Path, number: int) -> Path:
+    return pattern.parent / (pattern.name % number)
+
+
+def sequence_codec(pattern: Path, pix_fmt: str | None) -> tuple[str, str]:
+    """(encoder, pixel format) for the pattern's extension; InputError when it cannot be written."""
+    name = pattern.name
+    if len(_PATTERN.findall(name)) != 1 or name.count("%") != 1:
+        raise InputError(f"output {pattern}: an image sequence needs exactly one frame number such as %06d")
+    suffix = pattern.suffix.lower()
+    if suffix not in SEQUENCE_CODECS:
+        raise InputError(
+            f"output {pattern}: image sequences are written as {', '.join(SEQUENCE_CODECS)}, not {suffix!r}"
+        )
+    codec, default = SEQUENCE_CODECS[suffix]
+    try:
+        formats = [f.name for f in av.Codec(codec, "w").video_formats or ()]
+    except (av.codec.codec.UnknownCodecError, ValueError, av.error.FFmpegError):
+        raise InputError(f"output {pattern}: this FFmpeg build cannot write {suffix} images") from None
+    chosen = pix_fmt or default
+    if chosen not in formats:
+        raise InputError(
+            f"--pix-fmt {chosen!r} cannot be written as {suffix} images; choose one of: {', '.join(formats)}"
+        )
+    return codec, chosen
+
+
+def check_sequence_output(pattern: Path, pix_fmt: str | None, start_number: int, overwrite: bool) -> None:
+    """Exit 2 up front unless the sequence can be written where asked."""
+    sequence_codec(pattern, pix_fmt)
+    check_start_number(start_number)
+    parent = pattern.parent if str(pattern.parent) else Path(".")
+    if not parent.is_dir():
+        raise InputError(f"output directory {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise InputError(f"output directory {parent} is not writable")
+    first = frame_path(pattern, start_number)
+    if first.exists() and not overwrite:
+        raise InputError(f"output {first} already exists; pass --overwrite to replace the sequence")
+
+
+def check_start_number(start_number: int | None) -> None:
+    if start_number is not None and start_number < 0:
+        raise InputError(f"--start-number must not be negative (got {start_number})")
+
+
+class SequenceWriter:
+    """VideoWriter's interface (write / close / abort, a context manager) for image sequences."""
+
+    def __init__(
+        self,
+        pattern: str | Path,
+        info: VideoInfo,
+        *,
+        pix_fmt: str | None = None,
+        start_number: int = DEFAULT_START_NUMBER,
+        pixel_format: str = BGR24,
+    ) -> None:
+        self.output = Path(pattern)
+        self.info = info
+        self.codec, self.pix_fmt = sequence_codec(self.output, pix_fmt)
+        self.start_number = start_number
+        self.pixel_format = pixel_format
+        self.frames_written = 0
+        self.audio_summary = "none (an image sequence)"
+        self.dropped: list[str] = []
+        if info.audio_streams:
+            self.dropped.append(f"{info.audio_streams} audio stream(s): an image sequence holds no audio")
+        for index, kind, codec in info.other_streams:
+            self.dropped.append(f"stream #{index} ({kind}, {codec}): an image sequence holds only pictures")
+        for item in self.dropped:
+            log.warning("%s: left out of the output: %s", self.output, item)
+        self._temps: list[tuple[Path, Path]] = []
+        self._state = "open"
+
+    def write(self, image: np.ndarray, pts: int | None, time_base: Fraction) -> None:
+        """Encode one frame into its (temporary) file; numbered in the order written."""
+        if self._state != "open":
+            raise FfbatchError(f"SequenceWriter for {self.output} is already {self._state}")
+        expected = picture_shape(self.pixel_format, self.info.height, self.info.width)
+        if image.shape != expected or image.dtype != np.uint8:
+            raise FfbatchError(f"SequenceWriter for {self.output} expects {expected} uint8 frames")
+        final = frame_path(self.output, self.start_number + self.frames_written)
+        temp = final.parent / f".{final.name}.partial"
+        try:
+            temp.write_bytes(self._encode(image))
+        except OSError as exc:
+            self.abort()
+            raise OutputError(f"cannot write {final}: {exc.strerror or exc}") from None
+        self._temps.append((temp, final))
+        self.frames_written += 1
+
+    def _encode(self, image: np.ndarray) -> bytes:
+        if self.pixel_format == YUV420P:
+            frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(image), format=YUV420P)
+            if self.info.color_space in (1, 5, 6, 9):
+                frame.colorspace = self.info.color_space
+            frame.color_range = 2 if self.info.color_range == 2 else 1
+        else:
+            frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(image), format="bgr24")
+        if self.pix_fmt == "gbrpf32le":
+            # exactly code / 255 (swscale's float path puts white at 0.996)
+            rgb = frame.to_ndarray(format="rgb24").astype(np.float32) / np.float32(255)
+            frame = av.VideoFrame.from_ndarray(rgb, format="gbrpf32le")
+        else:
+            frame = frame.reformat(format=self.pix_fmt)
+        ctx = av.CodecContext.create(self.codec, "w")
+        ctx.width, ctx.height, ctx.pix_fmt = frame.width, frame.height, self.pix_fmt
+        ctx.time_base = Fraction(1, 25)
+        if self.codec == "exr":
+            ctx.options = {"compression": "zip1"}
+        packets = ctx.encode(frame) + ctx.encode(None)
+        return b"".join(bytes(p) for p in packets)
+
+    def close(self) -> None:
+        """Rename every frame into place (nothing was visible before)."""
+        if self._state == "closed":
+            return
+        if self._state == "aborted":
+            raise FfbatchError(f"SequenceWriter for {self.output} was aborted")
+        if not self.frames_written:
+            self.abort()
+            raise FfbatchError(f"no frames were written, so {self.output} was not created")
+        for temp, final in self._temps:
+            os.replace(temp, final)
+        self._state = "closed"
+        last = self.start_number + self.frames_written - 1
+        log.info("wrote %s, frames %d-%d", self.output, self.start_number, last)
+
+    def abort(self) -> None:
+        if self._state == "closed":
+            return
+        self._state = "aborted"
+        for temp, _ in self._temps:
+            with contextlib.suppress(OSError):
+                temp.unlink()
+
+    def __enter__(self) -> SequenceWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            self.abort()
+        else:
+            self.close()
