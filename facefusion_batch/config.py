@@ -23,7 +23,7 @@ from facefusion_batch.errors import InputError
 from facefusion_batch.faces.detect import DetectorSettings
 from facefusion_batch.faces.mesh import MeshSettings
 from facefusion_batch.kernels.base import BLEND_MODES, COLOUR_MODES
-from facefusion_batch.models.facefusion import ENHANCERS, OCCLUDERS, PARSERS, SWAPPERS
+from facefusion_batch.models.facefusion import ENHANCERS, MODELS, OCCLUDERS, PARSERS, SWAPPERS
 from facefusion_batch.runtime.backends import choose_backend
 from facefusion_batch.runtime.batching import CPU_BATCH, BatchPolicy
 from facefusion_batch.runtime.device import DeviceSettings, default_streams, parse_gpu_list
@@ -201,6 +201,15 @@ def validate_swap(swap: ClassicalSettings | SwapSettings, faces: str) -> None:
     _check_range("--mask-blur", learned.masks.blur, 0.0, 1.0)
     if learned.pixel_boost is not None and learned.pixel_boost not in (128, 256, 384, 512, 768, 1024):
         raise InputError(f"--pixel-boost must be 128, 256, 384, 512, 768 or 1024 (got {learned.pixel_boost})")
+    if learned.pixel_boost is not None and learned.swapper_model:
+        size = MODELS[learned.swapper_model.split("@", 1)[0]].size
+        if learned.pixel_boost % size:
+            raise InputError(
+                f"--pixel-boost {learned.pixel_boost} is not a multiple of {learned.swapper_model}'s "
+                f"{size} px input"
+            )
+    if not learned.masks.types:
+        raise InputError(f"--mask needs at least one of {', '.join(MASK_TYPES)}")
     for t in learned.masks.types:
         validate_choices("--mask", t, MASK_TYPES)
     for r in learned.masks.regions:

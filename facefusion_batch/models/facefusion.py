@@ -23,10 +23,9 @@ import logging
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    pass
+from facefusion_batch.errors import ModelError
 
 log = logging.getLogger(__name__)
 
@@ -327,3 +326,35 @@ def validate_crc32(path: Path, cached: Any = None) -> dict[str, Any]:
     if actual != expected:
         raise ValueError(f"CRC32 {actual} does not match {expected} in {sidecar}")
     return {"crc32": actual, "crc32_source": str(sidecar)}
+
+
+_CRC_MEMO: dict[tuple[str, int, int], str] = {}
+
+
+def check_beside(path: Path) -> str | None:
+    """The file's CRC32 checked against the ``.hash`` beside it, re-read on every call.
+
+    The store's memo says a file was verified once; a sidecar edited (or a file swapped)
+    after that must still be noticed, so the sidecar is read again each run and the CRC32
+    recomputed whenever the file's size or mtime moved. A mismatch or an unreadable
+    sidecar is `ModelError` (exit 2) naming the file and both hashes; no sidecar: None.
+    """
+    path = Path(path)
+    sidecar = path.with_suffix(".hash")
+    if not sidecar.is_file():
+        return None
+    try:
+        expected = read_crc32(sidecar)
+    except (ValueError, OSError) as exc:
+        raise ModelError(f"{path}: its sidecar {sidecar} is unreadable ({exc})") from None
+    st = path.stat()
+    key = (str(path.absolute()), st.st_size, st.st_mtime_ns)
+    actual = _CRC_MEMO.get(key) or crc32_file(path)
+    _CRC_MEMO[key] = actual
+    if actual != expected:
+        raise ModelError(
+            f"{path} fails verification: CRC32 {actual}, but {sidecar} expects {expected}. "
+            f"Replace the file (or its .hash) with the publisher's, or fetch it again with "
+            f"`ffbatch models fetch --force {path.stem}`"
+        )
+    return actual

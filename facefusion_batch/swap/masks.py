@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from facefusion_batch.errors import InputError
 from facefusion_batch.kernels.base import Array, Kernels
 from facefusion_batch.kernels.host_ops import box_mask
 from facefusion_batch.runtime.batching import HOST, BatchPolicy
@@ -76,7 +77,9 @@ class RegionParser:
     ) -> None:
         unknown = [r for r in regions if r not in REGION_CLASSES]
         if unknown:
-            raise ValueError(f"unknown face regions {unknown} (known: {', '.join(REGION_CLASSES)})")
+            raise InputError(
+                f"--mask-regions: unknown face regions {unknown} (known: {', '.join(REGION_CLASSES)})"
+            )
         self.session = session
         self.size = size
         self.classes = np.array(sorted({REGION_CLASSES[r] for r in regions}), np.int64)
@@ -99,9 +102,9 @@ class CropMasker:
         self, settings: MaskSettings, occluder: Occluder | None = None, parser: RegionParser | None = None
     ) -> None:
         if "occlusion" in settings.types and occluder is None:
-            raise ValueError("the occlusion mask needs an occluder model")
+            raise InputError("--mask occlusion needs an occluder model (--occluder-model)")
         if "region" in settings.types and parser is None:
-            raise ValueError("the region mask needs a face-parser model")
+            raise InputError("--mask region needs a face-parser model (--parser-model)")
         self.settings = settings
         self.occluder = occluder
         self.parser = parser
