@@ -129,6 +129,17 @@ EnhancerModelOpt = Annotated[
     str | None, typer.Option(help="Face enhancer after the swap: gfpgan_1.4, gpen_bfr_512, codeformer...")
 ]
 EnhancerBlendOpt = Annotated[int, typer.Option(help="Percent of the enhanced face kept, 0–100.")]
+EnhancerWeightOpt = Annotated[
+    float, typer.Option(help="0–1: codeformer's fidelity input (FaceFusion's default 0.5); others ignore it.")
+]
+EmbeddingConventionOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="insightface | facefusion: how the source identity is fed. Default: the model "
+        "publisher's (insightface for inswapper: latent renormalised; facefusion for the rest). "
+        "facefusion reproduces FaceFusion 3.x's latent, --swapper-weight and several --source."
+    ),
+]
 MaskOpt = Annotated[
     str, typer.Option(help="Learned swap masks, comma-separated: box, occlusion (xseg), region (parser).")
 ]
@@ -262,6 +273,8 @@ def render(
     pixel_boost: PixelBoostOpt = None,
     enhancer_model: EnhancerModelOpt = None,
     enhancer_blend: EnhancerBlendOpt = 80,
+    enhancer_weight: EnhancerWeightOpt = 0.5,
+    embedding_convention: EmbeddingConventionOpt = None,
     mask: MaskOpt = "box",
     mask_blur: MaskBlurOpt = 0.3,
     mask_padding: MaskPaddingOpt = "0",
@@ -404,6 +417,8 @@ def preview(
     pixel_boost: PixelBoostOpt = None,
     enhancer_model: EnhancerModelOpt = None,
     enhancer_blend: EnhancerBlendOpt = 80,
+    enhancer_weight: EnhancerWeightOpt = 0.5,
+    embedding_convention: EmbeddingConventionOpt = None,
     mask: MaskOpt = "box",
     mask_blur: MaskBlurOpt = 0.3,
     mask_padding: MaskPaddingOpt = "0",

@@ -21,6 +21,7 @@ from typing import Any
 
 from facefusion_batch.errors import InputError
 from facefusion_batch.faces.detect import DetectorSettings
+from facefusion_batch.faces.identity import CONVENTIONS
 from facefusion_batch.faces.mesh import MeshSettings
 from facefusion_batch.kernels.base import BLEND_MODES, COLOUR_MODES
 from facefusion_batch.models.facefusion import ENHANCERS, MODELS, OCCLUDERS, PARSERS, SWAPPERS
@@ -198,6 +199,9 @@ def validate_swap(swap: ClassicalSettings | SwapSettings, faces: str) -> None:
         raise InputError("--swapper-model names a learned model, but --swapper is classical")
     _check_range("--swapper-weight", learned.weight, 0.0, 1.0)
     _check_range("--enhancer-blend", learned.enhancer_blend, 0, 100)
+    _check_range("--enhancer-weight", learned.enhancer_weight, 0.0, 1.0)
+    if learned.embedding_convention is not None:
+        validate_choices("--embedding-convention", learned.embedding_convention, CONVENTIONS)
     _check_range("--mask-blur", learned.masks.blur, 0.0, 1.0)
     if learned.pixel_boost is not None and learned.pixel_boost not in (128, 256, 384, 512, 768, 1024):
         raise InputError(f"--pixel-boost must be 128, 256, 384, 512, 768 or 1024 (got {learned.pixel_boost})")
@@ -371,6 +375,8 @@ def render_settings(
                 pixel_boost=kw.pop("pixel_boost"),
                 enhancer_model=kw.pop("enhancer_model"),
                 enhancer_blend=kw.pop("enhancer_blend"),
+                enhancer_weight=kw.pop("enhancer_weight"),
+                embedding_convention=kw.pop("embedding_convention"),
                 masks=MaskSettings(
                     types=_listed(kw.pop("mask")),
                     blur=kw.pop("mask_blur"),

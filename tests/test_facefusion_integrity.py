@@ -163,3 +163,21 @@ def test_pixel_boost_is_checked_by_the_swapper_stage_too():
 
     with pytest.raises(InputError, match="--pixel-boost 384"):
         LearnedSwapper(Session(), MODELS["hyperswap_1a_256"], None, None, pixel_boost=384)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "learned,match",
+    [
+        (LearnedSettings(embedding_convention="roop"), "--embedding-convention"),
+        (LearnedSettings(enhancer_weight=1.5), "--enhancer-weight"),
+        (LearnedSettings(swapper_model="simswap_unofficial_512", pixel_boost=768), "--pixel-boost 768"),
+    ],
+)
+def test_new_learned_options_are_checked_in_the_settings(learned, match):
+    from facefusion_batch.config import validate_swap
+
+    with pytest.raises(InputError, match=match):
+        validate_swap(SwapSettings(swapper="auto", learned=learned), "many")
+    validate_swap(
+        SwapSettings(swapper="auto", learned=LearnedSettings(embedding_convention="facefusion")), "many"
+    )

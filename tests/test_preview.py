@@ -45,6 +45,8 @@ SHARED_OPTIONS = (
     "pixel_boost",
     "enhancer_model",
     "enhancer_blend",
+    "enhancer_weight",
+    "embedding_convention",
     "mask",
     "mask_blur",
     "mask_padding",

@@ -247,6 +247,7 @@ def build_pipeline(
             weight=learned.weight,
             emap=read_emap(base_path) if model.family == "inswapper" else None,
             converter=load_learned(models, model.converter)[0] if model.converter else None,
+            convention=learned.embedding_convention,
         )
         if identity.needs_target_embeddings:
             if recogniser is None:
@@ -271,6 +272,7 @@ def build_pipeline(
                 mask_blur=masks.blur,
                 occluder=occluder,
                 policy=models.policy,
+                weight=learned.enhancer_weight,
             )
         )
     return FacePipeline(models.detector, stages, timer, swapper=swapper_name or "classical")

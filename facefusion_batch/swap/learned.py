@@ -37,6 +37,8 @@ class LearnedSettings:
     pixel_boost: int | None = None  # crop size; a multiple of the model's size (None: the model's)
     enhancer_model: str | None = None
     enhancer_blend: int = 80  # percent of the enhanced face kept
+    enhancer_weight: float = 0.5  # codeformer's fidelity input (FaceFusion's --face-enhancer-weight)
+    embedding_convention: str | None = None  # insightface | facefusion; None: the model publisher's
     masks: MaskSettings = MaskSettings()
 
 

@@ -1,0 +1,366 @@
+"""Parity with FaceFusion 3.x: its swap and enhance formulas re-derived here, run side by side
+with ffbatch's stages on the same picture, the same five landmarks and the same stand-ins.
+
+The reference (`ff_*` below) is written from FaceFusion's face_helper, face_swapper,
+face_enhancer, face_masker and face_recognizer as a description, one face at a time,
+batch 1, cv2 and numpy only; nothing of ffbatch's is used but the landmarks. The target
+is one face per picture (FaceFusion re-crops each face from the picture its previous face
+was pasted into, ffbatch crops all faces of a frame at once: overlapping crops differ).
+
+Run as a script (``python tests/test_facefusion_parity.py``) to print the table of max
+and mean |diff| per family and option.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import cv2
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import standins
+
+from facefusion_batch.faces.identity import IdentityEncoder, Recogniser, read_emap, source_identity
+from facefusion_batch.faces.select import select_faces
+from facefusion_batch.kernels.host import HostKernels
+from facefusion_batch.models.facefusion import MODELS
+from facefusion_batch.models.prepare import make_dynamic_batch
+from facefusion_batch.runtime.onnxruntime_backend import OnnxRuntimeCpuBackend
+from facefusion_batch.swap.enhance import FaceEnhancer
+from facefusion_batch.swap.learned import LearnedSwapper
+from facefusion_batch.swap.masks import CropMasker, MaskSettings
+
+K = HostKernels()
+
+# FaceFusion's warp templates (face_helper.WARP_TEMPLATE_SET), normalised
+FF_TEMPLATES = {
+    "arcface_112_v1": [[0.35473214, 0.45658929], [0.64526786, 0.45658929], [0.5, 0.61154464],
+                       [0.37913393, 0.776875], [0.62086607, 0.776875]],
+    "arcface_112_v2": [[0.34191607, 0.46157411], [0.65653393, 0.45983393], [0.500225, 0.64050536],
+                       [0.37097589, 0.82469196], [0.63151696, 0.82325089]],
+    "arcface_128": [[0.36167656, 0.40387734], [0.63696719, 0.40235469], [0.50019687, 0.56044219],
+                    [0.38710391, 0.72160547], [0.61507734, 0.72034453]],
+    "ffhq_512": [[0.37691676, 0.46864664], [0.62285697, 0.46912813], [0.50123859, 0.61331904],
+                 [0.39308822, 0.725411], [0.61150205, 0.72490465]],
+    "mtcnn_512": [[0.36562865, 0.46733799], [0.63305391, 0.46585885], [0.50019127, 0.61942959],
+                  [0.39032951, 0.77598822], [0.61178945, 0.77476328]],
+}  # fmt: skip
+# FaceFusion's swapper options: type, template, size, mean, std (face_swapper's model set)
+FF_SWAPPERS = {
+    "inswapper_128": ("inswapper", "arcface_128", 128, (0, 0, 0), (1, 1, 1)),
+    "hyperswap_1a_256": ("hyperswap", "arcface_128", 256, (0.5,) * 3, (0.5,) * 3),
+    "simswap_256": ("simswap", "arcface_112_v1", 256, (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
+    "simswap_unofficial_512": ("simswap", "arcface_112_v1", 512, (0, 0, 0), (1, 1, 1)),
+    "ghost_1_256": ("ghost", "arcface_112_v1", 256, (0.5,) * 3, (0.5,) * 3),
+    "hififace_unofficial_256": ("hififace", "mtcnn_512", 256, (0.5,) * 3, (0.5,) * 3),
+}
+CONVERTERS = {"simswap": "crossface_simswap", "ghost": "crossface_ghost", "hififace": "crossface_hififace"}
+OPTIONS = {
+    "defaults": {"weight": 0.5, "sources": 1, "boost": 1},
+    "weight 0.2": {"weight": 0.2, "sources": 1, "boost": 1},
+    "weight 0.8": {"weight": 0.8, "sources": 1, "boost": 1},
+    "two sources": {"weight": 0.5, "sources": 2, "boost": 1},
+    "two sources, weight 0.3": {"weight": 0.3, "sources": 2, "boost": 1},
+    "pixel boost 2x": {"weight": 0.5, "sources": 1, "boost": 2},
+}
+ENHANCERS = ("gfpgan_1.2", "gpen_bfr_256", "gpen_bfr_1024", "restoreformer_plus_plus", "codeformer")
+
+
+# --- FaceFusion's formulas, re-derived -------------------------------------------------------------
+
+
+def ff_warp(frame, lm5, template, size):
+    points = np.array(FF_TEMPLATES[template]) * size
+    matrix = cv2.estimateAffinePartial2D(lm5, points, method=cv2.RANSAC, ransacReprojThreshold=100)[0]
+    crop = cv2.warpAffine(frame, matrix, (size, size), borderMode=cv2.BORDER_REPLICATE, flags=cv2.INTER_AREA)
+    return crop, matrix
+
+
+def ff_box_mask(size, blur=0.3, padding=(0, 0, 0, 0)):
+    amount = int(size * 0.5 * blur)
+    area = max(amount // 2, 1)
+    mask = np.ones((size, size), np.float32)
+    mask[: max(area, int(size * padding[0] / 100)), :] = 0
+    mask[-max(area, int(size * padding[2] / 100)) :, :] = 0
+    mask[:, : max(area, int(size * padding[3] / 100))] = 0
+    mask[:, -max(area, int(size * padding[1] / 100)) :] = 0
+    return cv2.GaussianBlur(mask, (0, 0), amount * 0.25) if amount > 0 else mask
+
+
+def ff_paste(frame, crop, mask, matrix):
+    h, w = frame.shape[:2]
+    inverse = cv2.invertAffineTransform(matrix)
+    s = crop.shape[0]
+    corners = np.array([[0, 0], [s, 0], [s, s], [0, s]], np.float64)
+    pts = corners @ inverse[:, :2].T + inverse[:, 2]
+    x1, y1 = np.clip(np.floor(pts.min(axis=0)).astype(int), 0, [w, h])
+    x2, y2 = np.clip(np.ceil(pts.max(axis=0)).astype(int), 0, [w, h])
+    paste = inverse.copy()
+    paste[0, 2] -= x1
+    paste[1, 2] -= y1
+    alpha = cv2.warpAffine(mask, paste, (x2 - x1, y2 - y1)).clip(0, 1)[..., None]
+    face = cv2.warpAffine(crop, paste, (x2 - x1, y2 - y1), borderMode=cv2.BORDER_REPLICATE)
+    out = frame.copy()
+    region = out[y1:y2, x1:x2]
+    out[y1:y2, x1:x2] = (region * (1 - alpha) + face * alpha).astype(out.dtype)
+    return out
+
+
+def ff_embedding(arcface, frame, lm5):
+    crop, _ = ff_warp(frame, lm5, "arcface_112_v2", 112)
+    x = (crop / 127.5 - 1)[:, :, ::-1].transpose(2, 0, 1).astype(np.float32)[None]
+    e = arcface.run(None, {"input": x})[0].ravel()
+    return e, e / np.linalg.norm(e)
+
+
+def ff_source_embedding(family, raw, norm_mean, sessions, model_file):
+    def convert(e):
+        out = sessions["converter"].run(None, {"input": e.reshape(-1, 512).astype(np.float32)})[0].ravel()
+        return out, out / np.linalg.norm(out)
+
+    if family == "ghost":
+        return convert(raw)[0].reshape(1, -1)
+    if family == "hyperswap":
+        return norm_mean.reshape(1, -1)
+    if family == "inswapper":
+        emap = onnx.numpy_helper.to_array(onnx.load(str(model_file)).graph.initializer[-1])
+        e = raw.reshape(1, -1)
+        return np.dot(e, emap) / np.linalg.norm(e)
+    return convert(raw)[1].reshape(1, -1)
+
+
+def ff_balance(family, source, target_raw, weight):
+    w = np.interp(weight, [0, 1], [0.35, -0.35]).astype(np.float32)
+    if family in ("hififace", "hyperswap", "inswapper", "simswap"):
+        target_raw = target_raw / np.linalg.norm(target_raw)
+    return source.reshape(1, -1) * (1 - w) + target_raw.reshape(1, -1) * w
+
+
+def ff_swap(name, sessions, model_file, frame, lm5, sources, weight, boost):
+    """FaceFusion's swap_face for one target face: crop, box mask, pixel boost, swap, paste."""
+    family, template, size, mean, std = FF_SWAPPERS[name]
+    raws = [ff_embedding(sessions["arcface"], f, lm) for f, lm in sources]
+    raw = np.mean([r for r, _ in raws], axis=0)
+    norm_mean = np.mean([n for _, n in raws], axis=0)
+    target_raw, _ = ff_embedding(sessions["arcface"], frame, lm5)
+    source = ff_source_embedding(family, raw, norm_mean, sessions, model_file)
+    source = ff_balance(family, source, target_raw, weight).astype(np.float32)
+    big = size * boost
+    crop, matrix = ff_warp(frame, lm5, template, big)
+    mask = ff_box_mask(big)
+    tiles = (
+        crop.reshape(size, boost, size, boost, 3).transpose(1, 3, 0, 2, 4).reshape(boost**2, size, size, 3)
+    )
+    outs = []
+    for tile in tiles:
+        x = ((tile[:, :, ::-1] / 255.0 - mean) / std).transpose(2, 0, 1)[None].astype(np.float32)
+        y = sessions["swapper"].run(None, {"source": source, "target": x})[0][0].transpose(1, 2, 0)
+        if family in ("ghost", "hififace", "hyperswap", "uniface"):
+            y = y * std + mean
+        outs.append(y.clip(0, 1)[:, :, ::-1] * 255)
+    joined = np.stack(outs).reshape(boost, boost, size, size, 3).transpose(2, 0, 3, 1, 4).reshape(big, big, 3)
+    return ff_paste(frame, joined, mask.clip(0, 1), matrix)
+
+
+def ff_enhance(session, template, size, frame, lm5, weight=0.5, blend=80, mask_blur=0.3):
+    crop, matrix = ff_warp(frame, lm5, template, size)
+    mask = ff_box_mask(size, mask_blur)
+    x = ((crop[:, :, ::-1] / 255.0 - 0.5) / 0.5).transpose(2, 0, 1)[None].astype(np.float32)
+    feeds = {"input": x}
+    if any(i.name == "weight" for i in session.get_inputs()):
+        feeds["weight"] = np.array([weight], np.float64)
+    y = np.clip(session.run(None, feeds)[0][0], -1, 1)
+    y = (((y + 1) / 2).transpose(1, 2, 0) * 255.0).round().astype(np.uint8)[:, :, ::-1]
+    pasted = ff_paste(frame, y, mask.clip(0, 1), matrix)
+    # blend_frame: cv2.addWeighted(temp, 1 - b, paste, b, 0) with b = blend / 100
+    return cv2.addWeighted(frame, 1 - blend / 100, pasted, blend / 100, 0)
+
+
+# --- fixtures ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def standin_dir(tmp_path_factory) -> Path:
+    names = list(FF_SWAPPERS) + list(CONVERTERS.values()) + list(ENHANCERS) + ["arcface_w600k_r50"]
+    return standins.write_standins(tmp_path_factory.mktemp("parity"), names)
+
+
+@pytest.fixture(scope="module")
+def backend():
+    return OnnxRuntimeCpuBackend(2)
+
+
+def dynamic(backend, standin_dir, name):
+    """ffbatch's session: the stand-in's dynamic-batch copy, as the pipeline prepares it."""
+    model, _ = make_dynamic_batch(onnx.load(str(standin_dir / f"{name}.onnx")))
+    path = standin_dir / f"{name}.dyn.onnx"
+    onnx.save(model, str(path))
+    return backend.load(path, label=name)
+
+
+def single(standin_dir, name):
+    """FaceFusion's session: the stand-in file itself, batch 1."""
+    return ort.InferenceSession(str(standin_dir / f"{name}.onnx"), providers=["CPUExecutionProvider"])
+
+
+@pytest.fixture(scope="module")
+def scene(models, astronaut_image, t1_small):
+    return make_scene(models, astronaut_image, t1_small)
+
+
+def make_scene(models, astronaut_image, t1_small):
+    """Target: the astronaut (one face); sources: t1's largest face, then the mirrored astronaut."""
+    target = np.ascontiguousarray(astronaut_image)
+    photos = [np.ascontiguousarray(t1_small), np.ascontiguousarray(cv2.flip(astronaut_image, 1))]
+    target_table = select_faces(models.detector(K, K.upload([target])), "one", 1)
+    source_table = select_faces(models.detector(K, K.upload(photos)), "one", 2)
+    assert len(target_table) == 1 and list(source_table.frame_index) == [0, 1]
+    return target, photos, (target_table, source_table)
+
+
+def ffbatch_swap(backend, standin_dir, name, scene, weight, sources, boost, convention="facefusion"):
+    target, photos, tables = scene
+    model = MODELS[name]
+    recogniser = Recogniser(dynamic(backend, standin_dir, "arcface_w600k_r50"))
+    src_frames = K.upload(photos[:sources])
+    src_table = tables[1].select(np.arange(sources))
+    source = source_identity(K, src_frames, src_table, recogniser, model.family)
+    converter = dynamic(backend, standin_dir, model.converter) if model.converter else None
+    emap = read_emap(standin_dir / f"{name}.onnx") if model.family == "inswapper" else None
+    identity = IdentityEncoder(
+        model, source, weight=weight, emap=emap, converter=converter, convention=convention
+    )
+    swapper = LearnedSwapper(
+        dynamic(backend, standin_dir, name), model, identity, CropMasker(MaskSettings()), model.size * boost
+    )
+    frames = K.upload([target])
+    table = recogniser(K, frames, tables[0]) if identity.needs_target_embeddings else tables[0]
+    swapper(K, frames, table)
+    return K.download(frames)[0]
+
+
+def reference_swap(standin_dir, name, scene, weight, sources, boost):
+    target, photos, tables = scene
+    family = FF_SWAPPERS[name][0]
+    sessions = {"arcface": single(standin_dir, "arcface_w600k_r50"), "swapper": single(standin_dir, name)}
+    if family in CONVERTERS:
+        sessions["converter"] = single(standin_dir, CONVERTERS[family])
+    srcs = [(photos[i], tables[1].landmarks5[i].astype(np.float32)) for i in range(sources)]
+    lm5 = tables[0].landmarks5[0].astype(np.float32)
+    return ff_swap(name, sessions, standin_dir / f"{name}.onnx", target, lm5, srcs, weight, boost)
+
+
+def diff(a, b) -> tuple[float, float, int]:
+    """max |diff|, mean |diff| and how many values differ by more than one level."""
+    d = np.abs(a.astype(np.int16) - b.astype(np.int16))
+    return float(d.max()), float(d.mean()), int((d > 1).sum())
+
+
+# One level is the target. A handful of values may land two apart: the swapped crop is float32
+# here and float64 there, and the stand-ins' steepest edges (a random 3x3 conv through a sigmoid)
+# turn a 1e-4 difference into a different truncation on both sides of a sample.
+MAX_OFF_BY_TWO = 20  # of ~786,000 values
+
+
+def assert_parity(what, ours, theirs):
+    worst, mean, over = diff(ours, theirs)
+    assert worst <= 2 and over <= MAX_OFF_BY_TWO, f"{what}: max |diff| {worst}, mean {mean:.4f}, {over} > 1"
+    return worst, mean, over
+
+
+@pytest.mark.parametrize("option", list(OPTIONS))
+@pytest.mark.parametrize("name", list(FF_SWAPPERS))
+def test_swap_matches_facefusion_within_one_level(backend, standin_dir, scene, name, option):
+    o = OPTIONS[option]
+    ours = ffbatch_swap(backend, standin_dir, name, scene, o["weight"], o["sources"], o["boost"])
+    theirs = reference_swap(standin_dir, name, scene, o["weight"], o["sources"], o["boost"])
+    changed = np.abs(theirs.astype(int) - scene[0].astype(int)).max()
+    assert changed > 30, "the reference swap did not change the face: nothing was compared"
+    assert_parity(f"{name} {option}", ours, theirs)
+
+
+@pytest.mark.parametrize(
+    "name,weight,sources",
+    [
+        ("inswapper_128", 0.2, 1),
+        ("hyperswap_1a_256", 0.5, 2),
+        ("simswap_256", 0.8, 1),
+        ("ghost_1_256", 0.2, 1),
+    ],
+)
+def test_the_insightface_convention_is_a_real_difference(backend, standin_dir, scene, name, weight, sources):
+    """ffbatch's other convention differs from FaceFusion's where the issue measured it (weight,
+    several sources): the parity above would fail if `facefusion` were ignored."""
+    ours = ffbatch_swap(backend, standin_dir, name, scene, weight, sources, 1, convention="insightface")
+    theirs = reference_swap(standin_dir, name, scene, weight, sources, 1)
+    print(name, weight, sources, "insightface vs facefusion", diff(ours, theirs))
+    assert diff(ours, theirs)[2] > 1000
+
+
+@pytest.mark.parametrize("name", ENHANCERS)
+def test_enhance_matches_facefusion_within_one_level(backend, standin_dir, scene, name):
+    target, _, tables = scene
+    model = MODELS[name]
+    weight = 0.7 if name == "codeformer" else 0.5
+    stage = FaceEnhancer(dynamic(backend, standin_dir, name), model, weight=weight)
+    frames = K.upload([target])
+    stage(K, frames, tables[0])
+    ours = K.download(frames)[0]
+    lm5 = tables[0].landmarks5[0].astype(np.float32)
+    theirs = ff_enhance(single(standin_dir, name), model.template, model.size, target, lm5, weight)
+    assert np.abs(theirs.astype(int) - target.astype(int)).max() > 10
+    assert_parity(name, ours, theirs)
+
+
+def test_codeformer_weight_is_fed(backend, standin_dir, scene):
+    target, _, tables = scene
+    outs = []
+    for w in (0.2, 0.9):
+        frames = K.upload([target])
+        FaceEnhancer(dynamic(backend, standin_dir, "codeformer"), MODELS["codeformer"], weight=w)(
+            K, frames, tables[0]
+        )
+        outs.append(K.download(frames)[0])
+    assert diff(outs[0], outs[1])[2] > 1000
+
+
+def print_table() -> None:
+    """The parity table: max and mean |diff| (levels) and values off by more than one."""
+    import tempfile
+
+    from facefusion_batch.models.assets import asset_path
+    from facefusion_batch.pipeline.build import load_models
+    from facefusion_batch.video.stills import read_image
+
+    models = load_models("cpu", threads=2, models_dir=None)
+    astronaut = read_image(asset_path("astronaut.png"))
+    t1 = read_image(asset_path("t1.jpg"))
+    t1_small = cv2.resize(t1, (640, round(t1.shape[0] * 640 / t1.shape[1])), interpolation=cv2.INTER_AREA)
+    the_scene = make_scene(models, astronaut, t1_small)
+    names = list(FF_SWAPPERS) + list(CONVERTERS.values()) + list(ENHANCERS) + ["arcface_w600k_r50"]
+    d = standins.write_standins(Path(tempfile.mkdtemp()), names)
+    b = OnnxRuntimeCpuBackend(2)
+    print("| model | option | max | mean | values > 1 |\n|---|---|---|---|---|")
+    for name in FF_SWAPPERS:
+        for option, o in OPTIONS.items():
+            ours = ffbatch_swap(b, d, name, the_scene, o["weight"], o["sources"], o["boost"])
+            theirs = reference_swap(d, name, the_scene, o["weight"], o["sources"], o["boost"])
+            worst, mean, over = diff(ours, theirs)
+            print(f"| {name} | {option} | {worst:g} | {mean:.4f} | {over} |")
+    tt = the_scene[2][0]
+    for name in ENHANCERS:
+        model = MODELS[name]
+        frames = K.upload([the_scene[0]])
+        FaceEnhancer(dynamic(b, d, name), model)(K, frames, tt)
+        theirs = ff_enhance(
+            single(d, name), model.template, model.size, the_scene[0], tt.landmarks5[0].astype(np.float32)
+        )
+        worst, mean, over = diff(K.download(frames)[0], theirs)
+        print(f"| {name} | defaults | {worst:g} | {mean:.4f} | {over} |")
+
+
+if __name__ == "__main__":
+    sys.exit(print_table())
