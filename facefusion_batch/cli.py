@@ -163,6 +163,20 @@ ReferenceDistanceOpt = Annotated[
     float, typer.Option(help="Faces within this distance (1 − cos)/2 of the reference are swapped.")
 ]
 ScoreThresholdOpt = Annotated[float, typer.Option(help="Face detector score threshold.")]
+FaceOrderOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Order of each frame's faces (FaceFusion's): left-right, right-left, top-bottom, "
+        "bottom-top, small-large, large-small, best-worst, worst-best. --faces one takes the first."
+    ),
+]
+FaceIndexOpt = Annotated[
+    list[int] | None,
+    typer.Option(
+        help="Swap only the face at this position of each frame in --face-order (0 = first; "
+        "default order large-small); repeat for several."
+    ),
+]
 SourceFaceIndexOpt = Annotated[
     int,
     typer.Option(
@@ -286,6 +300,8 @@ def render(
     reference_face_position: ReferenceFacePositionOpt = 0,
     reference_distance: ReferenceDistanceOpt = 0.3,
     score_threshold: ScoreThresholdOpt = 0.6,
+    face_order: FaceOrderOpt = None,
+    face_index: FaceIndexOpt = None,
     on_decode_error: Annotated[
         str,
         typer.Option(
@@ -430,6 +446,8 @@ def preview(
     reference_face_position: ReferenceFacePositionOpt = 0,
     reference_distance: ReferenceDistanceOpt = 0.3,
     score_threshold: ScoreThresholdOpt = 0.6,
+    face_order: FaceOrderOpt = None,
+    face_index: FaceIndexOpt = None,
     source_face_index: SourceFaceIndexOpt = 0,
     backend: BackendOpt = "auto",
     models_dir: ModelsDirOpt = None,

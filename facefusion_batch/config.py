@@ -23,6 +23,7 @@ from facefusion_batch.errors import InputError
 from facefusion_batch.faces.detect import DetectorSettings
 from facefusion_batch.faces.identity import CONVENTIONS
 from facefusion_batch.faces.mesh import MeshSettings
+from facefusion_batch.faces.select import FACE_ORDERS
 from facefusion_batch.kernels.base import BLEND_MODES, COLOUR_MODES
 from facefusion_batch.models.facefusion import ENHANCERS, MODELS, OCCLUDERS, PARSERS, SWAPPERS
 from facefusion_batch.runtime.backends import choose_backend
@@ -63,6 +64,8 @@ class SwapSettings:
     classical: ClassicalSettings = field(default_factory=ClassicalSettings)
     learned: LearnedSettings = field(default_factory=LearnedSettings)
     reference: ReferenceSettings = field(default_factory=ReferenceSettings)
+    face_order: str | None = None  # FaceFusion's orders, per frame (None: as detected; one: largest)
+    face_indices: tuple[int, ...] = ()  # positions kept in that order, per frame (empty: all)
 
 
 @dataclass(frozen=True)
@@ -195,6 +198,12 @@ def validate_swap(swap: ClassicalSettings | SwapSettings, faces: str) -> None:
     ):
         if value is not None and value.split("@", 1)[0] not in known:
             raise InputError(f"{option} must be one of {', '.join(known)} (got {value!r})")
+    if swap.face_order is not None:
+        validate_choices("--face-order", swap.face_order, tuple(FACE_ORDERS))
+    if any(i < 0 for i in swap.face_indices):
+        raise InputError(f"--face-index must not be negative (got {list(swap.face_indices)})")
+    if swap.face_indices and faces == "one":
+        raise InputError("--face-index chooses faces itself; use it with --faces many or reference, not one")
     if learned.swapper_model and swap.swapper == "classical":
         raise InputError("--swapper-model names a learned model, but --swapper is classical")
     _check_range("--swapper-weight", learned.weight, 0.0, 1.0)
@@ -386,6 +395,8 @@ def render_settings(
                     parser_model=kw.pop("parser_model"),
                 ),
             ),
+            face_order=kw.pop("face_order", None),
+            face_indices=tuple(kw.pop("face_index", None) or ()),
             reference=ReferenceSettings(
                 image=kw.pop("reference_face"),
                 video=Path(inputs[0]),

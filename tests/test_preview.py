@@ -58,6 +58,8 @@ SHARED_OPTIONS = (
     "reference_face_position",
     "reference_distance",
     "score_threshold",
+    "face_order",
+    "face_index",
     "source_face_index",
     "backend",
     "models_dir",

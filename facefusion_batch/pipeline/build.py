@@ -215,7 +215,16 @@ def build_pipeline(
     reference = (
         reference_embedding(models, recogniser, settings.reference) if faces_mode == "reference" else None
     )
-    stages: list = [FaceSelector(faces_mode, recogniser, reference, settings.reference.distance)]
+    stages: list = [
+        FaceSelector(
+            faces_mode,
+            recogniser,
+            reference,
+            settings.reference.distance,
+            settings.face_order,
+            settings.face_indices,
+        )
+    ]
     masks = learned.masks
     occluder = parser = None
     if "occlusion" in masks.types and (swapper_name or learned.enhancer_model):
