@@ -66,7 +66,19 @@ OPTIONS = {
     "two sources, weight 0.3": {"weight": 0.3, "sources": 2, "boost": 1},
     "pixel boost 2x": {"weight": 0.5, "sources": 1, "boost": 2},
 }
-ENHANCERS = ("gfpgan_1.2", "gpen_bfr_256", "gpen_bfr_1024", "restoreformer_plus_plus", "codeformer")
+# FaceFusion's enhancer options: template, size (face_enhancer's model set)
+FF_ENHANCERS = {
+    "codeformer": ("ffhq_512", 512),
+    "gfpgan_1.2": ("ffhq_512", 512),
+    "gfpgan_1.3": ("ffhq_512", 512),
+    "gfpgan_1.4": ("ffhq_512", 512),
+    "gpen_bfr_256": ("arcface_128", 256),
+    "gpen_bfr_512": ("ffhq_512", 512),
+    "gpen_bfr_1024": ("ffhq_512", 1024),
+    "gpen_bfr_2048": ("ffhq_512", 2048),
+    "restoreformer_plus_plus": ("ffhq_512", 512),
+}
+ENHANCERS = tuple(FF_ENHANCERS)
 
 
 # --- FaceFusion's formulas, re-derived -------------------------------------------------------------
@@ -310,7 +322,8 @@ def test_enhance_matches_facefusion_within_one_level(backend, standin_dir, scene
     stage(K, frames, tables[0])
     ours = K.download(frames)[0]
     lm5 = tables[0].landmarks5[0].astype(np.float32)
-    theirs = ff_enhance(single(standin_dir, name), model.template, model.size, target, lm5, weight)
+    template, size = FF_ENHANCERS[name]
+    theirs = ff_enhance(single(standin_dir, name), template, size, target, lm5, weight)
     assert np.abs(theirs.astype(int) - target.astype(int)).max() > 10
     assert_parity(name, ours, theirs)
 
@@ -325,6 +338,49 @@ def test_codeformer_weight_is_fed(backend, standin_dir, scene):
         )
         outs.append(K.download(frames)[0])
     assert diff(outs[0], outs[1])[2] > 1000
+
+
+# --- end to end: FaceFusion's names on the command line, the new catalogue entries -------------------
+
+
+@pytest.fixture(scope="module")
+def private_home(tmp_path_factory, models) -> Path:
+    from facefusion_batch import paths
+
+    return standins.copy_store(paths.ffbatch_home(), tmp_path_factory.mktemp("home"))
+
+
+@pytest.mark.slow
+def test_render_with_facefusion_names_convention_order_and_new_models(
+    tmp_path, standin_dir, private_home, t1_small, astronaut_path
+):
+    import json
+    import os
+    import subprocess
+
+    from media import decode_all, make_clip
+
+    clip = make_clip(tmp_path / "clip.mp4", frames=3, size=(480, 320), image=t1_small)
+    args = [
+        "render", "-t", clip, "--source-paths", astronaut_path, astronaut_path, "--models-dir", standin_dir,
+        "--face-swapper-model", "simswap_unofficial_512", "--embedding-convention", "facefusion",
+        "--face-swapper-weight", "0.3", "--face-enhancer-model", "codeformer",
+        "--face-enhancer-weight", "0.7",
+        "--face-selector-order", "left-right", "--face-index", "0", "--face-index", "2",
+        "-o", tmp_path / "o.mp4", "--report", tmp_path / "r.json",
+    ]  # fmt: skip
+    env = {**os.environ, "FFBATCH_HOME": str(private_home), "COLUMNS": "200"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "facefusion_batch", *map(str, args)],
+        capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "simswap_unofficial_512 is present" in proc.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    # positions 0 and 2 from the left of every frame: two faces a frame of the three or more found
+    assert report["faces_found"] >= 3 * 3 and report["faces_swapped"] == 2 * 3
+    before, after = decode_all(clip), decode_all(tmp_path / "o.mp4")
+    assert len(after[0]) == len(before[0]) == 3
 
 
 def print_table() -> None:
@@ -355,8 +411,9 @@ def print_table() -> None:
         model = MODELS[name]
         frames = K.upload([the_scene[0]])
         FaceEnhancer(dynamic(b, d, name), model)(K, frames, tt)
+        template, size = FF_ENHANCERS[name]
         theirs = ff_enhance(
-            single(d, name), model.template, model.size, the_scene[0], tt.landmarks5[0].astype(np.float32)
+            single(d, name), template, size, the_scene[0], tt.landmarks5[0].astype(np.float32)
         )
         worst, mean, over = diff(K.download(frames)[0], theirs)
         print(f"| {name} | defaults | {worst:g} | {mean:.4f} | {over} |")
