@@ -202,6 +202,33 @@ def codeformer(seed: int = 4) -> onnx.ModelProto:
     )
 
 
+def xseg_seeing(seed: int = 5) -> onnx.ModelProto:
+    """xseg_2: like xseg_1's signature, but its mask follows the picture (brightness through a
+    steep sigmoid), so how a crop is resized for it shows in the mask."""
+    nodes = [
+        helper.make_node("ReduceMean", ["input"], ["m"], axes=[3], keepdims=1),
+        helper.make_node("Sub", ["m", "mid"], ["c"]),
+        helper.make_node("Mul", ["c", "gain"], ["l"]),
+        helper.make_node("Sigmoid", ["l"], ["output"]),
+    ]
+    inits = [_init("mid", np.float32(0.45)), _init("gain", np.float32(12.0))]
+    return _model(nodes, [_t("input", [1, 256, 256, 3])], [_t("output", [1, 256, 256, 1])], inits, "xseg2")
+
+
+def bisenet_seeing(seed: int = 6) -> onnx.ModelProto:
+    """bisenet_resnet_18: 19 logits from a fixed 1×1 colour projection of the crop, so the classes
+    (and the region mask) follow the picture."""
+    w = np.random.default_rng(seed).normal(0, 3, (19, 3, 1, 1)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["input", "w"], ["output"])]
+    return _model(
+        nodes,
+        [_t("input", [1, 3, 512, 512])],
+        [_t("output", [1, 19, 512, 512])],
+        [_init("w", w)],
+        "bisenet18",
+    )
+
+
 STANDINS = {
     "inswapper_128": inswapper,
     "hyperswap_1a_256": hyperswap,
@@ -228,6 +255,8 @@ MORE_STANDINS = {
     "gpen_bfr_2048": lambda: enhancer(2048, 36),
     "restoreformer_plus_plus": lambda: enhancer(512, 37),
     "codeformer": codeformer,
+    "xseg_2": xseg_seeing,
+    "bisenet_resnet_18": bisenet_seeing,
 }
 
 

@@ -23,6 +23,7 @@ import onnxruntime as ort
 import pytest
 import standins
 
+from facefusion_batch.faces.align import align_crops
 from facefusion_batch.faces.identity import IdentityEncoder, Recogniser, read_emap, source_identity
 from facefusion_batch.faces.select import select_faces
 from facefusion_batch.kernels.host import HostKernels
@@ -31,7 +32,7 @@ from facefusion_batch.models.prepare import make_dynamic_batch
 from facefusion_batch.runtime.onnxruntime_backend import OnnxRuntimeCpuBackend
 from facefusion_batch.swap.enhance import FaceEnhancer
 from facefusion_batch.swap.learned import LearnedSwapper
-from facefusion_batch.swap.masks import CropMasker, MaskSettings
+from facefusion_batch.swap.masks import REGION_CLASSES, CropMasker, MaskSettings, Occluder, RegionParser
 
 K = HostKernels()
 
@@ -197,7 +198,7 @@ def ff_enhance(session, template, size, frame, lm5, weight=0.5, blend=80, mask_b
 @pytest.fixture(scope="module")
 def standin_dir(tmp_path_factory) -> Path:
     names = list(FF_SWAPPERS) + list(CONVERTERS.values()) + list(ENHANCERS) + ["arcface_w600k_r50"]
-    return standins.write_standins(tmp_path_factory.mktemp("parity"), names)
+    return standins.write_standins(tmp_path_factory.mktemp("parity"), names + ["xseg_2", "bisenet_resnet_18"])
 
 
 @pytest.fixture(scope="module")
@@ -338,6 +339,49 @@ def test_codeformer_weight_is_fed(backend, standin_dir, scene):
         )
         outs.append(K.download(frames)[0])
     assert diff(outs[0], outs[1])[2] > 1000
+
+
+# --- masks on crops of any size ----------------------------------------------------------------------
+
+
+def ff_occlusion_mask(session, crop):
+    """FaceFusion's create_occlusion_mask (one model)."""
+    x = cv2.resize(crop, (256, 256))[None].astype(np.float32) / 255.0
+    m = session.run(None, {"input": x})[0][0].clip(0, 1).astype(np.float32)
+    m = cv2.resize(m, crop.shape[:2][::-1])
+    return (cv2.GaussianBlur(m.clip(0, 1), (0, 0), 5).clip(0.5, 1) - 0.5) * 2
+
+
+def ff_region_mask(session, crop, classes):
+    """FaceFusion's create_region_mask (the swapped crop as it is, float)."""
+    x = cv2.resize(crop, (512, 512))[:, :, ::-1].astype(np.float32) / 255.0
+    x = (x - np.array([0.485, 0.456, 0.406], np.float32)) / np.array([0.229, 0.224, 0.225], np.float32)
+    logits = session.run(None, {"input": x[None].transpose(0, 3, 1, 2)})[0][0]
+    m = cv2.resize(np.isin(logits.argmax(0), classes).astype(np.float32), crop.shape[:2][::-1])
+    return (cv2.GaussianBlur(m.clip(0, 1), (0, 0), 5).clip(0.5, 1) - 0.5) * 2
+
+
+@pytest.mark.parametrize("size", [256, 512, 1024])
+def test_occlusion_and_region_masks_match_facefusion_at_any_crop_size(backend, standin_dir, scene, size):
+    target, _, tables = scene
+    crops, _ = align_crops(
+        K, K.upload([target]), tables[0].frame_index, tables[0].landmarks5, "arcface_128", size
+    )
+    swapped = crops.astype(np.float32) + np.random.default_rng(size).uniform(-0.49, 0.49, crops.shape).astype(
+        np.float32
+    )
+    occluder = Occluder(dynamic(backend, standin_dir, "xseg_2"), 256)
+    parser = RegionParser(dynamic(backend, standin_dir, "bisenet_resnet_18"), tuple(REGION_CLASSES), 512)
+    ours_occ = occluder(K, crops, 1, size)[0]
+    ours_reg = parser(K, swapped, 1, size)[0]
+    theirs_occ = ff_occlusion_mask(single(standin_dir, "xseg_2"), crops[0])
+    theirs_reg = ff_region_mask(
+        single(standin_dir, "bisenet_resnet_18"), swapped[0].astype(np.float64), list(REGION_CLASSES.values())
+    )
+    assert 0.05 < theirs_occ.mean() < 0.95 and 0.05 < theirs_reg.mean() < 0.95  # masks with edges
+    # a mask level is 1/255 of the paste: one level apart at most
+    assert np.abs(ours_occ - theirs_occ).max() * 255 <= 1.0
+    assert np.abs(ours_reg - theirs_reg).max() * 255 <= 1.0
 
 
 # --- end to end: FaceFusion's names on the command line, the new catalogue entries -------------------

@@ -57,8 +57,9 @@ def warp_crops(
 def resize_crops(crops: np.ndarray, size: int) -> np.ndarray:
     if crops.shape[1] == size:
         return crops
-    interp = cv2.INTER_AREA if crops.shape[1] > size else cv2.INTER_LINEAR
-    return np.stack([cv2.resize(c, (size, size), interpolation=interp) for c in crops])
+    # bilinear both ways, as FaceFusion feeds its mask models (INTER_AREA would be kinder to a
+    # 1024-px crop, but the masks would then differ from FaceFusion's by up to a whole level)
+    return np.stack([cv2.resize(c, (size, size), interpolation=cv2.INTER_LINEAR) for c in crops])
 
 
 def model_input(crops: np.ndarray, mean=0.0, std=1.0, *, rgb: bool = True, nhwc: bool = False) -> np.ndarray:

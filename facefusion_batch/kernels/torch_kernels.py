@@ -152,12 +152,12 @@ class TorchKernels:
             crops = D.warp_affine(frames.pixels, frame_index, m, (size, size), border=mode)
             return torch.clamp(torch.round(crops), 0, 255)
 
-    def resize_crops(self, crops: torch.Tensor, size: int) -> torch.Tensor:
+    def resize_crops(self, crops: torch.Tensor, size: int, *, levels: bool = True) -> torch.Tensor:
         if crops.shape[-1] == size:
             return crops
         with self._stream():
-            resized = (D.resize_area if crops.shape[-1] > size else D.resize_linear)(crops, (size, size))
-            return torch.clamp(torch.round(resized), 0, 255)
+            resized = D.resize_linear(crops, (size, size))  # bilinear both ways, as the host set
+            return torch.clamp(torch.round(resized), 0, 255) if levels else resized
 
     def model_input(self, crops, mean=0.0, std=1.0, *, rgb: bool = True, nhwc: bool = False):
         with self._stream():

@@ -89,7 +89,8 @@ class RegionParser:
         self.max_batch = policy.items_per_call(size, channels=64)
 
     def __call__(self, k: Kernels, crops: Array, count: int, crop_size: int) -> Array:
-        x = k.model_input(k.resize_crops(crops, self.size), self.mean, self.std)
+        # the swapped crop as it is (float), as FaceFusion parses it, not rounded to levels first
+        x = k.model_input(k.resize_crops(crops, self.size, levels=False), self.mean, self.std)
         logits = k.run(self.session, {self.input_name: x}, self.max_batch)[self.session.outputs[0].name]
         return k.soften_masks(k.class_masks(logits, self.classes), crop_size)
 
@@ -119,5 +120,5 @@ class CropMasker:
 
     def after(self, k: Kernels, swapped: Array, masks: list[Array], count: int, size: int) -> Array:
         if "region" in self.settings.types and self.parser is not None:
-            masks = masks + [self.parser(k, k.crops_to_uint8(swapped), count, size)]
+            masks = masks + [self.parser(k, swapped, count, size)]
         return k.min_masks(masks)
