@@ -211,7 +211,7 @@ def xseg_seeing(seed: int = 5) -> onnx.ModelProto:
         helper.make_node("Mul", ["c", "gain"], ["l"]),
         helper.make_node("Sigmoid", ["l"], ["output"]),
     ]
-    inits = [_init("mid", np.float32(0.45)), _init("gain", np.float32(12.0))]
+    inits = [_init("mid", np.float32(0.3)), _init("gain", np.float32(12.0))]
     return _model(nodes, [_t("input", [1, 256, 256, 3])], [_t("output", [1, 256, 256, 1])], inits, "xseg2")
 
 
@@ -219,13 +219,12 @@ def bisenet_seeing(seed: int = 6) -> onnx.ModelProto:
     """bisenet_resnet_18: 19 logits from a fixed 1×1 colour projection of the crop, so the classes
     (and the region mask) follow the picture."""
     w = np.random.default_rng(seed).normal(0, 3, (19, 3, 1, 1)).astype(np.float32)
-    nodes = [helper.make_node("Conv", ["input", "w"], ["output"])]
+    bias = np.zeros(19, np.float32)
+    bias[1] = 3.0  # skin wins about half the picture, the other classes share the rest
+    nodes = [helper.make_node("Conv", ["input", "w", "b"], ["output"])]
+    inits = [_init("w", w), _init("b", bias)]
     return _model(
-        nodes,
-        [_t("input", [1, 3, 512, 512])],
-        [_t("output", [1, 19, 512, 512])],
-        [_init("w", w)],
-        "bisenet18",
+        nodes, [_t("input", [1, 3, 512, 512])], [_t("output", [1, 19, 512, 512])], inits, "bisenet18"
     )
 
 

@@ -66,6 +66,12 @@ OPTIONS = {
     "two sources": {"weight": 0.5, "sources": 2, "boost": 1},
     "two sources, weight 0.3": {"weight": 0.3, "sources": 2, "boost": 1},
     "pixel boost 2x": {"weight": 0.5, "sources": 1, "boost": 2},
+    "box+occlusion+region, boost 2x": {
+        "weight": 0.5,
+        "sources": 1,
+        "boost": 2,
+        "masks": ("box", "occlusion", "region"),
+    },
 }
 # FaceFusion's enhancer options: template, size (face_enhancer's model set)
 FF_ENHANCERS = {
@@ -152,8 +158,8 @@ def ff_balance(family, source, target_raw, weight):
     return source.reshape(1, -1) * (1 - w) + target_raw.reshape(1, -1) * w
 
 
-def ff_swap(name, sessions, model_file, frame, lm5, sources, weight, boost):
-    """FaceFusion's swap_face for one target face: crop, box mask, pixel boost, swap, paste."""
+def ff_swap(name, sessions, model_file, frame, lm5, sources, weight, boost, masks=("box",)):
+    """FaceFusion's swap_face for one target face: crop, masks, pixel boost, swap, paste."""
     family, template, size, mean, std = FF_SWAPPERS[name]
     raws = [ff_embedding(sessions["arcface"], f, lm) for f, lm in sources]
     raw = np.mean([r for r, _ in raws], axis=0)
@@ -163,7 +169,9 @@ def ff_swap(name, sessions, model_file, frame, lm5, sources, weight, boost):
     source = ff_balance(family, source, target_raw, weight).astype(np.float32)
     big = size * boost
     crop, matrix = ff_warp(frame, lm5, template, big)
-    mask = ff_box_mask(big)
+    crop_masks = [ff_box_mask(big)] if "box" in masks else []
+    if "occlusion" in masks:
+        crop_masks.append(ff_occlusion_mask(sessions["occluder"], crop))
     tiles = (
         crop.reshape(size, boost, size, boost, 3).transpose(1, 3, 0, 2, 4).reshape(boost**2, size, size, 3)
     )
@@ -175,7 +183,9 @@ def ff_swap(name, sessions, model_file, frame, lm5, sources, weight, boost):
             y = y * std + mean
         outs.append(y.clip(0, 1)[:, :, ::-1] * 255)
     joined = np.stack(outs).reshape(boost, boost, size, size, 3).transpose(2, 0, 3, 1, 4).reshape(big, big, 3)
-    return ff_paste(frame, joined, mask.clip(0, 1), matrix)
+    if "region" in masks:
+        crop_masks.append(ff_region_mask(sessions["parser"], joined, list(REGION_CLASSES.values())))
+    return ff_paste(frame, joined, np.minimum.reduce(crop_masks).clip(0, 1), matrix)
 
 
 def ff_enhance(session, template, size, frame, lm5, weight=0.5, blend=80, mask_blur=0.3):
@@ -234,7 +244,9 @@ def make_scene(models, astronaut_image, t1_small):
     return target, photos, (target_table, source_table)
 
 
-def ffbatch_swap(backend, standin_dir, name, scene, weight, sources, boost, convention="facefusion"):
+def ffbatch_swap(
+    backend, standin_dir, name, scene, weight, sources, boost, convention="facefusion", masks=("box",)
+):
     target, photos, tables = scene
     model = MODELS[name]
     recogniser = Recogniser(dynamic(backend, standin_dir, "arcface_w600k_r50"))
@@ -246,24 +258,31 @@ def ffbatch_swap(backend, standin_dir, name, scene, weight, sources, boost, conv
     identity = IdentityEncoder(
         model, source, weight=weight, emap=emap, converter=converter, convention=convention
     )
-    swapper = LearnedSwapper(
-        dynamic(backend, standin_dir, name), model, identity, CropMasker(MaskSettings()), model.size * boost
+    occluder = Occluder(dynamic(backend, standin_dir, "xseg_2"), 256) if "occlusion" in masks else None
+    parser = (
+        RegionParser(dynamic(backend, standin_dir, "bisenet_resnet_18"), tuple(REGION_CLASSES), 512)
+        if "region" in masks
+        else None
     )
+    masker = CropMasker(MaskSettings(types=tuple(masks)), occluder, parser)
+    swapper = LearnedSwapper(dynamic(backend, standin_dir, name), model, identity, masker, model.size * boost)
     frames = K.upload([target])
     table = recogniser(K, frames, tables[0]) if identity.needs_target_embeddings else tables[0]
     swapper(K, frames, table)
     return K.download(frames)[0]
 
 
-def reference_swap(standin_dir, name, scene, weight, sources, boost):
+def reference_swap(standin_dir, name, scene, weight, sources, boost, masks=("box",)):
     target, photos, tables = scene
     family = FF_SWAPPERS[name][0]
     sessions = {"arcface": single(standin_dir, "arcface_w600k_r50"), "swapper": single(standin_dir, name)}
     if family in CONVERTERS:
         sessions["converter"] = single(standin_dir, CONVERTERS[family])
+    sessions["occluder"] = single(standin_dir, "xseg_2")
+    sessions["parser"] = single(standin_dir, "bisenet_resnet_18")
     srcs = [(photos[i], tables[1].landmarks5[i].astype(np.float32)) for i in range(sources)]
     lm5 = tables[0].landmarks5[0].astype(np.float32)
-    return ff_swap(name, sessions, standin_dir / f"{name}.onnx", target, lm5, srcs, weight, boost)
+    return ff_swap(name, sessions, standin_dir / f"{name}.onnx", target, lm5, srcs, weight, boost, masks)
 
 
 def diff(a, b) -> tuple[float, float, int]:
@@ -288,10 +307,12 @@ def assert_parity(what, ours, theirs):
 @pytest.mark.parametrize("name", list(FF_SWAPPERS))
 def test_swap_matches_facefusion_within_one_level(backend, standin_dir, scene, name, option):
     o = OPTIONS[option]
-    ours = ffbatch_swap(backend, standin_dir, name, scene, o["weight"], o["sources"], o["boost"])
-    theirs = reference_swap(standin_dir, name, scene, o["weight"], o["sources"], o["boost"])
+    masks = o.get("masks", ("box",))
+    ours = ffbatch_swap(backend, standin_dir, name, scene, o["weight"], o["sources"], o["boost"], masks=masks)
+    theirs = reference_swap(standin_dir, name, scene, o["weight"], o["sources"], o["boost"], masks)
     changed = np.abs(theirs.astype(int) - scene[0].astype(int)).max()
-    assert changed > 30, "the reference swap did not change the face: nothing was compared"
+    # three masks intersected leave little of some stand-ins' faces (hififace: ~0.01% at full alpha)
+    assert changed > (10 if "masks" in o else 30), "the reference swap did not change the face"
     assert_parity(f"{name} {option}", ours, theirs)
 
 
@@ -441,13 +462,14 @@ def print_table() -> None:
     t1_small = cv2.resize(t1, (640, round(t1.shape[0] * 640 / t1.shape[1])), interpolation=cv2.INTER_AREA)
     the_scene = make_scene(models, astronaut, t1_small)
     names = list(FF_SWAPPERS) + list(CONVERTERS.values()) + list(ENHANCERS) + ["arcface_w600k_r50"]
-    d = standins.write_standins(Path(tempfile.mkdtemp()), names)
+    d = standins.write_standins(Path(tempfile.mkdtemp()), names + ["xseg_2", "bisenet_resnet_18"])
     b = OnnxRuntimeCpuBackend(2)
     print("| model | option | max | mean | values > 1 |\n|---|---|---|---|---|")
     for name in FF_SWAPPERS:
         for option, o in OPTIONS.items():
-            ours = ffbatch_swap(b, d, name, the_scene, o["weight"], o["sources"], o["boost"])
-            theirs = reference_swap(d, name, the_scene, o["weight"], o["sources"], o["boost"])
+            masks = o.get("masks", ("box",))
+            ours = ffbatch_swap(b, d, name, the_scene, o["weight"], o["sources"], o["boost"], masks=masks)
+            theirs = reference_swap(d, name, the_scene, o["weight"], o["sources"], o["boost"], masks)
             worst, mean, over = diff(ours, theirs)
             print(f"| {name} | {option} | {worst:g} | {mean:.4f} | {over} |")
     tt = the_scene[2][0]
