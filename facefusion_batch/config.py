@@ -24,6 +24,7 @@ from facefusion_batch.faces.detect import DetectorSettings
 from facefusion_batch.faces.identity import CONVENTIONS
 from facefusion_batch.faces.mesh import MeshSettings
 from facefusion_batch.faces.select import FACE_ORDERS
+from facefusion_batch.faces.track import TrackSettings
 from facefusion_batch.kernels.base import BLEND_MODES, COLOUR_MODES
 from facefusion_batch.models.facefusion import ENHANCERS, MODELS, OCCLUDERS, PARSERS, SWAPPERS
 from facefusion_batch.runtime.backends import choose_backend
@@ -83,6 +84,7 @@ class RenderSettings:
     swap: ClassicalSettings | SwapSettings = field(default_factory=ClassicalSettings)
     detector: DetectorSettings = field(default_factory=DetectorSettings)
     mesh: MeshSettings = field(default_factory=MeshSettings)
+    tracking: TrackSettings = field(default_factory=TrackSettings)
     models_dir: Path | None = None
     report: Path | None = None
     overwrite: bool = False
@@ -413,6 +415,10 @@ def render_settings(
         preset=kw.pop("preset", defaults.preset),
     )
     detector = DetectorSettings(score_threshold=kw.pop("score_threshold"))
+    smoothing = kw.pop("smoothing", TrackSettings().smoothing)
+    if not math.isfinite(smoothing) or not 0 <= smoothing <= 10:
+        raise InputError(f"--smoothing must be between 0 (off) and 10 (got {smoothing:g})")
+    kw["tracking"] = TrackSettings(smoothing=smoothing)
     batch_size = kw.pop("batch_size", CPU_BATCH)
     plan = resolve_device(
         backend=kw.pop("backend", "auto"),

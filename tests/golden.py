@@ -1,6 +1,9 @@
 """Checksums of what the CPU path renders, recorded before a refactor and checked after it.
 
-`cases()` names each case: the pipeline settings and the frames it renders. Frames come from
+`cases()` names each case: the pipeline settings and the frames it renders. Each case is
+rendered twice: with every frame on its own ("output", recorded before the refactor, so it
+still holds the rewrite over kernel sets to the old pixels) and with the default face tracks
+("tracked": landmark smoothing and the per-track decision change pixels, deliberately). Frames come from
 the demo clip's camera path over t1.jpg (examples/make_inputs.py: `render_frame`, no encoder
 involved), the source is astronaut.png. `python tests/golden.py record` writes
 tests/data/golden_cpu.json; tests/test_golden_cpu.py renders every case again and compares.
@@ -28,6 +31,12 @@ class Case:
     swap: dict  # ClassicalSettings fields, or for a learned case LearnedSettings fields
     faces: str = "many"
     learned: bool = False  # FaceFusion stand-ins (tests/standins.py) instead of the classical swap
+    legacy: bool = True  # the classical defaults of before the swap-quality work (LEGACY)
+
+
+# The classical defaults the pre-refactor checksums were recorded with; the "defaults" case
+# renders today's (the source's eyes, the target's inner mouth, tighter local colour).
+LEGACY = {"eyes_mouth": "target", "shading_scale": 0.25, "shading_limit": (30.0, 6.0, 6.0), "shape": 0.0}
 
 
 def cases() -> list[Case]:
@@ -41,6 +50,7 @@ def cases() -> list[Case]:
         Case("colour-none", two, {"colour": "none"}),
         Case("eyes-mouth-source", two, {"eyes_mouth": "source"}),
         Case("faces-one", two, {}, faces="one"),
+        Case("defaults", every_30, {}, legacy=False),
         Case("inswapper", two, {"swapper_model": "inswapper_128"}, learned=True),
         Case(
             "hyperswap-masks-boost-weight",
@@ -87,17 +97,22 @@ def swap_settings(case: Case):
     from facefusion_batch.swap.masks import MaskSettings
 
     if not case.learned:
-        return ClassicalSettings(**case.swap)
+        return ClassicalSettings(**({**LEGACY, **case.swap} if case.legacy else case.swap))
     fields = dict(case.swap)
     fields["masks"] = MaskSettings(**fields.get("masks", {}))
     return SwapSettings(swapper="learned", learned=LearnedSettings(**fields))
 
 
-def render_case(case: Case, models, source: Path) -> list[np.ndarray]:
+def render_case(case: Case, models, source: Path, tracking="default") -> list[np.ndarray]:
+    """The frames the CPU path renders for `case` (`tracking`: the default, or None for every
+    frame on its own, as before faces were tracked)."""
+    from facefusion_batch.faces.track import TrackSettings
+
+    tracking = TrackSettings() if tracking == "default" else tracking
     from facefusion_batch.kernels.host import HostKernels
     from facefusion_batch.pipeline.build import build_pipeline
 
-    pipeline = build_pipeline(models, (source,), swap_settings(case), case.faces)
+    pipeline = build_pipeline(models, (source,), swap_settings(case), case.faces, tracking=tracking)
     return pipeline(HostKernels(), demo_frames(case.frames)).frames
 
 
@@ -128,7 +143,9 @@ def record() -> dict[str, dict[str, str]]:
     for case in cases():
         out[case.name] = {
             "input": digest(demo_frames(case.frames)),
-            "output": digest(render_case(case, models[case.learned], source)),
+            # every frame on its own: what the pipeline rendered before faces were tracked
+            "output": digest(render_case(case, models[case.learned], source, tracking=None)),
+            "tracked": digest(render_case(case, models[case.learned], source)),
         }
         print(case.name, out[case.name]["output"][:16], flush=True)
     return out

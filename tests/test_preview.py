@@ -317,6 +317,7 @@ def test_the_classical_path_loads_the_mesh_and_topology_on_first_use(astronaut_p
     models = build.load_models("cpu", threads=2, models_dir=None)
     assert set(models.paths) == {build.DETECTOR_MODEL}
     pipeline = build.build_pipeline(models, (astronaut_path,), SwapSettings(swapper="classical"), "many")
-    assert isinstance(pipeline.stage("swap"), ClassicalSwapper) and pipeline.stage("mesh") is models.mesh
+    swapper, mesh = pipeline.stage("swap"), pipeline.stage("mesh")
+    assert isinstance(swapper, ClassicalSwapper) and mesh.session is models.mesh.session
     assert {build.MESH_MODEL, build.TOPOLOGY} <= set(models.paths)
     assert hostk.run(pipeline, [t1_small]).faces_swapped >= 1

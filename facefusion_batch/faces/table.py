@@ -20,6 +20,7 @@ class FaceTable:
     mesh: np.ndarray | None = None  # [F,468,3] float32: dense landmarks, x/y in pixels, z same scale
     presence: np.ndarray | None = None  # [F] float32: face-mesh presence logit
     embedding: np.ndarray | None = None  # [F,512] float32: raw recogniser embedding (when one ran)
+    track: np.ndarray | None = None  # [F] int64: the face's track across frames (faces/track.py)
 
     @staticmethod
     def empty() -> FaceTable:

@@ -177,7 +177,7 @@ def render_chunked(
                 pixel_format_of(layout),
             )
             try:
-                frames = read_ranges(settings, info, missing, index, layout)
+                frames = read_ranges(settings, info, missing, index, layout, warmup=settings.tracking.memory)
                 run_frames(renderer, frames, sink, settings, report, timer, on_progress, layout)
                 sink.check_finished()
             except KeyboardInterrupt:

@@ -15,8 +15,7 @@ from pathlib import Path
 from facefusion_batch.config import RenderSettings
 from facefusion_batch.errors import FfbatchError, OutputError
 from facefusion_batch.farm.manifest import settings_digest
-from facefusion_batch.pipeline.run import JobReport, log_start, pixel_format_of, render_into
-from facefusion_batch.video.reader import FrameReader
+from facefusion_batch.pipeline.run import JobReport, log_start, pixel_format_of, read_ranges, render_into
 from facefusion_batch.video.segments import (
     TAG_FRAME_COUNT,
     TAG_FRAMES,
@@ -104,14 +103,7 @@ def write_segment(
     start, end = frames
     layout = renderer.frame_layout(info, report)
     pixels = pixel_format_of(layout)
-    reader = FrameReader(
-        settings.input,
-        info=info,
-        frames=(start, end),
-        index=index,
-        pixel_format=pixels,
-        hwaccel=settings.device.hwaccel,
-    )
+    reader = read_ranges(settings, info, [(start, end)], index, layout, warmup=settings.tracking.memory)
     writer = VideoWriter(path, info, settings.encoder, metadata=tags, pixel_format=pixels)
     frames_before = report.frames_out
 

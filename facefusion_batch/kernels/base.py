@@ -29,10 +29,8 @@ import numpy as np
 
 BLEND_MODES = ("multiband", "feather", "poisson")
 COLOUR_MODES = ("local", "global", "none")
-# colour transfer: the std ratio is clipped (a noisy region cannot blow it up), and the carried
-# shading is limited, in 8-bit LAB units (L scaled to 0–255): light may move, tint a little
+# colour transfer: the std ratio is clipped (a noisy region cannot blow it up)
 STD_RATIO_RANGE = (0.7, 1.4)
-SHADING_LIMIT = np.array([30.0, 6.0, 6.0], np.float32)
 MODEL_MASK_BLUR = 5.0  # px: occlusion and region masks are blurred this much at crop size
 
 Array = Any  # a kernel set's own array: np.ndarray (host) or torch.Tensor (torch)
@@ -46,6 +44,9 @@ class PaintSettings:
     colour: str = "local"  # local (target light and tint) | global (LAB mean/std) | none
     colour_strength: float = 1.0
     blend: str = "multiband"  # multiband | feather | poisson
+    # how far `local` colour may move the source's low frequencies toward the target's, in 8-bit
+    # LAB units (L scaled to 0–255): light (L) and tint (a, b)
+    shading_limit: tuple[float, float, float] = (60.0, 30.0, 30.0)
 
 
 @dataclass(frozen=True)
@@ -132,6 +133,7 @@ class Kernels(Protocol):
     def split_tiles(self, batch: Array, k: int) -> Array: ...
     def join_tiles(self, batch: Array, k: int) -> Array: ...
     def repeat_rows(self, array: Array, times: int) -> Array: ...
+    def thumbnails(self, frames: Frames, size: tuple[int, int]) -> np.ndarray: ...  # [B,h,w] grey
     def crops_to_uint8(self, crops: Array) -> Array: ...
 
     # masks

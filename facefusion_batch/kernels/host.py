@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+import cv2
 import numpy as np
 
 from facefusion_batch.kernels import host_ops as H
@@ -80,6 +81,15 @@ class HostKernels:
     def join_tiles(self, batch: np.ndarray, k: int) -> np.ndarray:
         return join_tiles_nchw(batch, k)
 
+    def thumbnails(self, frames: Frames, size: tuple[int, int]) -> np.ndarray:
+        """[B, h, w] float32 grey thumbnails of `size` (width, height), area-averaged."""
+        return np.stack(
+            [
+                cv2.resize(cv2.cvtColor(f, cv2.COLOR_BGR2GRAY), size, interpolation=cv2.INTER_AREA)
+                for f in frames.pixels
+            ]
+        ).astype(np.float32)
+
     def repeat_rows(self, array: np.ndarray, times: int) -> np.ndarray:
         return np.repeat(array, times, axis=0)
 
@@ -135,5 +145,6 @@ class HostKernels:
                 settings.colour,
                 settings.colour_strength,
                 settings.blend,
+                settings.shading_limit,
             )
             frames.painted.append((r.frame, r.x0, r.y0, r.width, r.height))

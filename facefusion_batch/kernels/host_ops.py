@@ -13,7 +13,7 @@ from functools import lru_cache
 import cv2
 import numpy as np
 
-from facefusion_batch.kernels.base import MODEL_MASK_BLUR, SHADING_LIMIT, STD_RATIO_RANGE
+from facefusion_batch.kernels.base import MODEL_MASK_BLUR, STD_RATIO_RANGE
 from facefusion_batch.kernels.geometry import letterbox_canvas
 
 # --- model inputs ------------------------------------------------------------------------------------
@@ -191,6 +191,7 @@ def transfer_colour(
     strength: float = 1.0,
     mode: str = "local",
     sigma: float = 8.0,
+    limit: tuple[float, float, float] = (60.0, 30.0, 30.0),
 ) -> np.ndarray:
     """Return `swapped_bgr` (float32 0–255) recoloured to match `target_bgr` on `skin` (bool).
 
@@ -212,7 +213,8 @@ def transfer_colour(
     if mode == "local":
         # swap the low frequencies: target light and tint, source detail
         shading = masked_blur(dst_lab, skin, sigma) - masked_blur(moved, skin, sigma)
-        moved = moved + np.clip(shading, -SHADING_LIMIT, SHADING_LIMIT)
+        bound = np.asarray(limit, np.float32)
+        moved = moved + np.clip(shading, -bound, bound)
     moved = src_lab + strength * (moved - src_lab)
     out = cv2.cvtColor(np.clip(moved + 0.5, 0, 255).astype(np.uint8), cv2.COLOR_LAB2BGR)
     return out.astype(np.float32)
@@ -293,6 +295,7 @@ def paint_region(
     colour: str,
     colour_strength: float,
     blend_mode: str,
+    shading_limit: tuple[float, float, float] = (60.0, 30.0, 30.0),
 ) -> None:
     """Sample the source texture ([h,w,5]: BGR, alpha, skin) through the map and blend it into
     frame[y0:, x0:], in place."""
@@ -306,7 +309,7 @@ def paint_region(
     alpha = np.where(covered, warped[..., 3], 0.0).astype(np.float32)
     skin = covered & (warped[..., 4] > 0.5)
     if colour != "none":
-        face = transfer_colour(face, target, skin, colour_strength, colour, sigma)
+        face = transfer_colour(face, target, skin, colour_strength, colour, sigma, shading_limit)
         face = np.where(covered[..., None], face, target)
     result = blend(blend_mode, target, face.astype(np.float32), alpha)
     frame[y0 : y0 + rh, x0 : x0 + rw] = np.clip(result + 0.5, 0, 255).astype(np.uint8)

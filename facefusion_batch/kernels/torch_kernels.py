@@ -184,6 +184,12 @@ class TorchKernels:
     def join_tiles(self, batch, k: int):
         return join_tiles_nchw(batch, k)
 
+    def thumbnails(self, frames: Frames, size: tuple[int, int]) -> np.ndarray:
+        """[B, h, w] float32 grey thumbnails of `size` (width, height), area-averaged on the device."""
+        with self._stream():
+            grey = frames.pixels.float() @ self._constant("grey", lambda: [0.114, 0.587, 0.299])
+            return self.to_host(D.resize_area(grey, (size[1], size[0])))
+
     def repeat_rows(self, array, times: int):
         return array.repeat_interleave(times, dim=0)
 

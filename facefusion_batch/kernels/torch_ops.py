@@ -31,7 +31,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from facefusion_batch.kernels.base import SHADING_LIMIT, STD_RATIO_RANGE
+from facefusion_batch.kernels.base import STD_RATIO_RANGE
 from facefusion_batch.kernels.geometry import letterbox_canvas
 from facefusion_batch.kernels.host_ops import pyramid_levels
 
@@ -577,6 +577,7 @@ def transfer_colour(
     strength: float = 1.0,
     mode: str = "local",
     sigma: float = 8.0,
+    limit: tuple[float, float, float] = (60.0, 30.0, 30.0),
 ) -> Tensor:
     """host_ops.transfer_colour on device: BGR float [..., 3, H, W], skin bool [..., H, W] →
     recoloured [..., 3, H, W], each image on its own statistics; `sigma` one, or one per image."""
@@ -601,7 +602,7 @@ def transfer_colour(
     moved = (src - mu_s) * ratio + mu_t
     if mode == "local":
         shading = masked_blur(dst, skin, sigma) - masked_blur(moved, skin, sigma)
-        limit = constant("shading_limit", lambda: SHADING_LIMIT, src.device, src.dtype)[:, None, None]
+        limit = constant(("shading_limit", tuple(limit)), lambda: limit, src.device, src.dtype)[:, None, None]
         moved = moved + torch.maximum(torch.minimum(shading, limit), -limit)
     moved = src + strength * (moved - src)
     # fewer than 16 skin pixels: statistics are meaningless, keep the face as it is

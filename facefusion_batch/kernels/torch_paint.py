@@ -114,7 +114,9 @@ def _paint_chunk(frames, regions, origins, canvas, textures, settings, host_blen
     skin = covered & (warped[:, 4] > 0.5)
     if settings.colour != "none":
         sigmas = [r.sigma for r in regions]
-        face = D.transfer_colour(face, target, skin, settings.colour_strength, settings.colour, sigmas)
+        face = D.transfer_colour(
+            face, target, skin, settings.colour_strength, settings.colour, sigmas, settings.shading_limit
+        )
         face = torch.where(covered[:, None], face, target)
     if settings.blend == "multiband":
         # as many pyramid levels as the host gives each face's own region

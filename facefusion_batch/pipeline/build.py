@@ -8,6 +8,7 @@ classical swap, and says which in the log.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from facefusion_batch.faces.identity import (
 from facefusion_batch.faces.mesh import FaceMesh, MeshSettings
 from facefusion_batch.faces.select import FaceSelector, select_faces
 from facefusion_batch.faces.table import FaceTable
+from facefusion_batch.faces.track import FaceTracker, TrackSettings, TrackStage
 from facefusion_batch.kernels.host import HostKernels
 from facefusion_batch.models import store
 from facefusion_batch.models.catalog import DEFAULT_DETECTOR, DEFAULT_MESH, DEFAULT_TOPOLOGY, tensor_name
@@ -201,10 +203,12 @@ def build_pipeline(
     faces_mode: str,
     timer: StageTimer | None = None,
     source_face_index: int = 0,
+    tracking: TrackSettings | None = TrackSettings(),
 ) -> FacePipeline:
     """The face pipeline of these settings: its stages, their sessions and the prepared sources.
 
-    One pipeline serves every kernel set (each executor worker passes its own)."""
+    One pipeline serves every kernel set (each executor worker passes its own). `tracking`:
+    faces linked into tracks and swapped per track (None: every frame on its own)."""
     settings = swap_settings(swap)
     learned = settings.learned
     swapper_name = choose_swapper(settings, models.models_dir)
@@ -225,6 +229,7 @@ def build_pipeline(
             settings.face_indices,
         )
     ]
+    track = [TrackStage(FaceTracker(tracking))] if tracking is not None else []
     masks = learned.masks
     occluder = parser = None
     if "occlusion" in masks.types and (swapper_name or learned.enhancer_model):
@@ -243,10 +248,12 @@ def build_pipeline(
         )
     if swapper_name is None:
         sources = prepare_sources(models, source_paths, settings.classical, source_face_index)
-        stages += [
-            models.mesh,
-            ClassicalSwapper(sources, models.triangles, models.regions, settings.classical),
-        ]
+        mesh = models.mesh
+        if tracking is not None:  # the tracker decides per track which faces are present
+            keep_all = replace(mesh.settings, presence_threshold=-np.inf)
+            mesh = FaceMesh(mesh.session, keep_all, points=mesh.points_name, presence=mesh.presence_name)
+        swapper = ClassicalSwapper(sources, models.triangles, models.regions, settings.classical)
+        stages += [mesh, *track, swapper]
     else:
         model = learned_model(swapper_name)
         session, base_path = load_learned(models, swapper_name)
@@ -258,6 +265,7 @@ def build_pipeline(
             converter=load_learned(models, model.converter)[0] if model.converter else None,
             convention=learned.embedding_convention,
         )
+        stages += track
         if identity.needs_target_embeddings:
             if recogniser is None:
                 raise ValueError("a swapper weight other than 0.5 needs the target faces' embeddings")

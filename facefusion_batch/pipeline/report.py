@@ -38,6 +38,7 @@ class RenderReport:
     encoder: str = ""
     models: dict[str, str] = field(default_factory=dict)
     device: dict[str, Any] = field(default_factory=dict)  # GPU backends: NVML, device time, OOM retries
+    tracking: dict[str, int] = field(default_factory=dict)  # face tracks and swap toggles
     status: str = "ok"
     message: str = ""
 

@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -133,6 +133,7 @@ _RENDERER_KEYS = (
     "detector",
     "mesh",
     "source_face_index",
+    "tracking",
 )
 
 
@@ -185,6 +186,7 @@ class Renderer:
             settings.swap,
             settings.faces,
             source_face_index=settings.source_face_index,
+            tracking=settings.tracking,
         )
         return cls(settings, models, pipeline, time.perf_counter() - started)
 
@@ -237,34 +239,46 @@ def run_frames(
     `layout`: the frames are yuv420p planes of this layout (Renderer.frame_layout), not BGR."""
     pipeline = renderer.pipeline
     pipeline.timer = timer
+    pipeline.start_job()
 
     def make_worker(_: int):
         kernels = renderer.kernels()  # on the worker's own thread: its own stream on a GPU
 
         def process(batch: Batch):
             t0 = time.perf_counter()
-            result = pipeline(kernels, [frame.image for frame in batch.items], layout)
+            result = pipeline(kernels, [frame.image for frame in batch.items], layout, seq=batch.seq)
             return result, time.perf_counter() - t0
 
         return process
 
     policy = settings.batch_policy
     stream = batches(frames, settings.batch_size, settings.batch_window_ms, frames_for=policy.frames_for)
+    try:
+        _consume(stream, make_worker, sink, settings, report, timer, on_progress)
+    except BaseException:
+        pipeline.abort()
+        raise
+    report.tracking = pipeline.tracking()
+
+
+def _consume(stream, make_worker, sink, settings, report, timer, on_progress) -> None:
     for batch, (result, latency) in run_ordered(stream, workers=settings.workers, make_worker=make_worker):
+        written = np.array([not frame.warmup for frame in batch.items])
         with timer.stage("write"):
             for frame, image in zip(batch.items, result.frames, strict=True):
-                sink(frame, image)
-        n = len(batch.items)
+                if not frame.warmup:  # warm-up frames only feed the face tracks
+                    sink(frame, image)
+        n = int(written.sum())
         report.frames_in += n
         report.frames_out += n
-        report.faces_found += result.faces_found
-        report.faces_swapped += result.faces_swapped
-        report.frames_with_faces += result.frames_with_faces
-        report.frames_replaced += sum(frame.replaced for frame in batch.items)
+        report.faces_found += int(result.found_per_frame[written].sum())
+        report.faces_swapped += int(result.swapped_per_frame[written].sum())
+        report.frames_with_faces += int(np.count_nonzero(result.swapped_per_frame[written]))
+        report.frames_replaced += sum(frame.replaced for frame in batch.items if not frame.warmup)
         report.batches += 1
-        report.batch_sizes.append(n)
+        report.batch_sizes.append(len(batch.items))
         report.batch_latency_s.append(latency)
-        if on_progress:
+        if on_progress and n:
             on_progress(n)
         raise_if_signalled()
 
@@ -279,8 +293,11 @@ def read_ranges(
     ranges: list[tuple[int, int]],
     index=None,
     layout: PlaneLayout | None = None,
+    warmup: int = 0,
 ) -> Iterator[Frame]:
-    """The frames of several ranges of one input, one reader per run of adjacent ranges."""
+    """The frames of several ranges of one input, one reader per run of adjacent ranges; each run
+    starts up to `warmup` frames early with frames marked `warmup` (analysed for the face tracks,
+    never written), so a segment renders what a whole render gives for its frames."""
     runs: list[list[int]] = []
     for start, end in sorted(ranges):
         if runs and runs[-1][1] == start:
@@ -288,16 +305,18 @@ def read_ranges(
         else:
             runs.append([start, end])
     for start, end in runs:
+        early = min(start, warmup)
         reader = FrameReader(
             settings.input,
             info=info,
-            frames=(start, end),
+            frames=(start - early, end),
             index=index,
             pixel_format=pixel_format_of(layout),
             hwaccel=settings.device.hwaccel,
         )
         try:
-            yield from reader
+            for i, frame in enumerate(reader):
+                yield replace(frame, warmup=True) if i < early else frame
         finally:
             reader.close()
 

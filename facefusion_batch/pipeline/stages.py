@@ -1,12 +1,15 @@
 """The face pipeline: a detector, then stages, over one kernel set.
 
-classical: detect → select → mesh → classical swap → [enhance]
-learned:   detect → select → [recognise] → learned swap (align, swap, mask, paste) → [enhance]
+classical: detect → select → mesh → track → classical swap → [enhance]
+learned:   detect → select → track → [recognise] → learned swap (align, swap, mask, paste) → [enhance]
 
 Every stage is written once against the `Kernels` protocol and maps the batch's face
 table to a new one, painting into the frames where it swaps; this class only uploads the
 frames, runs the stages in order, times them and downloads the result. It knows nothing
 about threads, queues or files. Each executor worker passes its own kernel set.
+
+The track stage is ordered: batches reach it in batch order (`InOrder`), whichever worker
+runs them, so faces link across batches; every other stage runs batches in parallel.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import numpy as np
 
 from facefusion_batch.faces.detect import YuNetDetector
 from facefusion_batch.faces.table import FaceTable
+from facefusion_batch.faces.track import FaceTracker, InOrder, TrackStage, thumbnails
 from facefusion_batch.kernels.base import Frames, Kernels
 from facefusion_batch.timing import StageTimer
 
@@ -35,6 +39,8 @@ class BatchResult:
     faces_found: int
     faces_swapped: int
     frames_with_faces: int
+    found_per_frame: np.ndarray | None = None  # [B] faces detected in each frame
+    swapped_per_frame: np.ndarray | None = None  # [B] faces swapped in each frame
 
 
 class FacePipeline:
@@ -52,6 +58,26 @@ class FacePipeline:
         self.stages = list(stages)
         self.swapper = swapper
         self.timer = timer or StageTimer()
+        self.order = InOrder()
+
+    def start_job(self) -> None:
+        """A new job: tracks start empty and batch numbers from 0."""
+        self.order.reset()
+        for stage in self.stages:
+            if isinstance(stage, TrackStage):
+                stage.tracker.reset()
+
+    def abort(self) -> None:
+        """The job failed: release workers waiting for their turn at the ordered stage."""
+        self.order.abort()
+
+    def tracking(self) -> dict[str, int]:
+        """What the tracker did in this job (for the report): tracks and swap toggles."""
+        stage = self.stage("track")
+        if stage is None:
+            return {}
+        t = stage.tracker
+        return {"tracks": t.next_id, "toggles": t.toggles}
 
     @property
     def timer(self) -> StageTimer:
@@ -65,6 +91,17 @@ class FacePipeline:
             if hasattr(stage, "timer"):
                 stage.timer = timer
 
+    def _track(self, stage: TrackStage, k: Kernels, frames: Frames, table: FaceTable, seq: int | None):
+        with self._timer.stage("track"):
+            thumbs = thumbnails(k, frames)
+            if seq is None:
+                return FaceTracker(stage.tracker.settings).step(table, frames.count, thumbs)
+            self.order.wait(seq)
+            try:
+                return stage.tracker.step(table, frames.count, thumbs)
+            finally:
+                self.order.done(seq)
+
     def _run(self, stage: Stage, k: Kernels, frames: Frames, table: FaceTable) -> FaceTable:
         if hasattr(stage, "timer"):  # it times its own parts (align, swap, mask, paste)
             return stage(k, frames, table)
@@ -75,29 +112,43 @@ class FacePipeline:
         """The stage called `name` (None if the pipeline has none)."""
         return next((s for s in self.stages if s.name == name), None)
 
-    def _detect(self, k: Kernels, frames: Frames) -> tuple[FaceTable, int]:
+    def _detect(self, k: Kernels, frames: Frames) -> tuple[FaceTable, np.ndarray]:
         with self._timer.stage(self.detector.name):
             table = self.detector(k, frames)
-        return table, len(table)
+        return table, table.counts_per_frame(frames.count)
 
-    def __call__(self, k: Kernels, images: list[np.ndarray], planes: Any = None) -> BatchResult:
+    def __call__(
+        self, k: Kernels, images: list[np.ndarray], planes: Any = None, seq: int | None = None
+    ) -> BatchResult:
         """Swap a batch of BGR frames, or of packed yuv420p frames of layout `planes` (returned in
-        the same form; only where `k.accepts_planes`)."""
+        the same form; only where `k.accepts_planes`). `seq`: the batch's number in its job, for
+        the ordered track stage (None: a batch on its own, tracked from scratch)."""
         if not images:
             return BatchResult(frames=[], faces_found=0, faces_swapped=0, frames_with_faces=0)
-        with k.scope():
-            with self._timer.stage("upload"):
-                frames = k.upload(images, planes)
-            table, found = self._detect(k, frames)
-            for stage in self.stages:
-                if not len(table):
-                    break
-                table = self._run(stage, k, frames, table)
-            with self._timer.stage("download"):
-                out = k.download(frames)
+        passed = seq is None
+        try:
+            with k.scope():
+                with self._timer.stage("upload"):
+                    frames = k.upload(images, planes)
+                table, found_per_frame = self._detect(k, frames)
+                found = int(found_per_frame.sum())
+                for stage in self.stages:
+                    if isinstance(stage, TrackStage):
+                        table = self._track(stage, k, frames, table, seq)
+                        passed = True
+                    elif len(table):
+                        table = self._run(stage, k, frames, table)
+                with self._timer.stage("download"):
+                    out = k.download(frames)
+        finally:
+            if not passed:  # failed before its turn: the batches after it must not wait for it
+                self.order.done(seq)
+        swapped = table.counts_per_frame(len(images))
         return BatchResult(
             frames=out,
             faces_found=found,
             faces_swapped=len(table),
-            frames_with_faces=int(np.count_nonzero(table.counts_per_frame(len(images)))),
+            frames_with_faces=int(np.count_nonzero(swapped)),
+            found_per_frame=found_per_frame,
+            swapped_per_frame=swapped,
         )

@@ -29,20 +29,27 @@ from facefusion_batch.kernels.base import (
 )
 from facefusion_batch.swap.raster import rasterize
 from facefusion_batch.swap.regions import FaceRegions
+from facefusion_batch.swap.shape import shaped_meshes
 
-EYES_MOUTH_CHOICES = ("target", "source")
+EYES_MOUTH_CHOICES = ("eyes", "target", "source")
 RASTER_SPAN = 40.0  # eye-corner span (px) at which the warp map is rasterised
 
 
 @dataclass(frozen=True)
 class ClassicalSettings:
     blend: str = "multiband"  # multiband | feather | poisson
-    eyes_mouth: str = "target"  # whose eyes and mouth show: target keeps the expression
+    # whose eyes and mouth show: eyes, the source's eyes warped to the target's eyelids and the
+    # target's inner mouth (teeth, tongue); target, the target's own; source, the source's both
+    eyes_mouth: str = "eyes"
     colour: str = "local"  # local (target light and tint) | global (LAB mean/std) | none
     colour_strength: float = 1.0  # 0–1: how far the colour moves toward the target
-    shading_scale: float = 0.25  # local colour: Gaussian sigma of the carried shading, in IOD
+    shading_scale: float = 0.12  # local colour: Gaussian sigma of the carried shading, in IOD
+    shading_limit: tuple[float, float, float] = (60.0, 30.0, 30.0)  # local colour: LAB bounds
     forehead_margin: float = 0.1  # IOD above the brows kept from the source (hair stays out)
     feather: float = 0.25  # IOD over which the mask ramps from 0 to 1 at its edges
+    # how far the target mesh moves toward the source's brows, nose, eye spacing and size
+    # (swap/shape.py); 0 paints the source's texture on the target's own geometry
+    shape: float = 1.0
 
     def __post_init__(self) -> None:
         if self.colour not in COLOUR_MODES:
@@ -54,7 +61,12 @@ class ClassicalSettings:
 
     @property
     def paint(self) -> PaintSettings:
-        return PaintSettings(colour=self.colour, colour_strength=self.colour_strength, blend=self.blend)
+        return PaintSettings(
+            colour=self.colour,
+            colour_strength=self.colour_strength,
+            blend=self.blend,
+            shading_limit=self.shading_limit,
+        )
 
 
 def eye_frame(mesh: np.ndarray) -> tuple[float, float, float]:
@@ -112,8 +124,11 @@ def prepare_source(
     area[v < brow_v - settings.forehead_margin * iod] = 0
 
     holes = np.zeros((h, w), np.uint8)
-    if settings.eyes_mouth == "target":
-        for loop in (regions.left_eye, regions.right_eye, regions.lips_inner):
+    if settings.eyes_mouth != "source":  # the target's mouth (teeth, tongue), and eyes if asked
+        loops = (regions.lips_inner,) if settings.eyes_mouth == "eyes" else ()
+        if settings.eyes_mouth == "target":
+            loops = (regions.left_eye, regions.right_eye, regions.lips_inner)
+        for loop in loops:
             _poly(holes, local[loop], 255)
         grow = max(1, int(round(0.06 * iod)))
         holes = cv2.dilate(holes, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * grow + 1,) * 2))
@@ -154,11 +169,13 @@ class ClassicalSwapper:
             raise ValueError("at least one source face is needed")
         self.sources = sources
         self.settings = settings
-        if settings.eyes_mouth == "source":
-            fills = [
-                fan_triangles(loop) for loop in (regions.left_eye, regions.right_eye, regions.lips_inner)
-            ]
-            triangles = np.concatenate([triangles, *fills], axis=0)
+        self.face_regions = regions
+        filled = {
+            "source": (regions.left_eye, regions.right_eye, regions.lips_inner),
+            "eyes": (regions.left_eye, regions.right_eye),  # warped to the target's eyelids
+        }.get(settings.eyes_mouth, ())
+        if filled:
+            triangles = np.concatenate([triangles, *(fan_triangles(loop) for loop in filled)], axis=0)
         self.triangles = np.ascontiguousarray(triangles, np.int32)
         self.source_yaw = np.array([s.yaw for s in sources], np.float32)
         self._textures: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
@@ -190,7 +207,11 @@ class ClassicalSwapper:
         scales = self.raster_scales(table)
         shapes = frame_shapes[table.frame_index].astype(np.float64)
         bounds = np.ceil(shapes * scales[:, None]).astype(np.int64)
-        dst = table.mesh[:, :, :2] * scales[:, None, None]
+        geometry = table.mesh
+        if self.settings.shape > 0 and self.settings.eyes_mouth != "target":  # the target's eyes stay put
+            sources = np.stack([self.sources[c].mesh for c in choice])
+            geometry = shaped_meshes(table.mesh, sources, self.face_regions, self.settings.shape)
+        dst = geometry[:, :, :2] * scales[:, None, None]
         cov = rasterize(dst, src_mesh, table.mesh[:, :, 2], self.triangles, bounds)
         order = np.argsort(cov.face, kind="stable")
         starts = np.searchsorted(cov.face[order], np.arange(len(table) + 1))

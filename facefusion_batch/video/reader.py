@@ -74,6 +74,7 @@ class Frame:
     time_base: Fraction
     image: np.ndarray  # H x W x 3 uint8 BGR, C-contiguous, upright (yuv420p: [H*3/2, W] planes)
     replaced: bool = False  # on_decode_error="skip": not decoded, a copy of the last good picture
+    warmup: bool = False  # before a segment's first frame: analysed (face tracks) but not written
 
 
 class _End:

@@ -1,0 +1,88 @@
+"""Shape transfer: the target mesh moved toward the source's inner-face geometry, at the
+target's pose and with the target's expression.
+
+The source's 468 3D points are fitted to the target's by a rigid similarity (rotation, scale,
+translation; Umeyama's least squares) on points that move little with expression (eye
+corners, nose bridge, forehead, cheekbones). Then, inside the face:
+
+- brows and nose take the fitted source's positions (brow line, nose length and width);
+- each eye keeps the target's lids (its opening: blinks and winks stay the target's) but takes
+  the fitted source eye's centre and width (eye spacing and size);
+- the outline (face oval) and the lips stay the target's: no second jaw or cheek edge, and the
+  target's inner mouth (teeth) stays where the target's lips are;
+- every other point moves by its neighbours' displacement, fading to zero toward the outline
+  and the lips.
+
+Pure numpy over the table's faces; the classical swap paints through the shaped mesh.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from facefusion_batch.faces.mesh import LEFT_EYE_OUTER, RIGHT_EYE_OUTER
+from facefusion_batch.swap.regions import FaceRegions
+
+# points that move little with expression: eye corners, nose bridge, forehead, cheekbones
+STABLE = np.array([33, 133, 263, 362, 6, 168, 197, 195, 9, 151, 10, 8, 234, 454, 93, 323, 127, 356])
+NOSE = np.array(
+    [1, 2, 4, 5, 6, 19, 45, 48, 64, 94, 97, 98, 102, 115, 129, 168, 195, 197, 209, 218, 219, 220]
+    + [237, 238, 239, 240, 241, 242, 275, 278, 294, 326, 327, 331, 344, 358, 429, 438, 439, 440, 457]
+    + [458, 459, 460, 461, 462]
+)
+FADE = 0.3  # eye spans from the outline and the lips over which the displacement fades in
+
+
+def similarity_3d(src: np.ndarray, dst: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+    """(scale, rotation [3,3], translation [3]) with dst ≈ scale · src @ R.T + t (least squares)."""
+    mu_s, mu_d = src.mean(axis=0), dst.mean(axis=0)
+    xs, xd = src - mu_s, dst - mu_d
+    u, sv, vt = np.linalg.svd(xd.T @ xs / len(src))
+    d = np.eye(3)
+    if np.linalg.det(u) * np.linalg.det(vt) < 0:  # a rotation, never a reflection
+        d[2, 2] = -1
+    rotation = u @ d @ vt
+    scale = float(np.trace(np.diag(sv) @ d) / max((xs**2).sum() / len(src), 1e-12))
+    return scale, rotation, mu_d - scale * rotation @ mu_s
+
+
+def shaped_meshes(
+    target: np.ndarray, source: np.ndarray, regions: FaceRegions, strength: float = 1.0
+) -> np.ndarray:
+    """[F,468,3] target meshes moved toward each face's source mesh ([F,468,3], any frame of
+    reference: it is fitted first); `strength` 0 gives the target, 1 the full transfer."""
+    out = target.astype(np.float64).copy()
+    if strength <= 0 or not len(target):
+        return out.astype(np.float32)
+    eyes = [np.asarray(regions.left_eye), np.asarray(regions.right_eye)]
+    anchors = np.unique(np.concatenate([regions.face_oval, regions.lips_outer, regions.lips_inner]))
+    brows = np.asarray(regions.brows)
+    for f in range(len(target)):
+        tgt = target[f].astype(np.float64)
+        scale, rotation, shift = similarity_3d(source[f][STABLE].astype(np.float64), tgt[STABLE])
+        fitted = scale * source[f].astype(np.float64) @ rotation.T + shift
+        delta = np.zeros((len(tgt), 2))
+        delta[brows] = fitted[brows, :2] - tgt[brows, :2]
+        delta[NOSE] = fitted[NOSE, :2] - tgt[NOSE, :2]
+        for loop in eyes:
+            t_centre, f_centre = tgt[loop, :2].mean(axis=0), fitted[loop, :2].mean(axis=0)
+            t_width = np.ptp(tgt[loop, 0]) + 1e-6
+            ratio = np.ptp(fitted[loop, 0]) / t_width
+            delta[loop] = f_centre + (tgt[loop, :2] - t_centre) * ratio - tgt[loop, :2]
+        moved = np.zeros(len(tgt), bool)
+        moved[brows] = moved[NOSE] = True
+        for loop in eyes:
+            moved[loop] = True
+        moved[anchors] = False
+        span = np.linalg.norm(tgt[RIGHT_EYE_OUTER, :2] - tgt[LEFT_EYE_OUTER, :2]) + 1e-6
+        # the rest of the face follows its moved neighbours (Gaussian weights of 0.25 eye spans)
+        d2 = ((tgt[:, None, :2] - tgt[None, moved, :2]) ** 2).sum(axis=-1)
+        w = np.exp(-d2 / (2 * (0.25 * span) ** 2))
+        spread = (w @ delta[moved]) / np.maximum(w.sum(axis=1, keepdims=True), 1e-9)
+        delta = np.where(moved[:, None], delta, spread * np.clip(w.sum(axis=1, keepdims=True), 0, 1))
+        # fading to nothing at the outline and the lips
+        to_anchor = np.sqrt(((tgt[:, None, :2] - tgt[None, anchors, :2]) ** 2).sum(axis=-1)).min(axis=1)
+        fade = np.clip(to_anchor / (FADE * span), 0.0, 1.0)
+        fade = fade * fade * (3 - 2 * fade)
+        out[f, :, :2] = tgt[:, :2] + strength * fade[:, None] * delta
+    return out.astype(np.float32)

