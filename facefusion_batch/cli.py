@@ -44,11 +44,17 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    # plain help: readable at 80 columns, no option name cut short by a table column
+    rich_markup_mode=None,
     help="Batched, offline face swapping for video files.",
 )
-models_app = typer.Typer(no_args_is_help=True, help="List, fetch and verify model files.")
+models_app = typer.Typer(
+    no_args_is_help=True, rich_markup_mode=None, help="List, fetch and verify model files."
+)
 app.add_typer(models_app, name="models")
-engines_app = typer.Typer(no_args_is_help=True, help="Build, list and verify TensorRT engines for this GPU.")
+engines_app = typer.Typer(
+    no_args_is_help=True, rich_markup_mode=None, help="Build, list and verify TensorRT engines for this GPU."
+)
 app.add_typer(engines_app, name="engines")
 
 log = logging.getLogger("ffbatch")
@@ -141,6 +147,17 @@ EnhancerModelOpt = Annotated[
     str | None, typer.Option(help="Face enhancer after the swap: gfpgan_1.4, gpen_bfr_512, codeformer...")
 ]
 EnhancerBlendOpt = Annotated[int, typer.Option(help="Percent of the enhanced face kept, 0–100.")]
+EnhancerWeightOpt = Annotated[
+    float, typer.Option(help="0–1: codeformer's fidelity input (FaceFusion's default 0.5); others ignore it.")
+]
+EmbeddingConventionOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="insightface | facefusion: how the source identity is fed. Default: the model "
+        "publisher's (insightface for inswapper: latent renormalised; facefusion for the rest). "
+        "facefusion reproduces FaceFusion 3.x's latent, --swapper-weight and several --source."
+    ),
+]
 MaskOpt = Annotated[
     str, typer.Option(help="Learned swap masks, comma-separated: box, occlusion (xseg), region (parser).")
 ]
@@ -164,6 +181,20 @@ ReferenceDistanceOpt = Annotated[
     float, typer.Option(help="Faces within this distance (1 − cos)/2 of the reference are swapped.")
 ]
 ScoreThresholdOpt = Annotated[float, typer.Option(help="Face detector score threshold.")]
+FaceOrderOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Order of each frame's faces (FaceFusion's): left-right, right-left, top-bottom, "
+        "bottom-top, small-large, large-small, best-worst, worst-best. --faces one takes the first."
+    ),
+]
+FaceIndexOpt = Annotated[
+    list[int] | None,
+    typer.Option(
+        help="Swap only the face at this position of each frame in --face-order (0 = first; "
+        "default order large-small); repeat for several."
+    ),
+]
 SmoothingOpt = Annotated[
     float,
     typer.Option(
@@ -181,6 +212,106 @@ BackendOpt = Annotated[str, typer.Option(help="auto | cpu | cuda | tensorrt.")]
 ModelsDirOpt = Annotated[Path | None, typer.Option(help="Look here for model files first.")]
 
 
+# --- FaceFusion's option names --------------------------------------------------------------
+
+# FaceFusion 3.x's name → (ffbatch's, how its values map): "one" value, "list" (FaceFusion's
+# space-separated values joined by commas), "repeat" (one ffbatch option per value), "size"
+# (FaceFusion's WxH resolution → the width), "input" (the positional input). Accepted on render
+# and preview, rewritten before parsing, hidden from the main list, listed in render's help.
+FACEFUSION_ALIASES: dict[str, tuple[str, str]] = {
+    "-t": ("", "input"),
+    "--target": ("", "input"),
+    "--target-path": ("", "input"),
+    "--source-paths": ("--source", "repeat"),
+    "--output-path": ("--output", "one"),
+    "--face-selector-mode": ("--faces", "one"),
+    "--face-selector-order": ("--face-order", "one"),
+    "--reference-face-distance": ("--reference-distance", "one"),
+    "--reference-frame-number": ("--reference-frame", "one"),
+    "--face-detector-score": ("--score-threshold", "one"),
+    "--face-swapper-model": ("--swapper-model", "one"),
+    "--face-swapper-weight": ("--swapper-weight", "one"),
+    "--face-swapper-pixel-boost": ("--pixel-boost", "size"),
+    "--face-enhancer-model": ("--enhancer-model", "one"),
+    "--face-enhancer-blend": ("--enhancer-blend", "one"),
+    "--face-enhancer-weight": ("--enhancer-weight", "one"),
+    "--face-mask-types": ("--mask", "list"),
+    "--face-mask-blur": ("--mask-blur", "one"),
+    "--face-mask-padding": ("--mask-padding", "list"),
+    "--face-mask-regions": ("--mask-regions", "list"),
+    "--face-occluder-model": ("--occluder-model", "one"),
+    "--face-parser-model": ("--parser-model", "one"),
+    "--output-video-encoder": ("--encoder", "one"),
+    "--output-video-quality": ("--quality", "one"),
+}
+# FaceFusion names whose meaning differs here: refused with what to use instead
+FACEFUSION_REFUSED = {
+    "--trim-frame-start": "FaceFusion trims the output (audio kept); here --frames START:END renders a "
+    "video-only segment for `ffbatch concat`, so it is not the same option",
+    "--trim-frame-end": "see --trim-frame-start",
+}
+
+
+def facefusion_argv(argv: list[str]) -> list[str]:
+    """render / preview arguments with FaceFusion's option names rewritten to ffbatch's."""
+    if not argv or argv[0] not in ("render", "preview"):
+        return argv
+    out, inputs, i = [argv[0]], [], 1
+    while i < len(argv):
+        token = argv[i]
+        name, eq, inline = token.partition("=") if token.startswith("--") else (token, "", "")
+        if name in FACEFUSION_REFUSED:
+            raise InputError(f"{name} is not accepted: {FACEFUSION_REFUSED[name]}")
+        if name not in FACEFUSION_ALIASES:
+            out.append(token)
+            i += 1
+            continue
+        target, kind = FACEFUSION_ALIASES[name]
+        values = [inline] if eq else []
+        i += 1
+        while i < len(argv) and (not values or kind in ("list", "repeat", "input")):
+            if argv[i].startswith("-") and not _is_number(argv[i]):
+                break
+            values.append(argv[i])
+            i += 1
+            if kind in ("one", "size"):
+                break
+        if not values:
+            raise InputError(f"{name} (FaceFusion's name for {target or 'the input'}) needs a value")
+        if kind == "input":
+            inputs += values
+        elif kind == "repeat":
+            for v in values:
+                out += [target, v]
+        elif kind == "list":
+            out += [target, ",".join(values)]
+        elif kind == "size":
+            out += [target, values[0].lower().split("x", 1)[0]]
+        else:
+            out += [target, values[0]]
+    return out + inputs
+
+
+def _is_number(token: str) -> bool:
+    try:
+        float(token)
+    except ValueError:
+        return False
+    return True
+
+
+def facefusion_help() -> str:
+    """render's help section listing FaceFusion's names (one source: the table above), one per
+    line and never rewrapped (click's \\b), so no name is split."""
+    width = max(map(len, FACEFUSION_ALIASES)) + 2
+    lines = [
+        f"{ff:<{width}}{ours or 'INPUT (the positional input)'}"
+        for ff, (ours, _) in FACEFUSION_ALIASES.items()
+    ]
+    lines += [f"{ff:<{width}}refused: it means something else here" for ff in FACEFUSION_REFUSED]
+    return "FaceFusion's option names, accepted by render and preview:\n\n\b\n" + "\n".join(lines)
+
+
 def given_options(ctx: typer.Context) -> set[str]:
     """The parameters the user set on the command line (the rest kept their defaults)."""
     return {
@@ -188,7 +319,7 @@ def given_options(ctx: typer.Context) -> set[str]:
     }
 
 
-@app.command()
+@app.command(epilog=facefusion_help())
 def render(
     ctx: typer.Context,
     inputs: Annotated[
@@ -348,6 +479,8 @@ def render(
     pixel_boost: PixelBoostOpt = None,
     enhancer_model: EnhancerModelOpt = None,
     enhancer_blend: EnhancerBlendOpt = 80,
+    enhancer_weight: EnhancerWeightOpt = 0.5,
+    embedding_convention: EmbeddingConventionOpt = None,
     mask: MaskOpt = "box",
     mask_blur: MaskBlurOpt = 0.3,
     mask_padding: MaskPaddingOpt = "0",
@@ -359,6 +492,8 @@ def render(
     reference_face_position: ReferenceFacePositionOpt = 0,
     reference_distance: ReferenceDistanceOpt = 0.3,
     score_threshold: ScoreThresholdOpt = 0.6,
+    face_order: FaceOrderOpt = None,
+    face_index: FaceIndexOpt = None,
     smoothing: SmoothingOpt = 1.0,
     on_decode_error: Annotated[
         str,
@@ -496,6 +631,8 @@ def preview(
     pixel_boost: PixelBoostOpt = None,
     enhancer_model: EnhancerModelOpt = None,
     enhancer_blend: EnhancerBlendOpt = 80,
+    enhancer_weight: EnhancerWeightOpt = 0.5,
+    embedding_convention: EmbeddingConventionOpt = None,
     mask: MaskOpt = "box",
     mask_blur: MaskBlurOpt = 0.3,
     mask_padding: MaskPaddingOpt = "0",
@@ -507,6 +644,8 @@ def preview(
     reference_face_position: ReferenceFacePositionOpt = 0,
     reference_distance: ReferenceDistanceOpt = 0.3,
     score_threshold: ScoreThresholdOpt = 0.6,
+    face_order: FaceOrderOpt = None,
+    face_index: FaceIndexOpt = None,
     smoothing: SmoothingOpt = 1.0,
     source_face_index: SourceFaceIndexOpt = 0,
     backend: BackendOpt = "auto",
@@ -677,7 +816,8 @@ def main(argv: list[str] | None = None) -> None:
         signal.signal(signal.SIGTERM, _stop)
         signal.signal(signal.SIGHUP, _stop)
     try:
-        code = app(args=argv, standalone_mode=False, prog_name="ffbatch")
+        args = facefusion_argv(list(sys.argv[1:] if argv is None else argv))
+        code = app(args=args, standalone_mode=False, prog_name="ffbatch")
     except typer.Exit as exc:
         code = exc.exit_code
     except typer.Abort:

@@ -22,11 +22,13 @@ from typing import Any
 
 from facefusion_batch.errors import InputError
 from facefusion_batch.faces.detect import DetectorSettings
+from facefusion_batch.faces.identity import CONVENTIONS
 from facefusion_batch.faces.mesh import MeshSettings
+from facefusion_batch.faces.select import FACE_ORDERS
 from facefusion_batch.faces.track import TrackSettings
 from facefusion_batch.fsutil import check_name_length, same_file
 from facefusion_batch.kernels.base import BLEND_MODES, COLOUR_MODES
-from facefusion_batch.models.facefusion import ENHANCERS, OCCLUDERS, PARSERS, SWAPPERS
+from facefusion_batch.models.facefusion import ENHANCERS, MODELS, OCCLUDERS, PARSERS, SWAPPERS
 from facefusion_batch.runtime.backends import choose_backend
 from facefusion_batch.runtime.batching import CPU_BATCH, BatchPolicy
 from facefusion_batch.runtime.device import DeviceSettings, default_streams, parse_gpu_list
@@ -68,6 +70,8 @@ class SwapSettings:
     classical: ClassicalSettings = field(default_factory=ClassicalSettings)
     learned: LearnedSettings = field(default_factory=LearnedSettings)
     reference: ReferenceSettings = field(default_factory=ReferenceSettings)
+    face_order: str | None = None  # FaceFusion's orders, per frame (None: as detected; one: largest)
+    face_indices: tuple[int, ...] = ()  # positions kept in that order, per frame (empty: all)
 
 
 @dataclass(frozen=True)
@@ -276,13 +280,31 @@ def validate_swap(swap: ClassicalSettings | SwapSettings, faces: str) -> None:
     ):
         if value is not None and value.split("@", 1)[0] not in known:
             raise InputError(f"{option} must be one of {', '.join(known)} (got {value!r})")
+    if swap.face_order is not None:
+        validate_choices("--face-order", swap.face_order, tuple(FACE_ORDERS))
+    if any(i < 0 for i in swap.face_indices):
+        raise InputError(f"--face-index must not be negative (got {list(swap.face_indices)})")
+    if swap.face_indices and faces == "one":
+        raise InputError("--face-index chooses faces itself; use it with --faces many or reference, not one")
     if learned.swapper_model and swap.swapper == "classical":
         raise InputError("--swapper-model names a learned model, but --swapper is classical")
     _check_range("--swapper-weight", learned.weight, 0.0, 1.0)
     _check_range("--enhancer-blend", learned.enhancer_blend, 0, 100)
+    _check_range("--enhancer-weight", learned.enhancer_weight, 0.0, 1.0)
+    if learned.embedding_convention is not None:
+        validate_choices("--embedding-convention", learned.embedding_convention, CONVENTIONS)
     _check_range("--mask-blur", learned.masks.blur, 0.0, 1.0)
     if learned.pixel_boost is not None and learned.pixel_boost not in (128, 256, 384, 512, 768, 1024):
         raise InputError(f"--pixel-boost must be 128, 256, 384, 512, 768 or 1024 (got {learned.pixel_boost})")
+    if learned.pixel_boost is not None and learned.swapper_model:
+        size = MODELS[learned.swapper_model.split("@", 1)[0]].size
+        if learned.pixel_boost % size:
+            raise InputError(
+                f"--pixel-boost {learned.pixel_boost} is not a multiple of {learned.swapper_model}'s "
+                f"{size} px input"
+            )
+    if not learned.masks.types:
+        raise InputError(f"--mask needs at least one of {', '.join(MASK_TYPES)}")
     for t in learned.masks.types:
         validate_choices("--mask", t, MASK_TYPES)
     for r in learned.masks.regions:
@@ -455,6 +477,8 @@ def render_settings(
                 pixel_boost=kw.pop("pixel_boost"),
                 enhancer_model=kw.pop("enhancer_model"),
                 enhancer_blend=kw.pop("enhancer_blend"),
+                enhancer_weight=kw.pop("enhancer_weight"),
+                embedding_convention=kw.pop("embedding_convention"),
                 masks=MaskSettings(
                     types=_listed(kw.pop("mask")),
                     blur=kw.pop("mask_blur"),
@@ -464,6 +488,8 @@ def render_settings(
                     parser_model=kw.pop("parser_model"),
                 ),
             ),
+            face_order=kw.pop("face_order", None),
+            face_indices=tuple(kw.pop("face_index", None) or ()),
             reference=ReferenceSettings(
                 image=kw.pop("reference_face"),
                 video=Path(inputs[0]),

@@ -163,6 +163,71 @@ def bisenet() -> onnx.ModelProto:
     return _model(nodes, [_t("input", [1, 3, 512, 512])], [_t("output", [1, 19, 512, 512])], inits, "bisenet")
 
 
+def converter(seed: int) -> onnx.ModelProto:
+    """crossface_*: input [1,512] raw ArcFace embedding → [1,512], a fixed near-identity map
+    scaled so that its output is not unit length (what FaceFusion's normalising is for)."""
+    rng = np.random.default_rng(seed)
+    w = (3.0 * np.eye(512) + rng.normal(0, 0.2, (512, 512))).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["input", "w"], ["output"])]
+    return _model(nodes, [_t("input", [1, 512])], [_t("output", [1, 512])], [_init("w", w)], "crossface")
+
+
+def enhancer(size: int, seed: int = 3) -> onnx.ModelProto:
+    """GFPGAN / GPEN / RestoreFormer++ signature at `size`: input [1,3,S,S] in [-1,1] → same."""
+    model = gfpgan(seed)
+    for v in (model.graph.input[0], model.graph.output[0]):
+        v.type.tensor_type.shape.dim[2].dim_value = size
+        v.type.tensor_type.shape.dim[3].dim_value = size
+    return model
+
+
+def codeformer(seed: int = 4) -> onnx.ModelProto:
+    """codeformer: input [1,3,512,512] and weight float64 [1] (fidelity) → output; the weight
+    shifts the output, so a test can see that it is fed."""
+    rng = np.random.default_rng(seed)
+    w = (0.8 * np.eye(3) + rng.normal(0, 0.05, (3, 3))).astype(np.float32).reshape(3, 3, 1, 1)
+    nodes = [
+        helper.make_node("Conv", ["input", "w"], ["c"]),
+        helper.make_node("Cast", ["weight"], ["wf"], to=TensorProto.FLOAT),
+        helper.make_node("Sub", ["wf", "half"], ["centred"]),
+        helper.make_node("Add", ["c", "centred"], ["shifted"]),
+        helper.make_node("Tanh", ["shifted"], ["output"]),
+    ]
+    return _model(
+        nodes,
+        [_t("input", [1, 3, 512, 512]), _t("weight", [1], TensorProto.DOUBLE)],
+        [_t("output", [1, 3, 512, 512])],
+        [_init("w", w), _init("half", np.array([0.5], np.float32))],
+        "codeformer",
+    )
+
+
+def xseg_seeing(seed: int = 5) -> onnx.ModelProto:
+    """xseg_2: like xseg_1's signature, but its mask follows the picture (brightness through a
+    steep sigmoid), so how a crop is resized for it shows in the mask."""
+    nodes = [
+        helper.make_node("ReduceMean", ["input"], ["m"], axes=[3], keepdims=1),
+        helper.make_node("Sub", ["m", "mid"], ["c"]),
+        helper.make_node("Mul", ["c", "gain"], ["l"]),
+        helper.make_node("Sigmoid", ["l"], ["output"]),
+    ]
+    inits = [_init("mid", np.float32(0.3)), _init("gain", np.float32(12.0))]
+    return _model(nodes, [_t("input", [1, 256, 256, 3])], [_t("output", [1, 256, 256, 1])], inits, "xseg2")
+
+
+def bisenet_seeing(seed: int = 6) -> onnx.ModelProto:
+    """bisenet_resnet_18: 19 logits from a fixed 1×1 colour projection of the crop, so the classes
+    (and the region mask) follow the picture."""
+    w = np.random.default_rng(seed).normal(0, 3, (19, 3, 1, 1)).astype(np.float32)
+    bias = np.zeros(19, np.float32)
+    bias[1] = 3.0  # skin wins about half the picture, the other classes share the rest
+    nodes = [helper.make_node("Conv", ["input", "w", "b"], ["output"])]
+    inits = [_init("w", w), _init("b", bias)]
+    return _model(
+        nodes, [_t("input", [1, 3, 512, 512])], [_t("output", [1, 19, 512, 512])], inits, "bisenet18"
+    )
+
+
 STANDINS = {
     "inswapper_128": inswapper,
     "hyperswap_1a_256": hyperswap,
@@ -170,6 +235,27 @@ STANDINS = {
     "gfpgan_1.4": gfpgan,
     "xseg_1": xseg,
     "bisenet_resnet_34": bisenet,
+}
+
+# the rest of the catalogue, written only when named (so the default set stays small)
+MORE_STANDINS = {
+    "simswap_256": lambda: _swapper(256, "Sigmoid", 11),
+    "simswap_unofficial_512": lambda: _swapper(512, "Sigmoid", 12),
+    "ghost_1_256": lambda: _swapper(256, "Tanh", 13),
+    "hififace_unofficial_256": lambda: _swapper(256, "Tanh", 14),
+    "crossface_simswap": lambda: converter(21),
+    "crossface_ghost": lambda: converter(22),
+    "crossface_hififace": lambda: converter(23),
+    "gfpgan_1.2": lambda: enhancer(512, 31),
+    "gfpgan_1.3": lambda: enhancer(512, 32),
+    "gpen_bfr_256": lambda: enhancer(256, 33),
+    "gpen_bfr_512": lambda: enhancer(512, 34),
+    "gpen_bfr_1024": lambda: enhancer(1024, 35),
+    "gpen_bfr_2048": lambda: enhancer(2048, 36),
+    "restoreformer_plus_plus": lambda: enhancer(512, 37),
+    "codeformer": codeformer,
+    "xseg_2": xseg_seeing,
+    "bisenet_resnet_18": bisenet_seeing,
 }
 
 
@@ -180,7 +266,7 @@ def crc32_hex(data: bytes) -> str:
 def write_standin(directory: Path, name: str, model: onnx.ModelProto | None = None) -> Path:
     """`name`.onnx and `name`.hash (its CRC32) in `directory`, as FaceFusion keeps them."""
     directory.mkdir(parents=True, exist_ok=True)
-    data = (model or STANDINS[name]()).SerializeToString()
+    data = (model or {**STANDINS, **MORE_STANDINS}[name]()).SerializeToString()
     path = directory / f"{name}.onnx"
     path.write_bytes(data)
     (directory / f"{name}.hash").write_text(crc32_hex(data))

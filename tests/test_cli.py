@@ -485,8 +485,15 @@ def test_help_and_version():
 def test_render_help_states_every_default():
     # (square brackets in help texts are Rich markup and vanish: defaults must not use them)
     lines = ffbatch("render", "--help").stdout.splitlines()
-    threads = next(line for line in lines if "--threads" in line)
-    crf = next(line for line in lines if "--crf" in line)
+
+    def block(option: str) -> str:
+        """The option's help: its line and the wrapped lines below it (plain help wraps)."""
+        start = next(i for i, line in enumerate(lines) if line.lstrip().startswith(option))
+        end = next((i for i in range(start + 1, len(lines)) if lines[i].lstrip().startswith("-")), len(lines))
+        return " ".join(line.strip() for line in lines[start:end])
+
+    threads = block("--threads")
+    crf = block("--crf")
     assert "cores / workers" in threads, threads
     assert "18" in crf, crf
 

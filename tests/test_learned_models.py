@@ -65,6 +65,14 @@ def test_catalogue_has_facefusion_names_urls_and_hash_entries():
         "bisenet_resnet_34",
         "crossface_simswap",
         "crossface_ghost",
+        "crossface_hififace",
+        "hififace_unofficial_256",
+        "simswap_unofficial_512",
+        "gfpgan_1.2",
+        "gfpgan_1.3",
+        "gpen_bfr_1024",
+        "gpen_bfr_2048",
+        "restoreformer_plus_plus",
     ):
         spec = catalog.CATALOG[name]
         assert spec.file == f"{name}.onnx" and spec.sha256 is None, name
@@ -73,6 +81,11 @@ def test_catalogue_has_facefusion_names_urls_and_hash_entries():
     assert "releases/download/models-3.0.0/inswapper_128.onnx" in facefusion.MODELS["inswapper_128"].url
     assert facefusion.MODELS["hyperswap_1a_256"].release == "models-3.3.0"
     assert catalog.CATALOG["inswapper_128"].inputs[1].shape == (1, 512)
+    assert facefusion.MODELS["hififace_unofficial_256"].release == "models-3.1.0"
+    assert facefusion.MODELS["crossface_hififace"].release == "models-3.4.0"
+    # the embedding convention of each publisher: InsightFace's for inswapper, FaceFusion's otherwise
+    assert {m.convention for m in facefusion.MODELS.values() if m.family == "inswapper"} == {"insightface"}
+    assert facefusion.MODELS["hyperswap_1a_256"].convention == "facefusion"
 
 
 def test_fetch_checks_the_crc32_and_records_the_sha256(home, published):

@@ -5,8 +5,15 @@ Conventions (FaceFusion 3.x where it has one):
 - the recogniser sees an arcface_112_v2 crop, RGB, x/127.5 − 1; its raw 512-d
   output is kept, and normalised where a unit vector is wanted;
 - several source photos: raw embeddings are averaged (what the embedding
-  converters take) and the normalised ones averaged and normalised again (the
-  identity direction the swappers take);
+  converters take) and the normalised ones averaged; the `insightface` convention
+  normalises that mean again (a unit identity direction), `facefusion` keeps it as
+  FaceFusion does (hyperswap then gets a shorter vector);
+- two embedding conventions (`--embedding-convention`): `insightface` renormalises
+  inswapper's latent (its publisher's inference code) and blends the swapper weight
+  in ArcFace space before the mapping; `facefusion` is FaceFusion 3.x exactly: no
+  renormalising, the weight blended after the mapping against the target's embedding
+  (normalised except for ghost). The default is the model publisher's (the catalogue's
+  `convention`): insightface for inswapper, facefusion for the rest;
 - distance between faces: (1 − cos) / 2, from 0 (same direction) to 1;
   `--reference-distance` is a threshold on it (FaceFusion's scale; default 0.3).
 """
@@ -29,7 +36,9 @@ from facefusion_batch.runtime.session import Session, run_chunked
 # feeding it; FaceFusion does not. The publisher's own inference code defines what the model
 # was built for, so its convention is followed.
 RENORMALISE_INSWAPPER_LATENT = True
-EMBEDDING_FAMILIES = ("inswapper", "hyperswap", "simswap", "ghost")
+EMBEDDING_FAMILIES = ("inswapper", "hyperswap", "simswap", "ghost", "hififace")
+CONVENTIONS = ("insightface", "facefusion")
+CONVERTED_RAW = ("ghost",)  # converter output and target side kept raw (FaceFusion's balance)
 IMAGE_SOURCE_CROPS = {"blendswap": ("arcface_112_v2", 112), "uniface": ("ffhq_512", 256)}
 
 
@@ -83,6 +92,7 @@ class SourceIdentity:
     embedding: np.ndarray | None  # [512] unit: the normalised embeddings averaged, normalised again
     raw: np.ndarray | None  # [512] the raw embeddings averaged
     face: np.ndarray | None = None  # [3,S,S] RGB 0–1: the first photo's face (blendswap / uniface)
+    unit_mean: np.ndarray | None = None  # [512] the normalised embeddings averaged (FaceFusion's)
 
 
 def source_identity(
@@ -94,18 +104,19 @@ def source_identity(
 ) -> SourceIdentity:
     """`table` holds one face per source photo (row i ↔ photo i); one recogniser call for all of
     them. Image-source families (blendswap, uniface) also get the first photo's face crop."""
-    embedding = raw = face = None
+    embedding = raw = face = unit_mean = None
     if recogniser is not None:
         raw_all = recogniser.embed(k, frames, table)
         raw = raw_all.mean(axis=0)
-        embedding = normalise(normalise(raw_all).mean(axis=0))
+        unit_mean = normalise(raw_all).mean(axis=0)
+        embedding = normalise(unit_mean)
     if family in IMAGE_SOURCE_CROPS:
         template, size = IMAGE_SOURCE_CROPS[family]
         first = table.select(np.flatnonzero(table.frame_index == 0)[:1])
         crops, _ = align_crops(k, frames, first.frame_index, first.landmarks5, template, size)
         # the source face goes in as RGB 0–1, whatever the target's normalisation
         face = k.to_host(k.model_input(crops))[0]
-    return SourceIdentity(embedding=embedding, raw=raw, face=face)
+    return SourceIdentity(embedding=embedding, raw=raw, face=face, unit_mean=unit_mean)
 
 
 def read_emap(model_path: Path) -> np.ndarray:
@@ -140,10 +151,11 @@ def weight_to_lambda(weight: float) -> float:
 class IdentityEncoder:
     """Per target face, the swapper's identity input [F,D] (or [F,3,S,S] for image-source models).
 
-    The weight blends source and target identity as FaceFusion's swapper weight
-    does, but in the space the model's mapping starts from (the normalised or raw
-    ArcFace embedding), before emap or a converter is applied, so both sides are
-    in the same space; FaceFusion blends after the mapping.
+    `insightface` convention: the weight blends source and target identity in the space
+    the model's mapping starts from (the normalised or raw ArcFace embedding), before emap
+    or a converter, so both sides are in the same space. `facefusion`: FaceFusion's exact
+    formulas (the mapped source blended with the target's embedding, nothing renormalised),
+    so a user moving over gets the same face from the same file.
     """
 
     def __init__(
@@ -154,9 +166,13 @@ class IdentityEncoder:
         weight: float = 0.5,
         emap: np.ndarray | None = None,
         converter: Session | None = None,
+        convention: str | None = None,
     ) -> None:
         self.model = model
         self.family = model.family
+        self.convention = convention or model.convention
+        if self.convention not in CONVENTIONS:
+            raise ValueError(f"embedding convention {self.convention!r} is not one of {CONVENTIONS}")
         self.lam = weight_to_lambda(weight) if self.family in EMBEDDING_FAMILIES else 0.0
         self.emap = emap
         self.converter = converter
@@ -164,21 +180,39 @@ class IdentityEncoder:
             raise ValueError(f"{model.name} needs the source's face embedding (a face recogniser)")
         if self.family == "inswapper" and emap is None:
             raise ValueError("inswapper needs its emap")
-        if self.family in ("simswap", "ghost") and converter is None:
+        if self.family in ("simswap", "ghost", "hififace") and converter is None:
             raise ValueError(f"{model.name} needs its embedding converter {model.converter}")
         if self.family in IMAGE_SOURCE_CROPS and source.face is None:
             raise ValueError(f"{model.name} takes the source face itself; source_identity() crops it")
         self.source = source
-        self._source_input = (
-            self._map(self._source_side()[None])[0] if self.family in EMBEDDING_FAMILIES else source.face
-        )
+        if self.family not in EMBEDDING_FAMILIES:
+            self._source_input = source.face
+        elif self.convention == "facefusion":
+            self._source_input = self._facefusion_source()
+        else:
+            self._source_input = self._map(self._source_side()[None])[0]
 
     @property
     def needs_target_embeddings(self) -> bool:
         return self.lam != 0.0
 
     def _uses_raw(self) -> bool:
-        return self.family in ("simswap", "ghost")
+        return self.family in ("simswap", "ghost", "hififace")
+
+    def _facefusion_source(self) -> np.ndarray:
+        """FaceFusion's source embedding per family, from the photos' averaged embeddings."""
+        raw = self.source.raw
+        if self.family == "inswapper":
+            return (normalise(raw[None]) @ self.emap)[0]
+        if self.family == "hyperswap":
+            mean = self.source.unit_mean if self.source.unit_mean is not None else self.source.embedding
+            return np.asarray(mean, np.float32)
+        converted = self._convert(raw[None])
+        return converted[0] if self.family in CONVERTED_RAW else normalise(converted)[0]
+
+    def _convert(self, vectors: np.ndarray) -> np.ndarray:
+        out = run_chunked(self.converter, {_input_name(self.converter): vectors.astype(np.float32)}, 4096)
+        return out[self.converter.outputs[0].name].reshape(len(vectors), -1)
 
     def _source_side(self) -> np.ndarray:
         return self.source.raw if self._uses_raw() else self.source.embedding
@@ -189,15 +223,17 @@ class IdentityEncoder:
             return inswapper_latent(vectors, self.emap)
         if self.family == "hyperswap":
             return normalise(vectors)
-        converted = run_chunked(
-            self.converter, {_input_name(self.converter): vectors.astype(np.float32)}, 4096
-        )
-        converted = converted[self.converter.outputs[0].name].reshape(len(vectors), -1)
-        return normalise(converted) if self.family == "simswap" else converted
+        converted = self._convert(vectors)
+        return converted if self.family in CONVERTED_RAW else normalise(converted)
 
     def __call__(self, count: int, target_embeddings: np.ndarray | None = None) -> np.ndarray:
         if self.lam == 0.0 or target_embeddings is None:
             return np.repeat(self._source_input[None], count, axis=0)
+        if self.convention == "facefusion":
+            # FaceFusion's balance: after the mapping, against the target's embedding as it is
+            target = target_embeddings if self.family in CONVERTED_RAW else normalise(target_embeddings)
+            blended = (1.0 - self.lam) * self._source_input[None] + self.lam * target
+            return blended.astype(np.float32)
         target = target_embeddings if self._uses_raw() else normalise(target_embeddings)
         blended = (1.0 - self.lam) * self._source_side()[None] + self.lam * target
         return self._map(blended.astype(np.float32))

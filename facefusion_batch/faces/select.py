@@ -1,4 +1,6 @@
-"""Which detected faces are swapped: every face, the largest per frame, or a reference person."""
+"""Which detected faces are swapped: every face, the largest per frame, or a reference person;
+optionally ordered per frame as FaceFusion orders them (`--face-order`) and cut to chosen
+positions in that order (`--face-index`), so "the second face from the left" is one option."""
 
 from __future__ import annotations
 
@@ -8,10 +10,57 @@ from facefusion_batch.faces.identity import Recogniser, match_reference
 from facefusion_batch.faces.table import FaceTable
 from facefusion_batch.kernels.base import Frames, Kernels
 
+# FaceFusion's --face-selector-order: (sort key over the table, descending)
+FACE_ORDERS = {
+    "left-right": ("left", False),
+    "right-left": ("left", True),
+    "top-bottom": ("top", False),
+    "bottom-top": ("top", True),
+    "small-large": ("area", False),
+    "large-small": ("area", True),
+    "best-worst": ("score", True),
+    "worst-best": ("score", False),
+}
 
-def select_faces(table: FaceTable, mode: str, frames: int) -> FaceTable:
-    """`many`: every face; `one`: the largest face of each frame."""
-    if mode == "many" or len(table) == 0:
+
+def order_faces(table: FaceTable, order: str) -> tuple[np.ndarray, np.ndarray]:
+    """(rows in frame order, then `order` within each frame; each row's position in its frame)."""
+    key, descending = FACE_ORDERS[order]
+    values = {
+        "left": table.box[:, 0],
+        "top": table.box[:, 1],
+        "area": table.areas(),
+        "score": table.score,
+    }[key].astype(np.float64)
+    rows = np.lexsort((-values if descending else values, table.frame_index))  # stable, as sorted()
+    frame_of = table.frame_index[rows]
+    starts = np.r_[0, np.flatnonzero(frame_of[1:] != frame_of[:-1]) + 1]
+    position = np.arange(len(rows)) - np.repeat(starts, np.diff(np.r_[starts, len(rows)]))
+    return rows, position
+
+
+def pick_positions(table: FaceTable, order: str, indices: tuple[int, ...]) -> FaceTable:
+    """The faces at `indices` (0-based) of each frame's `order`, painted in that order."""
+    if len(table) == 0:
+        return table
+    rows, position = order_faces(table, order)
+    return table.select(rows[np.isin(position, np.asarray(indices, np.int64))])
+
+
+def select_faces(
+    table: FaceTable, mode: str, frames: int, order: str | None = None, indices: tuple[int, ...] = ()
+) -> FaceTable:
+    """`many`: every face; `one`: the largest face of each frame (with `order`: the first in it).
+    `indices` keeps those positions of each frame in `order` (default large-small)."""
+    if len(table) == 0:
+        return table
+    if order is not None or indices:
+        if mode == "one":
+            indices = (0,)
+        if not indices:
+            return table.select(order_faces(table, order)[0])
+        return pick_positions(table, order or "large-small", indices)
+    if mode == "many":
         return table
     area = table.areas()
     order = np.lexsort((-area, table.frame_index))  # by frame, largest first
@@ -33,6 +82,8 @@ class FaceSelector:
         recogniser: Recogniser | None = None,
         reference: np.ndarray | None = None,
         distance: float = 0.3,
+        order: str | None = None,
+        indices: tuple[int, ...] = (),
     ) -> None:
         if mode == "reference" and (recogniser is None or reference is None):
             raise ValueError("reference selection needs a recogniser and a reference embedding")
@@ -40,11 +91,14 @@ class FaceSelector:
         self.recogniser = recogniser
         self.reference = reference
         self.distance = distance
+        self.order = order
+        self.indices = tuple(indices)
 
     def __call__(self, k: Kernels, frames: Frames, table: FaceTable) -> FaceTable:
         if self.mode != "reference":
-            return select_faces(table, self.mode, frames.count)
+            return select_faces(table, self.mode, frames.count, self.order, self.indices)
         table = self.recogniser(k, frames, table)
         if len(table) == 0:
             return table
-        return table.select(match_reference(table.embedding, self.reference, self.distance))
+        table = table.select(match_reference(table.embedding, self.reference, self.distance))
+        return select_faces(table, "many", frames.count, self.order, self.indices)

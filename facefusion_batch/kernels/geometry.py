@@ -42,10 +42,12 @@ def footprint(
     corners = np.array([[0, 0, 1], [size, 0, 1], [0, size, 1], [size, size, 1]], np.float64)
     xy = corners @ inverse.T
     height, width = frame_shape[:2]
-    x0 = max(int(np.floor(xy[:, 0].min())) - 1, 0)
-    y0 = max(int(np.floor(xy[:, 1].min())) - 1, 0)
-    x1 = min(int(np.ceil(xy[:, 0].max())) + 2, width)
-    y1 = min(int(np.ceil(xy[:, 1].max())) + 2, height)
+    # FaceFusion's paste area (calculate_paste_area): floor / ceil of the corners, no margin; a
+    # wider one lets the bilinear edge of the mask paint a pixel or two FaceFusion leaves alone
+    x0 = min(max(int(np.floor(xy[:, 0].min())), 0), width)
+    y0 = min(max(int(np.floor(xy[:, 1].min())), 0), height)
+    x1 = min(max(int(np.ceil(xy[:, 0].max())), 0), width)
+    y1 = min(max(int(np.ceil(xy[:, 1].max())), 0), height)
     if x1 <= x0 or y1 <= y0:
         return None
     return x0, y0, x1, y1

@@ -66,8 +66,8 @@ class HostKernels:
     def warp_crops(self, frames, frame_index, affines, size: int, border: str) -> np.ndarray:
         return H.warp_crops(frames.pixels, frame_index, affines, size, border)
 
-    def resize_crops(self, crops: np.ndarray, size: int) -> np.ndarray:
-        return H.resize_crops(crops, size)
+    def resize_crops(self, crops: np.ndarray, size: int, *, levels: bool = True) -> np.ndarray:
+        return H.resize_crops(crops, size)  # a uint8 crop stays uint8, a float one float
 
     def model_input(self, crops, mean=0.0, std=1.0, *, rgb: bool = True, nhwc: bool = False) -> np.ndarray:
         return H.model_input(crops, mean, std, rgb=rgb, nhwc=nhwc)

@@ -57,8 +57,9 @@ def warp_crops(
 def resize_crops(crops: np.ndarray, size: int) -> np.ndarray:
     if crops.shape[1] == size:
         return crops
-    interp = cv2.INTER_AREA if crops.shape[1] > size else cv2.INTER_LINEAR
-    return np.stack([cv2.resize(c, (size, size), interpolation=interp) for c in crops])
+    # bilinear both ways, as FaceFusion feeds its mask models (INTER_AREA would be kinder to a
+    # 1024-px crop, but the masks would then differ from FaceFusion's by up to a whole level)
+    return np.stack([cv2.resize(c, (size, size), interpolation=cv2.INTER_LINEAR) for c in crops])
 
 
 def model_input(crops: np.ndarray, mean=0.0, std=1.0, *, rgb: bool = True, nhwc: bool = False) -> np.ndarray:
@@ -131,20 +132,30 @@ def paste_one(
     """Blend `crop` (0–255, [S,S,3]) into `frame` through `mask` ([S,S], 0–1), in place, inside
     `rect` (x0, y0, x1, y1: the crop's footprint): inverse warp, then alpha blend."""
     x0, y0, x1, y1 = rect
-    # the alignment, shifted so that the rectangle's corner is the origin
-    m = affine.copy()
-    m[:, 2] += m[:, :2] @ np.array([x0, y0], np.float64)
+    # the inverse alignment, shifted to the rectangle's corner, warped forward in float64 as
+    # FaceFusion does: OpenCV's float32 path interpolates on a coarser grid, which moves sharp
+    # edges of the crop by up to 3 levels against FaceFusion's result
+    m = cv2.invertAffineTransform(np.asarray(affine, np.float64))
+    m[:, 2] -= np.array([x0, y0], np.float64)
     dsize = (x1 - x0, y1 - y0)
-    flags = cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP
     face = cv2.warpAffine(
-        np.ascontiguousarray(crop, np.float32), m, dsize, flags=flags, borderMode=cv2.BORDER_REPLICATE
+        np.ascontiguousarray(crop, np.float64),
+        m,
+        dsize,
+        flags=cv2.INTER_LINEAR,
+        borderMode=cv2.BORDER_REPLICATE,
     )
     alpha = cv2.warpAffine(
-        np.ascontiguousarray(mask, np.float32), m, dsize, flags=flags, borderMode=cv2.BORDER_CONSTANT
+        np.ascontiguousarray(mask, np.float64),
+        m,
+        dsize,
+        flags=cv2.INTER_LINEAR,
+        borderMode=cv2.BORDER_CONSTANT,
     )
     alpha = np.clip(alpha, 0.0, 1.0)[..., None]
-    region = frame[y0:y1, x0:x1].astype(np.float32)
-    frame[y0:y1, x0:x1] = np.clip(region + alpha * (face - region) + 0.5, 0, 255).astype(np.uint8)
+    region = frame[y0:y1, x0:x1].astype(np.float64)
+    # truncated, not rounded, as FaceFusion's paste_back does (rounding is +1 level on ~4% of pixels)
+    frame[y0:y1, x0:x1] = np.clip(region * (1 - alpha) + face * alpha, 0, 255).astype(np.uint8)
 
 
 # --- the classical paint: colour transfer and blends ------------------------------------------------------

@@ -152,12 +152,12 @@ class TorchKernels:
             crops = D.warp_affine(frames.pixels, frame_index, m, (size, size), border=mode)
             return torch.clamp(torch.round(crops), 0, 255)
 
-    def resize_crops(self, crops: torch.Tensor, size: int) -> torch.Tensor:
+    def resize_crops(self, crops: torch.Tensor, size: int, *, levels: bool = True) -> torch.Tensor:
         if crops.shape[-1] == size:
             return crops
         with self._stream():
-            resized = (D.resize_area if crops.shape[-1] > size else D.resize_linear)(crops, (size, size))
-            return torch.clamp(torch.round(resized), 0, 255)
+            resized = D.resize_linear(crops, (size, size))  # bilinear both ways, as the host set
+            return torch.clamp(torch.round(resized), 0, 255) if levels else resized
 
     def model_input(self, crops, mean=0.0, std=1.0, *, rgb: bool = True, nhwc: bool = False):
         with self._stream():
@@ -339,6 +339,8 @@ def _paste_chunk(frames, index, crops, alpha, affines, chosen, origins, canvas) 
     m = D.to_device(affines, device, torch.float64)
     sx = m[:, 0, 0, None, None] * px + m[:, 0, 1, None, None] * py + m[:, 0, 2, None, None]
     sy = m[:, 1, 0, None, None] * px + m[:, 1, 1, None, None] * py + m[:, 1, 2, None, None]
+    # OpenCV (and so FaceFusion and the host set) samples at 1/32 px; so does this
+    sx, sy = torch.round(sx * 32.0) / 32.0, torch.round(sy * 32.0) / 32.0
     grid = D.grid_coords(torch.stack([sx, sy], dim=-1).float(), size, size)  # [F, ch, cw, 2]
     face = F.grid_sample(
         crops.index_select(0, sel).float(), grid, mode="bilinear", padding_mode="border", align_corners=True
@@ -352,5 +354,6 @@ def _paste_chunk(frames, index, crops, alpha, affines, chosen, origins, canvas) 
     )
     a = torch.clamp(a, 0.0, 1.0)
     region = gather_canvases(frames, index, origins, canvas)
-    out = torch.floor(torch.clamp(region + a * (face - region) + 0.5, 0, 255)).to(torch.uint8)
+    # truncated, as the host set and FaceFusion's paste_back do
+    out = torch.floor(torch.clamp(region * (1 - a) + face * a, 0, 255)).to(torch.uint8)
     return out.permute(0, 2, 3, 1)

@@ -23,10 +23,9 @@ import logging
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    pass
+from facefusion_batch.errors import ModelError
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +58,10 @@ class LearnedModel:
     mean: tuple[float, float, float] = ZERO
     std: tuple[float, float, float] = ONE
     output_denormalise: bool = False
-    converter: str | None = None  # an embedding converter model, for simswap / ghost
+    converter: str | None = None  # an embedding converter model, for simswap / ghost / hififace
+    # the embedding convention of the model's publisher: "insightface" (inswapper: the latent
+    # renormalised, as InsightFace's own code does) or "facefusion" (FaceFusion's formulas)
+    convention: str = "facefusion"
     note: str = ""
 
     @property
@@ -88,6 +90,13 @@ def _swapper(
     return LearnedModel(name, "swapper", release, licence, family, template, size, **kw)
 
 
+def _enhancer(name: str, licence: str, family: str, template: str, size: int) -> LearnedModel:
+    """FaceFusion's enhancers all take RGB (x/255 − 0.5)/0.5 and return [−1, 1]."""
+    return LearnedModel(
+        name, "enhancer", "models-3.0.0", licence, family, template, size, HALF, HALF, output_denormalise=True
+    )
+
+
 # Facts from FaceFusion 3.x's model sets (face_swapper, face_recognizer, face_enhancer,
 # face_masker), checked against models.md. Where they differ, FaceFusion's is kept and
 # the difference noted.
@@ -101,10 +110,32 @@ MODELS: dict[str, LearnedModel] = {
             "inswapper",
             "arcface_128",
             128,
+            convention="insightface",
             note="inputs target [1,3,128,128] RGB 0-1 and source [1,512] = (e/|e|) @ emap (emap: the "
             "graph's last initializer); output 0-1. Batch fixed at 1 in the published file.",
         ),
-        _swapper("inswapper_128_fp16", "models-3.0.0", _INSIGHTFACE, "inswapper", "arcface_128", 128),
+        _swapper(
+            "inswapper_128_fp16",
+            "models-3.0.0",
+            _INSIGHTFACE,
+            "inswapper",
+            "arcface_128",
+            128,
+            convention="insightface",
+        ),
+        _swapper(
+            "hififace_unofficial_256",
+            "models-3.1.0",
+            "unknown (GuijiAI)",
+            "hififace",
+            "mtcnn_512",
+            256,
+            mean=HALF,
+            std=HALF,
+            output_denormalise=True,
+            converter="crossface_hififace",
+            note="embedding via crossface_hififace, then normalised; output de-normalised",
+        ),
         *(
             _swapper(
                 f"hyperswap_1{v}_256",
@@ -131,6 +162,16 @@ MODELS: dict[str, LearnedModel] = {
             std=IMAGENET_STD,
             converter="crossface_simswap",
             note="input ImageNet mean/std, output 0-1 (not de-normalised)",
+        ),
+        _swapper(
+            "simswap_unofficial_512",
+            "models-3.0.0",
+            "non-commercial (neuralchen)",
+            "simswap",
+            "arcface_112_v1",
+            512,
+            converter="crossface_simswap",
+            note="input RGB 0-1 (mean 0, std 1), output 0-1 (not de-normalised)",
         ),
         *(
             _swapper(
@@ -176,6 +217,13 @@ MODELS: dict[str, LearnedModel] = {
             note="maps a raw ArcFace embedding [N,512] into simswap's identity space",
         ),
         LearnedModel(
+            "crossface_hififace",
+            "converter",
+            "models-3.4.0",
+            "see the publisher (FaceFusion)",
+            note="maps a raw ArcFace embedding [N,512] into hififace's identity space",
+        ),
+        LearnedModel(
             "crossface_ghost",
             "converter",
             "models-3.4.0",
@@ -194,17 +242,9 @@ MODELS: dict[str, LearnedModel] = {
             std=HALF,
             note="input RGB x/127.5 - 1, 112x112; output the 512-d embedding",
         ),
-        LearnedModel(
-            "gfpgan_1.4",
-            "enhancer",
-            "models-3.0.0",
-            "Apache-2.0 (TencentARC)",
-            "gfpgan",
-            "ffhq_512",
-            512,
-            mean=HALF,
-            std=HALF,
-            output_denormalise=True,
+        *(
+            _enhancer(f"gfpgan_{v}", "Apache-2.0 (TencentARC)", "gfpgan", "ffhq_512", 512)
+            for v in ("1.2", "1.3", "1.4")
         ),
         LearnedModel(
             "gpen_bfr_256",
@@ -230,6 +270,14 @@ MODELS: dict[str, LearnedModel] = {
             mean=HALF,
             std=HALF,
             output_denormalise=True,
+        ),
+        *(_enhancer(f"gpen_bfr_{n}", "non-commercial (yangxy)", "gpen", "ffhq_512", n) for n in (1024, 2048)),
+        _enhancer(
+            "restoreformer_plus_plus",
+            "Apache-2.0 (wzhouxiff)",
+            "restoreformer",
+            "ffhq_512",
+            512,
         ),
         LearnedModel(
             "codeformer",
@@ -327,3 +375,35 @@ def validate_crc32(path: Path, cached: Any = None) -> dict[str, Any]:
     if actual != expected:
         raise ValueError(f"CRC32 {actual} does not match {expected} in {sidecar}")
     return {"crc32": actual, "crc32_source": str(sidecar)}
+
+
+_CRC_MEMO: dict[tuple[str, int, int], str] = {}
+
+
+def check_beside(path: Path) -> str | None:
+    """The file's CRC32 checked against the ``.hash`` beside it, re-read on every call.
+
+    The store's memo says a file was verified once; a sidecar edited (or a file swapped)
+    after that must still be noticed, so the sidecar is read again each run and the CRC32
+    recomputed whenever the file's size or mtime moved. A mismatch or an unreadable
+    sidecar is `ModelError` (exit 2) naming the file and both hashes; no sidecar: None.
+    """
+    path = Path(path)
+    sidecar = path.with_suffix(".hash")
+    if not sidecar.is_file():
+        return None
+    try:
+        expected = read_crc32(sidecar)
+    except (ValueError, OSError) as exc:
+        raise ModelError(f"{path}: its sidecar {sidecar} is unreadable ({exc})") from None
+    st = path.stat()
+    key = (str(path.absolute()), st.st_size, st.st_mtime_ns)
+    actual = _CRC_MEMO.get(key) or crc32_file(path)
+    _CRC_MEMO[key] = actual
+    if actual != expected:
+        raise ModelError(
+            f"{path} fails verification: CRC32 {actual}, but {sidecar} expects {expected}. "
+            f"Replace the file (or its .hash) with the publisher's, or fetch it again with "
+            f"`ffbatch models fetch --force {path.stem}`"
+        )
+    return actual

@@ -13,11 +13,17 @@ import numpy as np
 # corner, image-left first); multiply by the crop size.
 TEMPLATES: dict[str, np.ndarray] = {
     # InsightFace's frontal 112-px template (its face_align "src3"):
-    # (39.730, 51.138) (72.270, 51.138) (56.000, 68.493) (42.463, 87.010) (69.537, 87.010) / 112
+    # (39.730, 51.138) (72.270, 51.138) (56.000, 68.493) (42.463, 87.010) (69.537, 87.010) / 112,
+    # to FaceFusion's 8 decimals (the alignment then matches its estimate bit for bit)
     "arcface_112_v1": np.array(
-        [[39.730, 51.138], [72.270, 51.138], [56.000, 68.493], [42.463, 87.010], [69.537, 87.010]]
-    )
-    / 112.0,
+        [
+            [0.35473214, 0.45658929],
+            [0.64526786, 0.45658929],
+            [0.50000000, 0.61154464],
+            [0.37913393, 0.77687500],
+            [0.62086607, 0.77687500],
+        ]
+    ),
     # ArcFace's 112-px template (the 96x112 one shifted by 8 px)
     "arcface_112_v2": np.array(
         [
@@ -44,6 +50,16 @@ TEMPLATES: dict[str, np.ndarray] = {
             [0.50123859, 0.61331904],
             [0.39308822, 0.72541100],
             [0.61150205, 0.72490465],
+        ]
+    ),
+    # FaceFusion's mtcnn_512 (hififace_unofficial_256's crop)
+    "mtcnn_512": np.array(
+        [
+            [0.36562865, 0.46733799],
+            [0.63305391, 0.46585885],
+            [0.50019127, 0.61942959],
+            [0.39032951, 0.77598822],
+            [0.61178945, 0.77476328],
         ]
     ),
 }

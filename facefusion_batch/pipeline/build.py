@@ -31,7 +31,7 @@ from facefusion_batch.faces.track import FaceTracker, TrackSettings, TrackStage
 from facefusion_batch.kernels.host import HostKernels
 from facefusion_batch.models import store
 from facefusion_batch.models.catalog import DEFAULT_DETECTOR, DEFAULT_MESH, DEFAULT_TOPOLOGY, tensor_name
-from facefusion_batch.models.facefusion import MODELS, RECOGNISER, learned_model
+from facefusion_batch.models.facefusion import MODELS, RECOGNISER, check_beside, learned_model
 from facefusion_batch.models.prepare import prepared_path, variant_catalog
 from facefusion_batch.models.topology import Topology, load_topology
 from facefusion_batch.pipeline.stages import FacePipeline
@@ -219,7 +219,16 @@ def build_pipeline(
     reference = (
         reference_embedding(models, recogniser, settings.reference) if faces_mode == "reference" else None
     )
-    stages: list = [FaceSelector(faces_mode, recogniser, reference, settings.reference.distance)]
+    stages: list = [
+        FaceSelector(
+            faces_mode,
+            recogniser,
+            reference,
+            settings.reference.distance,
+            settings.face_order,
+            settings.face_indices,
+        )
+    ]
     track = [TrackStage(FaceTracker(tracking))] if tracking is not None else []
     masks = learned.masks
     occluder = parser = None
@@ -254,6 +263,7 @@ def build_pipeline(
             weight=learned.weight,
             emap=read_emap(base_path) if model.family == "inswapper" else None,
             converter=load_learned(models, model.converter)[0] if model.converter else None,
+            convention=learned.embedding_convention,
         )
         stages += track
         if identity.needs_target_embeddings:
@@ -279,6 +289,7 @@ def build_pipeline(
                 mask_blur=masks.blur,
                 occluder=occluder,
                 policy=models.policy,
+                weight=learned.enhancer_weight,
             )
         )
     return FacePipeline(models.detector, stages, timer, swapper=swapper_name or "classical")
@@ -298,29 +309,66 @@ def required_models(name: str) -> list[str]:
     return needed
 
 
+def model_state(name: str, models_dir: Path | None) -> str:
+    """ "present" or "missing" for a learned model's file (never fetches); a file that is there
+    but fails verification (its sha256 record, or the CRC32 in the ``.hash`` beside it, re-read
+    now) is `ModelError`: a corrupt file is never mistaken for an absent one."""
+    base, _, variant = name.partition("@")
+    if variant:
+        catalog = variant_catalog(base)
+        try:
+            return "present" if store.verify(name, models_dir=models_dir, catalog=catalog).ok else "missing"
+        except (ModelError, OSError):
+            return "missing"
+    res = store.verify(base, models_dir=models_dir)
+    if res.reason == "missing":
+        return "missing"
+    if not res.ok:
+        raise ModelError(
+            f"{base}: {res.path} fails verification ({res.reason}; expected {res.expected or 'no record'}, "
+            f"actual {res.actual or 'unknown'}). Replace it with the publisher's file, or fetch it again "
+            f"with `ffbatch models fetch --force {base}`"
+        )
+    check_beside(res.path)
+    return "present"
+
+
 def is_present(name: str, models_dir: Path | None) -> bool:
-    """Whether `name`'s file is here and verifies (never fetches)."""
-    catalog = variant_catalog(name) if "@" in name else None
-    try:
-        return store.verify(name, models_dir=models_dir, catalog=catalog).ok
-    except (ModelError, OSError):
-        return False
+    """Whether `name`'s file is here and verifies (never fetches; a corrupt file raises)."""
+    return model_state(name, models_dir) == "present"
 
 
 def choose_swapper(settings: SwapSettings, models_dir: Path | None) -> str | None:
-    """The learned swapper to run, or None for the classical swap."""
+    """The learned swapper to run, or None for the classical swap.
+
+    `auto` falls back to the classical swap only when learned files are absent, and says
+    which; a file that is there but fails verification stops the run (exit 2) in every mode."""
     named = settings.learned.swapper_model
     if settings.swapper == "classical":
         return None
     if settings.swapper == "learned":
         return named or AUTO_ORDER[0]
+    absent: list[str] = []
     for name in [named] if named else AUTO_ORDER:
-        if all(is_present(n, models_dir) for n in required_models(name)):
+        missing = [n for n in required_models(name) if model_state(n, models_dir) == "missing"]
+        if not missing:
             log.info("swapper auto: %s is present, using the learned swapper", name)
             return name
-    wanted = named or " / ".join(AUTO_ORDER)
-    log.info("swapper auto: no learned swapper (%s) with its files present; using the classical swap", wanted)
+        absent.append(f"{name} (absent: {', '.join(missing)})")
+    log.info(
+        "swapper auto: no learned swapper with its files present: %s; using the classical swap",
+        "; ".join(absent),
+    )
     return None
+
+
+def learned_file(models: Models, name: str) -> Path:
+    """The verified file of a FaceFusion model (fetched when absent); a present file that fails
+    its check is `ModelError` naming it and both hashes, never silently replaced or skipped."""
+    model_state(name, models.models_dir)
+    path = store.model_path(name, models_dir=models.models_dir)
+    check_beside(path)
+    return path
 
 
 def load_learned(models: Models, name: str) -> tuple[Session, Path]:
@@ -330,7 +378,7 @@ def load_learned(models: Models, name: str) -> tuple[Session, Path]:
     once beside it in the store (and checked: a batch equals single runs).
     """
     base_name, _, variant = name.partition("@")
-    base = store.model_path(base_name, models_dir=models.models_dir)
+    base = learned_file(models, base_name)
     catalog = variant_catalog(base_name)
     if not variant:
         if store.verify(f"{base_name}@batch", catalog=catalog, validate=False).ok:

@@ -20,6 +20,7 @@ from facefusion_batch.runtime.session import Session
 from facefusion_batch.swap.masks import Occluder
 
 CODEFORMER_FIDELITY = 0.5  # FaceFusion's default --face-enhancer-weight
+ENHANCER_FAMILIES = ("gfpgan", "gpen", "codeformer", "restoreformer")
 
 
 class FaceEnhancer:
@@ -36,6 +37,7 @@ class FaceEnhancer:
         mask_blur: float = 0.3,
         occluder: Occluder | None = None,
         policy: BatchPolicy = HOST,
+        weight: float = CODEFORMER_FIDELITY,
     ) -> None:
         names = [t.name for t in session.inputs]
         self.input_name = "input" if "input" in names else names[0]
@@ -43,6 +45,7 @@ class FaceEnhancer:
         self.session = session
         self.model = model
         self.blend = blend / 100.0
+        self.weight = float(weight)  # fed to models with a `weight` input (codeformer's fidelity)
         self.mask_blur = mask_blur
         self.occluder = occluder
         self.max_batch = policy.items_per_call(model.size, channels=64)
@@ -54,11 +57,13 @@ class FaceEnhancer:
         crops, affines = align_crops(k, frames, table.frame_index, table.landmarks5, m.template, size)
         feeds = {self.input_name: k.model_input(crops, m.mean, m.std)}
         if self.weight_name:
-            feeds[self.weight_name] = k.from_host(np.array([CODEFORMER_FIDELITY], np.float64))
+            feeds[self.weight_name] = k.from_host(np.array([self.weight], np.float64))
         out = k.run(self.session, feeds, self.max_batch)[self.session.outputs[0].name]
-        enhanced = k.model_output(
+        # FaceFusion rounds the restored face to whole levels before pasting it
+        restored = k.model_output(
             out, m.mean, m.std, denormalise=m.output_denormalise, pre_clip=m.output_denormalise
         )
+        enhanced = k.crops_to_uint8(restored)
         masks = [k.constant_masks(box_mask(size, self.mask_blur), count)]
         if self.occluder is not None:
             masks.append(self.occluder(k, crops, count, size))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from facefusion_batch.errors import InputError, ModelError
 from facefusion_batch.faces.align import align_crops
 from facefusion_batch.faces.identity import IdentityEncoder
 from facefusion_batch.faces.table import FaceTable
@@ -36,6 +37,8 @@ class LearnedSettings:
     pixel_boost: int | None = None  # crop size; a multiple of the model's size (None: the model's)
     enhancer_model: str | None = None
     enhancer_blend: int = 80  # percent of the enhanced face kept
+    enhancer_weight: float = 0.5  # codeformer's fidelity input (FaceFusion's --face-enhancer-weight)
+    embedding_convention: str | None = None  # insightface | facefusion; None: the model publisher's
     masks: MaskSettings = MaskSettings()
 
 
@@ -60,12 +63,16 @@ class LearnedSwapper:
         names = {t.name for t in session.inputs}
         missing = {"source", "target"} - names
         if missing:
-            raise ValueError(
+            raise ModelError(
                 f"{model.name}: the graph has no input {sorted(missing)} (it has {sorted(names)})"
             )
         crop = pixel_boost or model.size
         if crop % model.size:
-            raise ValueError(f"--pixel-boost {crop} is not a multiple of {model.name}'s {model.size} px")
+            # a usage error found at build time, before any frame is decoded
+            raise InputError(
+                f"--pixel-boost {crop} is not a multiple of {model.name}'s {model.size} px "
+                f"(use {', '.join(str(model.size * t) for t in (1, 2, 3, 4) if model.size * t <= 1024)})"
+            )
         self.session = session
         self.model = model
         self.identity = identity

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from facefusion_batch.errors import InputError
 from facefusion_batch.kernels.base import Array, Kernels
 from facefusion_batch.kernels.host_ops import box_mask
 from facefusion_batch.runtime.batching import HOST, BatchPolicy
@@ -76,7 +77,9 @@ class RegionParser:
     ) -> None:
         unknown = [r for r in regions if r not in REGION_CLASSES]
         if unknown:
-            raise ValueError(f"unknown face regions {unknown} (known: {', '.join(REGION_CLASSES)})")
+            raise InputError(
+                f"--mask-regions: unknown face regions {unknown} (known: {', '.join(REGION_CLASSES)})"
+            )
         self.session = session
         self.size = size
         self.classes = np.array(sorted({REGION_CLASSES[r] for r in regions}), np.int64)
@@ -86,7 +89,8 @@ class RegionParser:
         self.max_batch = policy.items_per_call(size, channels=64)
 
     def __call__(self, k: Kernels, crops: Array, count: int, crop_size: int) -> Array:
-        x = k.model_input(k.resize_crops(crops, self.size), self.mean, self.std)
+        # the swapped crop as it is (float), as FaceFusion parses it, not rounded to levels first
+        x = k.model_input(k.resize_crops(crops, self.size, levels=False), self.mean, self.std)
         logits = k.run(self.session, {self.input_name: x}, self.max_batch)[self.session.outputs[0].name]
         return k.soften_masks(k.class_masks(logits, self.classes), crop_size)
 
@@ -99,9 +103,9 @@ class CropMasker:
         self, settings: MaskSettings, occluder: Occluder | None = None, parser: RegionParser | None = None
     ) -> None:
         if "occlusion" in settings.types and occluder is None:
-            raise ValueError("the occlusion mask needs an occluder model")
+            raise InputError("--mask occlusion needs an occluder model (--occluder-model)")
         if "region" in settings.types and parser is None:
-            raise ValueError("the region mask needs a face-parser model")
+            raise InputError("--mask region needs a face-parser model (--parser-model)")
         self.settings = settings
         self.occluder = occluder
         self.parser = parser
@@ -116,5 +120,5 @@ class CropMasker:
 
     def after(self, k: Kernels, swapped: Array, masks: list[Array], count: int, size: int) -> Array:
         if "region" in self.settings.types and self.parser is not None:
-            masks = masks + [self.parser(k, k.crops_to_uint8(swapped), count, size)]
+            masks = masks + [self.parser(k, swapped, count, size)]
         return k.min_masks(masks)

@@ -1,0 +1,85 @@
+"""FaceFusion's option names accepted on render and preview, listed in one help section; --help
+readable at 80 columns (issue 13, item 5)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import typer.main
+
+from facefusion_batch.cli import FACEFUSION_ALIASES, app, facefusion_argv
+from facefusion_batch.errors import InputError
+
+
+def test_facefusion_names_are_rewritten_to_ffbatchs():
+    argv = [
+        "render", "-s", "a.jpg", "-t", "clip.mp4", "--face-swapper-model", "hyperswap_1a_256",
+        "--face-mask-types", "box", "occlusion", "--face-mask-padding", "10", "0", "0", "0",
+        "--face-swapper-pixel-boost", "512x512", "--face-selector-mode=one", "--output-path", "o.mp4",
+        "--source-paths", "b.jpg", "c.jpg", "--reference-face-distance", "0.4",
+        "--output-video-quality", "90",
+    ]  # fmt: skip
+    assert facefusion_argv(argv) == [
+        "render", "-s", "a.jpg", "--swapper-model", "hyperswap_1a_256", "--mask", "box,occlusion",
+        "--mask-padding", "10,0,0,0", "--pixel-boost", "512", "--faces", "one", "--output", "o.mp4",
+        "--source", "b.jpg", "--source", "c.jpg", "--reference-distance", "0.4", "--quality", "90",
+        "clip.mp4",
+    ]  # fmt: skip
+    assert facefusion_argv(["models", "list", "-t"]) == ["models", "list", "-t"]  # only render / preview
+
+
+def test_every_alias_maps_onto_an_option_render_has():
+    render = typer.main.get_command(app).commands["render"]
+    names = {opt for p in render.params for opt in getattr(p, "opts", [])}
+    for ff, (ours, kind) in FACEFUSION_ALIASES.items():
+        assert ff not in names, f"{ff} would shadow a real option"
+        assert kind == "input" or ours in names, ff
+
+
+def test_trim_is_refused_with_why_and_a_missing_value_is_a_usage_error():
+    with pytest.raises(InputError, match="--frames START:END"):
+        facefusion_argv(["render", "clip.mp4", "--trim-frame-start", "10"])
+    with pytest.raises(InputError, match="--face-swapper-model"):
+        facefusion_argv(["render", "clip.mp4", "--face-swapper-model"])
+
+
+def run(*args: str, columns: str = "80") -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": columns}
+    return subprocess.run(
+        [sys.executable, "-m", "facefusion_batch", *args], capture_output=True, text=True, timeout=60, env=env
+    )
+
+
+def test_help_fits_80_columns_lists_the_aliases_once_and_cuts_no_option_name():
+    proc = run("render", "--help")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert max(map(len, lines)) <= 80
+    assert "…" not in proc.stdout
+    section = proc.stdout[proc.stdout.index("FaceFusion's option names") :]
+    for ff in FACEFUSION_ALIASES:
+        assert any(line.split()[:1] == [ff] for line in section.splitlines()), ff
+    main_list = proc.stdout[: proc.stdout.index("FaceFusion's option names")]
+    assert "--face-swapper-model" not in main_list  # hidden from the main list
+    for name in (
+        "--embedding-convention",
+        "--reference-face-position",
+        "--source-face-index",
+        "--face-order",
+    ):
+        assert name in main_list
+
+
+def test_an_alias_reaches_the_option_schema(tmp_path):
+    """--face-swapper-model with an unknown name is refused by --swapper-model's check: exit 2."""
+    photo = tmp_path / "a.jpg"
+    photo.write_bytes(b"x")
+    proc = run(
+        "render", "-t", str(tmp_path / "clip.mp4"), "-s", str(photo), "--face-swapper-model", "nope",
+        "-o", str(tmp_path / "o.mp4"),
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert "--swapper-model must be one of" in proc.stderr
