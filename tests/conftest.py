@@ -14,6 +14,7 @@ import cv2
 import hostk
 import numpy as np
 import pytest
+import standins
 from media import make_clip
 
 from facefusion_batch.faces.table import FaceTable
@@ -87,3 +88,11 @@ def face_clip(clip_dir, t1_small) -> Path:
         frames=FACE_CLIP_FRAMES,
         audio="aac",
     )
+
+
+@pytest.fixture(scope="module")
+def private_home(tmp_path_factory, models: Models) -> Path:
+    """A copy of the model store per test module, so a module may break its files."""
+    from facefusion_batch import paths
+
+    return standins.copy_store(paths.ffbatch_home(), tmp_path_factory.mktemp("home"))

@@ -34,9 +34,14 @@ FAR = 0.75  # box sizes from a face's centre beyond which the swap changes nothi
 HAS_GPU = nvidia_gpu_count() > 0
 
 
-def ffbatch(*args, timeout: float = 120, cwd: Path | None = None) -> subprocess.CompletedProcess:
+def ffbatch(
+    *args, timeout: float = 300, cwd: Path | None = None, home: Path | None = None
+) -> subprocess.CompletedProcess:
+    """The CLI in a child process (`home`: a private model store as FFBATCH_HOME)."""
     env = {**os.environ, "COLUMNS": "200", "PYTHONUNBUFFERED": "1"}
     env.pop("FFBATCH_DEBUG", None)
+    if home is not None:
+        env["FFBATCH_HOME"] = str(home)
     return subprocess.run(
         [sys.executable, "-m", "facefusion_batch", *map(str, args)],
         capture_output=True,

@@ -8,14 +8,12 @@ found while building the pipeline are exit 2 before any frame is decoded.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import standins
 from media import make_clip
+from test_cli import ffbatch
 
 from facefusion_batch.config import SwapSettings
 from facefusion_batch.errors import InputError, ModelError
@@ -78,24 +76,6 @@ def test_the_sidecar_is_read_again_on_every_run(home, ff):
     (ff / "inswapper_128.hash").write_text("not a crc")
     with pytest.raises(ModelError, match="unreadable"):
         check_beside(ff / "inswapper_128.onnx")
-
-
-def ffbatch(*args, home: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "FFBATCH_HOME": str(home), "COLUMNS": "200"}
-    return subprocess.run(
-        [sys.executable, "-m", "facefusion_batch", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
-
-
-@pytest.fixture(scope="module")
-def private_home(tmp_path_factory, models) -> Path:
-    from facefusion_batch import paths
-
-    return standins.copy_store(paths.ffbatch_home(), tmp_path_factory.mktemp("home"))
 
 
 @pytest.fixture(scope="module")

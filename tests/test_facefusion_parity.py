@@ -408,13 +408,6 @@ def test_occlusion_and_region_masks_match_facefusion_at_any_crop_size(backend, s
 # --- end to end: FaceFusion's names on the command line, the new catalogue entries -------------------
 
 
-@pytest.fixture(scope="module")
-def private_home(tmp_path_factory, models) -> Path:
-    from facefusion_batch import paths
-
-    return standins.copy_store(paths.ffbatch_home(), tmp_path_factory.mktemp("home"))
-
-
 @pytest.mark.slow
 def test_render_with_facefusion_names_convention_order_and_new_models(
     tmp_path, standin_dir, private_home, t1_small, astronaut_path

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import cv2
@@ -13,6 +10,7 @@ import numpy as np
 import pytest
 import standins
 from media import decode_all, make_clip
+from test_cli import ffbatch
 
 from facefusion_batch.faces.align import (
     TEMPLATES,
@@ -267,24 +265,6 @@ def test_reference_selection_finds_the_right_face_among_six(backend, standin_dir
 
 
 # --- end to end --------------------------------------------------------------------------------
-
-
-def ffbatch(*args, home: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "FFBATCH_HOME": str(home), "COLUMNS": "200"}
-    return subprocess.run(
-        [sys.executable, "-m", "facefusion_batch", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
-
-
-@pytest.fixture(scope="module")
-def private_home(tmp_path_factory, models) -> Path:
-    from facefusion_batch import paths
-
-    return standins.copy_store(paths.ffbatch_home(), tmp_path_factory.mktemp("home"))
 
 
 @pytest.fixture(scope="module")

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import subprocess
-import sys
 from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
@@ -20,6 +18,7 @@ import av
 import numpy as np
 import pytest
 from media import AUDIO_RATE, _write_tone, audio_packets, synthetic_frame
+from test_cli import ffbatch
 
 from facefusion_batch.config import encoder_options
 from facefusion_batch.errors import InputError
@@ -482,18 +481,6 @@ def test_every_table_entry_names_containers_ffmpeg_can_open():
 
 
 # -- the command line ----------------------------------------------------------------------------
-
-
-def ffbatch(*args, timeout: float = 300) -> subprocess.CompletedProcess:
-    env = {**os.environ, "COLUMNS": "200"}
-    env.pop("FFBATCH_DEBUG", None)
-    return subprocess.run(
-        [sys.executable, "-m", "facefusion_batch", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-    )
 
 
 def error_line(proc: subprocess.CompletedProcess) -> str:

@@ -6,10 +6,8 @@ The learned cases run on the stand-in models of `standins.py` in a private $FFBA
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import cv2
@@ -19,6 +17,7 @@ import pytest
 import standins
 import typer
 from media import make_clip
+from test_cli import ffbatch
 
 from facefusion_batch.cli import app
 from facefusion_batch.config import SwapSettings
@@ -64,20 +63,6 @@ SHARED_OPTIONS = (
     "backend",
     "models_dir",
 )
-
-
-def ffbatch(*args, home: Path | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "COLUMNS": "200", "PYTHONUNBUFFERED": "1"}
-    env.pop("FFBATCH_DEBUG", None)
-    if home is not None:
-        env["FFBATCH_HOME"] = str(home)
-    return subprocess.run(
-        [sys.executable, "-m", "facefusion_batch", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-    )
 
 
 def error_line(proc: subprocess.CompletedProcess) -> str:
