@@ -131,6 +131,8 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--frames", type=int, default=40)
+    parser.add_argument("--step", type=float, default=1 / FPS, help="seconds between frames")
+    parser.add_argument("--sources", default="", help="comma-separated source names (default: all)")
     parser.add_argument("--out", type=Path, default=ROOT / "out" / "bench" / "quality")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -140,7 +142,9 @@ def main() -> None:
     t1 = cv2.imread(str(asset_path("t1.jpg")))
     t1_faces = models.mesh(HOST, HOST.upload([t1]), models.detector(HOST, HOST.upload([t1])))
     sources = source_photos(args.out, t1, t1_faces)
-    times = [i / FPS for i in range(args.frames)]
+    if args.sources:
+        sources = {k: v for k, v in sources.items() if k in args.sources.split(",")}
+    times = [i * args.step for i in range(args.frames)]
     pan = [render_frame(t1, t, DURATION, SIZE) for t in times]
     still = render_frame(t1, 0.0, DURATION, SIZE)
     rng = np.random.default_rng(0)

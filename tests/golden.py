@@ -36,7 +36,13 @@ class Case:
 
 # The classical defaults the pre-refactor checksums were recorded with; the "defaults" case
 # renders today's (the source's eyes, the target's inner mouth, tighter local colour).
-LEGACY = {"eyes_mouth": "target", "shading_scale": 0.25, "shading_limit": (30.0, 6.0, 6.0), "shape": 0.0}
+LEGACY = {
+    "eyes_mouth": "target",
+    "shading_scale": 0.25,
+    "shading_limit": (30.0, 6.0, 6.0),
+    "shape": 0.0,
+    "mirror_fill": False,
+}
 
 
 def cases() -> list[Case]:

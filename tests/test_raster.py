@@ -64,3 +64,20 @@ def test_clipped_at_frame_border():
     mask = np.zeros((15, 12), np.uint8)
     cv2.rectangle(mask, (0, 0), (11, 14), 1, -1)
     assert len(cov.x) == mask.sum()
+
+
+def test_per_triangle_corners_equal_vertices_and_let_a_triangle_map_elsewhere():
+    pts, tris = grid_mesh(4, 30.0, offset=(3.0, 4.0))
+    src = pts * 0.5 + [100.0, 50.0]
+    depth = np.zeros((1, len(pts)))
+    by_vertex = rasterize(pts[None], src[None], depth, tris, (40, 40))
+    corners = src[tris][None]  # [1,T,3,2]
+    by_corner = rasterize(pts[None], corners, depth, tris, (40, 40))
+    for field in ("x", "y", "src_x", "src_y"):
+        np.testing.assert_array_equal(getattr(by_vertex, field), getattr(by_corner, field))
+    moved = corners.copy()
+    moved[0, 0] += 1000.0  # the first triangle samples its texture 1000 px away, nothing else does
+    elsewhere = rasterize(pts[None], moved, depth, tris, (40, 40))
+    far = elsewhere.src_x > 500
+    assert far.any() and not far.all()
+    np.testing.assert_array_equal(elsewhere.src_x[~far], by_vertex.src_x[~far])

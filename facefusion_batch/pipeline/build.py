@@ -39,7 +39,14 @@ from facefusion_batch.runtime.backends import select_backend
 from facefusion_batch.runtime.batching import HOST, BatchPolicy
 from facefusion_batch.runtime.device import DeviceSettings
 from facefusion_batch.runtime.session import Backend, Session
-from facefusion_batch.swap.classical import ClassicalSettings, ClassicalSwapper, SourceFace, prepare_source
+from facefusion_batch.swap.classical import (
+    ClassicalSettings,
+    ClassicalSwapper,
+    SourceFace,
+    prepare_source,
+    swap_triangles,
+    with_mirror,
+)
 from facefusion_batch.swap.enhance import FaceEnhancer
 from facefusion_batch.swap.learned import AUTO_ORDER, LearnedSwapper
 from facefusion_batch.swap.masks import CropMasker, Occluder, RegionParser
@@ -188,12 +195,38 @@ def prepare_sources(
 ) -> list[SourceFace]:
     """Detect and mesh every source image in one batch; keep face `face_index` of each
     (faces ordered largest first: 0, the default, is the largest)."""
-    _, frames, table = detect_sources(models, source_paths, face_index, mesh=True)
-    sources = []
-    for i in range(frames.count):
-        row = int(np.flatnonzero(table.frame_index == i)[0])
-        sources.append(prepare_source(frames.pixels[i], table.mesh[row], models.regions, settings))
+    k, frames, table = detect_sources(models, source_paths, face_index, mesh=True)
+    rows = [int(np.flatnonzero(table.frame_index == i)[0]) for i in range(frames.count)]
+    sources = [
+        prepare_source(frames.pixels[i], table.mesh[r], models.regions, settings) for i, r in enumerate(rows)
+    ]
+    if not settings.mirror_fill:
+        return sources
+    triangles = swap_triangles(models.triangles, models.regions, settings.eyes_mouth)
+    flipped = [np.ascontiguousarray(frames.pixels[i][:, ::-1]) for i in range(frames.count)]
+    for i, mesh in enumerate(mirrored_meshes(models, k, flipped, table.select(np.array(rows)))):
+        if mesh is not None:
+            mirror = prepare_source(flipped[i], mesh, models.regions, settings)
+            sources[i] = with_mirror(sources[i], mirror, triangles)
     return sources
+
+
+def mirrored_meshes(models: Models, k: HostKernels, flipped: list[np.ndarray], chosen: FaceTable) -> list:
+    """Per source photo, the mesh of its chosen face in the photo flipped left-right (one
+    batch for all photos); None where no face of the flipped photo lies where it should."""
+    images = k.upload(flipped)
+    table = models.mesh(k, images, models.detector(k, images))
+    out: list = []
+    for i, box in enumerate(chosen.box):
+        mine = np.flatnonzero(table.frame_index == i)
+        centre = np.array([flipped[i].shape[1] - 1 - (box[0] + box[2]) / 2, (box[1] + box[3]) / 2])
+        centres = (table.box[mine, :2] + table.box[mine, 2:]) / 2
+        distance = np.linalg.norm(centres - centre, axis=1)
+        near = int(np.argmin(distance)) if len(mine) else -1
+        out.append(
+            table.mesh[mine[near]] if near >= 0 and distance[near] < 0.25 * (box[2] - box[0]) else None
+        )
+    return out
 
 
 def build_pipeline(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import cv2
@@ -30,6 +30,7 @@ from facefusion_batch.kernels.base import (
 from facefusion_batch.swap.raster import rasterize
 from facefusion_batch.swap.regions import FaceRegions
 from facefusion_batch.swap.shape import shaped_meshes
+from facefusion_batch.swap.symmetry import atlas, mirror_corners, symmetric_pair
 
 EYES_MOUTH_CHOICES = ("eyes", "target", "source")
 RASTER_SPAN = 40.0  # eye-corner span (px) at which the warp map is rasterised
@@ -50,6 +51,8 @@ class ClassicalSettings:
     # how far the target mesh moves toward the source's brows, nose, eye spacing and size
     # (swap/shape.py); 0 paints the source's texture on the target's own geometry
     shape: float = 1.0
+    # the squeezed side of a turned source face painted from its visible side (swap/symmetry.py)
+    mirror_fill: bool = True
 
     def __post_init__(self) -> None:
         if self.colour not in COLOUR_MODES:
@@ -91,6 +94,19 @@ class SourceFace:
     texture: np.ndarray  # [h,w,5] float32: B, G, R (0–255), alpha (0–1), skin (0/1)
     mesh: np.ndarray  # [468,3] in texture pixels
     yaw: float
+    # mirror fill (swap/symmetry.py): the flipped photo's mesh in the same texture (an atlas),
+    # and per triangle of the swap, whether it is painted from there
+    mirror_mesh: np.ndarray | None = None
+    use_mirror: np.ndarray | None = None
+
+
+def with_mirror(source: SourceFace, mirror: SourceFace, triangles: np.ndarray) -> SourceFace:
+    """`source` whose squeezed side is painted from `mirror`, the same face in the photo
+    flipped left-right (prepared the same way), over `triangles` (the swap's)."""
+    own, flipped, use = symmetric_pair(source.texture, source.mesh, mirror.texture, mirror.mesh, triangles)
+    texture, offset = atlas(own, flipped)
+    mirror_mesh = mirror.mesh + np.array([offset, 0.0, 0.0], np.float32)
+    return replace(source, texture=texture, mirror_mesh=mirror_mesh, use_mirror=use)
 
 
 def _poly(mask: np.ndarray, points: np.ndarray, value: int) -> None:
@@ -150,6 +166,17 @@ def prepare_source(
     return SourceFace(texture=texture, mesh=local.astype(np.float32), yaw=yaw)
 
 
+def swap_triangles(triangles: np.ndarray, regions: FaceRegions, eyes_mouth: str) -> np.ndarray:
+    """The tessellation plus fans over the loops painted from the source (eyes, mouth)."""
+    filled = {
+        "source": (regions.left_eye, regions.right_eye, regions.lips_inner),
+        "eyes": (regions.left_eye, regions.right_eye),  # warped to the target's eyelids
+    }.get(eyes_mouth, ())
+    if filled:
+        triangles = np.concatenate([triangles, *(fan_triangles(loop) for loop in filled)], axis=0)
+    return np.ascontiguousarray(triangles, np.int32)
+
+
 class ClassicalSwapper:
     """A stage: frames + face table (with mesh) → every listed face painted over by its source.
 
@@ -170,13 +197,13 @@ class ClassicalSwapper:
         self.sources = sources
         self.settings = settings
         self.face_regions = regions
-        filled = {
-            "source": (regions.left_eye, regions.right_eye, regions.lips_inner),
-            "eyes": (regions.left_eye, regions.right_eye),  # warped to the target's eyelids
-        }.get(settings.eyes_mouth, ())
-        if filled:
-            triangles = np.concatenate([triangles, *(fan_triangles(loop) for loop in filled)], axis=0)
-        self.triangles = np.ascontiguousarray(triangles, np.int32)
+        self.triangles = swap_triangles(triangles, regions, settings.eyes_mouth)
+        # per source, every triangle's texture corners in the photo and, where the source is
+        # mirror-filled, in the flipped photo, with which triangles take the latter (1) or not (0)
+        self.own_corners = [s.mesh[self.triangles, :2] for s in sources]
+        self.mirror_corners, self.mirror_labels = zip(
+            *(mirror_corners(s.mirror_mesh, s.use_mirror, self.triangles) for s in sources), strict=True
+        )
         self.source_yaw = np.array([s.yaw for s in sources], np.float32)
         self._textures: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
@@ -203,7 +230,6 @@ class ClassicalSwapper:
         """Every face's warp map (source texture coordinates over its region of the frame);
         `frame_shapes` [B, 2]: (height, width) of each frame of the batch."""
         choice = self.choose_sources(table)
-        src_mesh = np.stack([self.sources[c].mesh[:, :2] for c in choice])
         scales = self.raster_scales(table)
         shapes = frame_shapes[table.frame_index].astype(np.float64)
         bounds = np.ceil(shapes * scales[:, None]).astype(np.int64)
@@ -212,18 +238,38 @@ class ClassicalSwapper:
             sources = np.stack([self.sources[c].mesh for c in choice])
             geometry = shaped_meshes(table.mesh, sources, self.face_regions, self.settings.shape)
         dst = geometry[:, :, :2] * scales[:, None, None]
-        cov = rasterize(dst, src_mesh, table.mesh[:, :, 2], self.triangles, bounds)
+        depth = table.mesh[:, :, 2]
+        # faces with a mirror-filled source are rasterised twice more, in the same pass: the
+        # texture corners from the flipped photo, and which triangles take them; each map is
+        # upsampled on its own and the choice made at full resolution (interpolating between
+        # the two halves of the atlas would sample the space between them)
+        mirrored = np.flatnonzero([self.mirror_corners[c] is not None for c in choice])
+        corners = [self.own_corners[c] for c in choice]
+        corners += [self.mirror_corners[choice[f]] for f in mirrored]
+        corners += [self.mirror_labels[choice[f]] for f in mirrored]
+        twice = np.concatenate([np.arange(len(table)), mirrored, mirrored])
+        cov = rasterize(dst[twice], np.stack(corners), depth[twice], self.triangles, bounds[twice])
         order = np.argsort(cov.face, kind="stable")
-        starts = np.searchsorted(cov.face[order], np.arange(len(table) + 1))
-        out: list[FaceRegion] = []
-        for f in range(len(table)):
-            rows = order[starts[f] : starts[f + 1]]
-            if rows.size < 16:
-                continue
+        starts = np.searchsorted(cov.face[order], np.arange(len(twice) + 1))
+
+        def face_map(row: int, f: int) -> tuple[np.ndarray, np.ndarray, tuple[int, int]]:
+            rows = order[starts[row] : starts[row + 1]]
             frame_hw = (int(shapes[f, 0]), int(shapes[f, 1]))
-            map_x, map_y, (x0, y0) = warp_map(
+            return warp_map(
                 cov.x[rows], cov.y[rows], cov.src_x[rows], cov.src_y[rows], float(scales[f]), frame_hw
             )
+
+        out: list[FaceRegion] = []
+        for f in range(len(table)):
+            if starts[f + 1] - starts[f] < 16:
+                continue
+            map_x, map_y, (x0, y0) = face_map(f, f)
+            if f in mirrored:
+                j = int(np.searchsorted(mirrored, f))
+                mirror_x, mirror_y, _ = face_map(len(table) + j, f)
+                label, _, _ = face_map(len(table) + len(mirrored) + j, f)
+                use = label > 0.5
+                map_x, map_y = np.where(use, mirror_x, map_x), np.where(use, mirror_y, map_y)
             iod = 0.7 * eye_frame(table.mesh[f])[1]
             sigma = max(1.0, self.settings.shading_scale * iod)
             out.append(

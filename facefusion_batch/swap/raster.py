@@ -33,7 +33,8 @@ def rasterize(
 ) -> Coverage:
     """Rasterise the mesh of F faces.
 
-    dst: [F,N,2] destination vertices (pixels); src: [F,N,2] matching source vertices;
+    dst: [F,N,2] destination vertices (pixels); src: [F,N,2] matching source vertices, or
+    [F,T,3,2] per triangle corner (a triangle may take its texture from elsewhere);
     depth: [F,N] (smaller is nearer); triangles: [T,3] vertex indices; shape: (H, W) of
     the destination, or [F,2] of them, one per face (faces may lie on frames of different
     sizes or scales). Pixel centres sit on integer coordinates (OpenCV's convention).
@@ -44,7 +45,7 @@ def rasterize(
     width = np.repeat(bounds[:, 1], len(triangles))
     key_height, key_width = int(bounds[:, 0].max(initial=1)), int(bounds[:, 1].max(initial=1))
     tri_dst = dst[:, triangles].reshape(-1, 3, 2).astype(np.float64)  # [F*T,3,2]
-    tri_src = src[:, triangles].reshape(-1, 3, 2).astype(np.float64)
+    tri_src = (src if src.ndim == 4 else src[:, triangles]).reshape(-1, 3, 2).astype(np.float64)
     tri_depth = depth[:, triangles].mean(axis=2).reshape(-1)
     tri_face = np.repeat(np.arange(faces), len(triangles))
 

@@ -1,0 +1,112 @@
+"""Mirror fill: the squeezed or hidden side of a turned source face taken from its visible side.
+
+A source photo at a three-quarter or profile view shows one cheek, eye and brow squeezed into
+a few pixels (or hidden behind the nose). Warped onto a more frontal target, those few pixels
+are stretched into a smear: the dark, bruised-looking eye of a turned source. Faces are close
+to symmetric, so the squeezed side is taken from the other side. The photo flipped left-right
+is a face too, and the mesh model labels it like any face (its point 263 is its own left eye
+corner, made of the photo's right eye), so painting a triangle from the flipped photo, point
+for point, puts the visible side's pixels, mirrored, where the hidden side is, at the
+resolution the visible side was photographed at.
+
+The source texture becomes an atlas, the photo's crop beside the flipped photo's crop; each
+triangle of the mesh is sampled from the half where it is clearly larger (better seen). A
+frontal photo takes every triangle from itself.
+"""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+
+from facefusion_batch.swap.raster import rasterize
+
+LOW, HIGH = 0.5, 0.78  # share of the two areas over which a triangle turns to the flipped photo
+SMOOTHING = 2  # rounds of neighbour averaging: the turn spreads over a band of triangles
+
+
+def triangle_areas(mesh: np.ndarray, triangles: np.ndarray) -> np.ndarray:
+    """Projected area of every triangle; back-facing ones (folded behind the nose) count 0."""
+    p = mesh[triangles, :2].astype(np.float64)
+    e1, e2 = p[:, 1] - p[:, 0], p[:, 2] - p[:, 0]
+    signed = 0.5 * (e1[:, 0] * e2[:, 1] - e1[:, 1] * e2[:, 0])
+    facing = np.sign(np.median(signed)) or 1.0  # most of a face's triangles face the camera
+    return np.maximum(signed * facing, 0.0)
+
+
+def _per_vertex(values: np.ndarray, triangles: np.ndarray, n: int) -> np.ndarray:
+    total, count = np.zeros(n), np.zeros(n)
+    np.add.at(total, triangles.reshape(-1), np.repeat(values, 3))
+    np.add.at(count, triangles.reshape(-1), 1.0)
+    return total / np.maximum(count, 1.0)
+
+
+def mirror_weights(mesh: np.ndarray, mirror_mesh: np.ndarray, triangles: np.ndarray) -> np.ndarray:
+    """Per vertex, how much the flipped photo should give there (0: none, 1: all): high where
+    the photo's own triangles are squeezed against the flipped photo's, smooth over the mesh."""
+    own, other = triangle_areas(mesh, triangles), triangle_areas(mirror_mesh, triangles)
+    t = np.clip((other / np.maximum(own + other, 1e-9) - LOW) / (HIGH - LOW), 0.0, 1.0)
+    weights = _per_vertex(t * t * (3 - 2 * t), triangles, len(mesh))
+    for _ in range(SMOOTHING):
+        weights = _per_vertex(weights[triangles].mean(axis=1), triangles, len(mesh))
+    return weights
+
+
+def _warp(
+    image: np.ndarray,
+    dst: np.ndarray,
+    src: np.ndarray,
+    weights: np.ndarray,
+    triangles: np.ndarray,
+    shape: tuple[int, ...],
+) -> tuple[np.ndarray, np.ndarray]:
+    """`image` (laid out on mesh `src`) warped onto mesh `dst` over an image of `shape`, and
+    the per-vertex `weights` interpolated there (0 where the mesh does not cover)."""
+    h, w = shape[:2]
+    depth = dst[None, :, 2]
+    warp = rasterize(dst[None, :, :2], src[None, :, :2], depth, triangles, (h, w))
+    field = rasterize(dst[None, :, :2], np.stack([weights, weights], 1)[None], depth, triangles, (h, w))
+    map_x = np.full((h, w), -1e4, np.float32)
+    map_y = np.full((h, w), -1e4, np.float32)
+    map_x[warp.y, warp.x], map_y[warp.y, warp.x] = warp.src_x, warp.src_y
+    amount = np.zeros((h, w), np.float32)
+    amount[field.y, field.x] = field.src_x
+    warped = cv2.remap(image, map_x, map_y, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+    return warped, amount
+
+
+def symmetric_pair(
+    texture: np.ndarray, mesh: np.ndarray, mirror: np.ndarray, mirror_mesh: np.ndarray, triangles: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The photo's and the flipped photo's textures ([h,w,5], meshes in their pixels) blended
+    into each other over the band where the mesh turns from one to the other, and [T] which
+    triangles are painted from the flipped one. Each texture keeps its own layout (its own
+    resolution), and at the turn both hold the same blend, so no seam shows where it switches."""
+    weights = mirror_weights(mesh, mirror_mesh, triangles)
+    use = weights[triangles].mean(axis=1) > 0.5
+    texture, mirror = texture.copy(), mirror.copy()
+    from_mirror, w_own = _warp(mirror[..., :3], mesh, mirror_mesh, weights, triangles, texture.shape)
+    from_own, w_mirror = _warp(texture[..., :3], mirror_mesh, mesh, weights, triangles, mirror.shape)
+    texture[..., :3] += w_own[..., None] * (from_mirror - texture[..., :3])
+    mirror[..., :3] = from_own + w_mirror[..., None] * (mirror[..., :3] - from_own)
+    return texture, mirror, use
+
+
+def atlas(texture: np.ndarray, mirror_texture: np.ndarray) -> tuple[np.ndarray, int]:
+    """The two textures side by side (the shorter padded with zeros: transparent); returns
+    the atlas and the x offset of the second."""
+    height = max(texture.shape[0], mirror_texture.shape[0])
+    pad = [((0, height - t.shape[0]), (0, 0), (0, 0)) for t in (texture, mirror_texture)]
+    out = np.concatenate([np.pad(texture, pad[0]), np.pad(mirror_texture, pad[1])], axis=1)
+    return out, texture.shape[1]
+
+
+def mirror_corners(
+    mirror_mesh: np.ndarray | None, use_mirror: np.ndarray | None, triangles: np.ndarray
+) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """[T,3,2] texture corners of every triangle in the flipped photo, and [T,3,2] labels (1
+    on the triangles painted from there, else 0); (None, None) without a mirror to use."""
+    if mirror_mesh is None or use_mirror is None or not use_mirror.any():
+        return None, None
+    labels = np.broadcast_to(use_mirror.astype(np.float32)[:, None, None], (len(triangles), 3, 2))
+    return mirror_mesh[triangles, :2], np.ascontiguousarray(labels)

@@ -1,0 +1,127 @@
+"""Mirror fill (swap/symmetry.py): a turned source photo's squeezed side is painted from its
+visible side, flipped; a frontal photo is left as it is."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import cv2
+import numpy as np
+import pytest
+
+from facefusion_batch.kernels.host import HostKernels
+from facefusion_batch.pipeline.build import build_pipeline, prepare_sources
+from facefusion_batch.swap.classical import ClassicalSettings, eye_frame
+from facefusion_batch.swap.symmetry import mirror_weights, symmetric_pair, triangle_areas
+
+HOST = HostKernels()
+
+
+@pytest.fixture(scope="module")
+def turned_photo(t1_image, t1_faces, tmp_path_factory):
+    """The most turned face of t1.jpg (a near profile), cut out with a margin, as a photo."""
+    yaws = np.array([eye_frame(m)[2] for m in t1_faces.mesh])
+    x0, y0, x1, y1 = t1_faces.box[int(np.argmax(np.abs(yaws)))]
+    pad = 0.7 * max(x1 - x0, y1 - y0)
+    crop = t1_image[int(max(0, y0 - pad)) : int(y1 + pad), int(max(0, x0 - pad)) : int(x1 + pad)]
+    path = tmp_path_factory.mktemp("turned") / "turned.png"
+    cv2.imwrite(str(path), crop)
+    return path
+
+
+def grid_mesh(squeeze: float, n: int = 5) -> tuple[np.ndarray, np.ndarray]:
+    """An n x n vertex grid (x, y, 0), 10 px apart, its right half's x squeezed by `squeeze`,
+    and its triangles, all facing the same way."""
+    ys, xs = np.mgrid[0:n, 0:n].astype(np.float64)
+    half = (n - 1) // 2
+    xs = np.where(xs > half, half + (xs - half) * squeeze, xs)
+    mesh = np.stack([xs.ravel() * 10, ys.ravel() * 10, np.zeros(n * n)], axis=1)
+    tris = []
+    for r in range(n - 1):
+        for c in range(n - 1):
+            a = r * n + c
+            tris += [(a, a + 1, a + n), (a + 1, a + n + 1, a + n)]
+    return mesh, np.array(tris)
+
+
+def test_back_facing_triangles_have_no_area():
+    mesh, tris = grid_mesh(1.0)
+    areas = triangle_areas(mesh, tris)
+    assert np.allclose(areas, 50.0)
+    flipped = tris.copy()
+    flipped[0] = flipped[0][::-1]  # one triangle folded over: seen from behind
+    assert triangle_areas(mesh, flipped)[0] == 0.0
+    assert np.allclose(triangle_areas(mesh, flipped)[1:], 50.0)
+
+
+def test_weights_are_zero_on_a_symmetric_face_and_high_where_squeezed():
+    mesh, tris = grid_mesh(1.0, 11)
+    assert np.all(mirror_weights(mesh, mesh, tris) == 0.0)
+    squeezed, _ = grid_mesh(0.2, 11)  # the photo: its right half squeezed
+    weights = mirror_weights(squeezed, mesh, tris)  # the flipped photo sees that half whole
+    assert weights[mesh[:, 0] >= 70].min() > 0.5  # painted from the flipped photo
+    assert weights[mesh[:, 0] <= 20].max() == 0.0  # the visible side stays the photo's own
+
+
+def test_both_halves_hold_the_same_blend_where_the_paint_switches():
+    mesh, tris = grid_mesh(0.35)
+    full, _ = grid_mesh(1.0)
+    rng = np.random.default_rng(0)
+    own = np.zeros((50, 50, 5), np.float32)
+    own[..., :3] = 80.0
+    other = np.zeros((50, 50, 5), np.float32)
+    other[..., :3] = 160.0 + rng.normal(0, 1, (50, 50, 3))
+    own_out, other_out, use = symmetric_pair(own, mesh, other, full, tris)
+    assert use.any() and not use.all()
+    # at a vertex shared by a triangle painted from each, both textures hold about the same colour
+    shared = np.intersect1d(tris[use].ravel(), tris[~use].ravel())
+    for v in shared:
+        a = own_out[int(round(mesh[v, 1])), min(int(round(mesh[v, 0])), 49), 0]
+        b = other_out[int(round(full[v, 1])), min(int(round(full[v, 0])), 49), 0]
+        assert abs(a - b) < 25, (v, a, b)
+    assert np.all(own_out[..., 3:] == own[..., 3:])  # alpha and skin untouched
+
+
+def test_a_turned_photo_takes_one_side_from_the_flipped_photo(models, turned_photo):
+    source = prepare_sources(models, (turned_photo,), ClassicalSettings())[0]
+    assert source.use_mirror is not None
+    share = float(source.use_mirror.mean())
+    assert 0.1 < share < 0.6, share
+    # one side of the face (the one turned away): one eye's corners, never both
+    mirrored = np.unique(models.triangles[source.use_mirror[: len(models.triangles)]].ravel())
+    eyes = [
+        np.isin(models.regions.left_eye, mirrored).mean(),
+        np.isin(models.regions.right_eye, mirrored).mean(),
+    ]
+    assert max(eyes) > 0.8 and min(eyes) < 0.2, eyes
+
+
+def test_a_frontal_photo_is_left_as_it_is(models, astronaut_path):
+    source = prepare_sources(models, (astronaut_path,), ClassicalSettings())[0]
+    assert source.use_mirror is None or source.use_mirror.mean() < 0.05
+
+
+def test_the_squeezed_side_is_painted_from_the_source(models, turned_photo, astronaut_image):
+    """On a frontal target, the side of the face a turned photo hardly shows is painted from
+    its visible side, where before the target's own eye and a smear showed through."""
+    target = np.ascontiguousarray(astronaut_image)
+    renders = {}
+    for fill in (False, True):
+        settings = replace(ClassicalSettings(), mirror_fill=fill)
+        pipeline = build_pipeline(models, (turned_photo,), settings, "many", tracking=None)
+        renders[fill] = pipeline(HOST, [target.copy()], seq=0).frames[0]
+    source = prepare_sources(models, (turned_photo,), ClassicalSettings())[0]
+    faces = models.mesh(HOST, HOST.upload([target]), models.detector(HOST, HOST.upload([target])))
+    mesh = faces.mesh[int(np.argmax(faces.areas()))]
+    mirrored = np.unique(models.triangles[source.use_mirror[: len(models.triangles)]].ravel())
+    area = np.zeros(target.shape[:2], np.uint8)
+    cv2.fillConvexPoly(area, cv2.convexHull(np.round(mesh[mirrored, :2]).astype(np.int32)), 1)
+    area = cv2.erode(area, np.ones((5, 5), np.uint8)).astype(bool)
+
+    def change(image: np.ndarray) -> float:
+        return float(np.abs(image.astype(np.float32) - target)[area].mean())
+
+    assert change(renders[True]) > 1.5 * change(renders[False]), (
+        change(renders[True]),
+        change(renders[False]),
+    )
