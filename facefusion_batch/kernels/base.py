@@ -52,8 +52,8 @@ class PaintSettings:
 @dataclass(frozen=True)
 class FaceRegion:
     """One face to paint: its frame, the top-left of its warp map in the frame, the map itself
-    (source texture pixels; NaN where the face does not cover), its source and the blur width
-    of the shading carried by `local` colour."""
+    (source texture pixels; NaN where the face does not cover), its source, the blur width
+    of the shading carried by `local` colour and how much of its eyes stay the target's."""
 
     frame: int
     x0: int
@@ -62,6 +62,9 @@ class FaceRegion:
     map_y: np.ndarray
     source: int
     sigma: float
+    # how much of each eye (subject's left, right) stays the target's (0: the source's eye,
+    # 1: the target's own, through the texture's eye channels 5 and 6): closed eyes stay closed
+    hold_eyes: tuple[float, float] = (0.0, 0.0)
 
     @property
     def height(self) -> int:

@@ -146,5 +146,6 @@ class HostKernels:
                 settings.colour_strength,
                 settings.blend,
                 settings.shading_limit,
+                r.hold_eyes,
             )
             frames.painted.append((r.frame, r.x0, r.y0, r.width, r.height))

@@ -296,9 +296,10 @@ def paint_region(
     colour_strength: float,
     blend_mode: str,
     shading_limit: tuple[float, float, float] = (60.0, 30.0, 30.0),
+    hold_eyes: tuple[float, float] = (0.0, 0.0),
 ) -> None:
-    """Sample the source texture ([h,w,5]: BGR, alpha, skin) through the map and blend it into
-    frame[y0:, x0:], in place."""
+    """Sample the source texture ([h,w,5]: BGR, alpha, skin, or [h,w,7] with the eye masks)
+    through the map and blend it into frame[y0:, x0:], in place."""
     rh, rw = map_x.shape
     covered = ~np.isnan(map_x)
     map_x[~covered] = -1e4
@@ -307,6 +308,8 @@ def paint_region(
     target = frame[y0 : y0 + rh, x0 : x0 + rw].astype(np.float32)
     face = np.where(covered[..., None], warped[..., :3], target)
     alpha = np.where(covered, warped[..., 3], 0.0).astype(np.float32)
+    if warped.shape[2] >= 7 and max(hold_eyes) > 0:
+        alpha *= (1 - hold_eyes[0] * warped[..., 5]) * (1 - hold_eyes[1] * warped[..., 6])
     skin = covered & (warped[..., 4] > 0.5)
     if colour != "none":
         face = transfer_colour(face, target, skin, colour_strength, colour, sigma, shading_limit)

@@ -111,6 +111,10 @@ def _paint_chunk(frames, regions, origins, canvas, textures, settings, host_blen
     warped = _sample_textures(textures, np.array([r.source for r in regions]), maps)
     face = torch.where(covered[:, None], warped[:, :3], target)
     alpha = torch.where(covered, warped[:, 3], torch.zeros_like(warped[:, 3]))
+    holds = np.array([r.hold_eyes for r in regions], np.float32)
+    if warped.shape[1] >= 7 and holds.max() > 0:
+        held = D.to_device(holds, device)[:, :, None, None]
+        alpha = alpha * (1 - held[:, 0] * warped[:, 5]) * (1 - held[:, 1] * warped[:, 6])
     skin = covered & (warped[:, 4] > 0.5)
     if settings.colour != "none":
         sigmas = [r.sigma for r in regions]

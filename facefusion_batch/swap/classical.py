@@ -34,6 +34,9 @@ from facefusion_batch.swap.symmetry import atlas, mirror_corners, symmetric_pair
 
 EYES_MOUTH_CHOICES = ("eyes", "target", "source")
 RASTER_SPAN = 40.0  # eye-corner span (px) at which the warp map is rasterised
+EYE_MARGIN = 0.15  # IOD around each eye opening that goes with it (its lids)
+# target/source eye-opening ratios at which a target's eye starts to stay its own / fully does
+EYE_OPEN, EYE_CLOSED = 0.6, 0.35
 
 
 @dataclass(frozen=True)
@@ -91,9 +94,12 @@ def fan_triangles(loop: np.ndarray) -> np.ndarray:
 class SourceFace:
     """One source face ready to paint: texture channels BGR + alpha + skin, and its mesh."""
 
-    texture: np.ndarray  # [h,w,5] float32: B, G, R (0–255), alpha (0–1), skin (0/1)
+    # [h,w,7] float32: B, G, R (0–255), alpha (0–1), skin (0/1), and soft masks (0–1) of the
+    # left and right eye with their lids, through which a target's closed eye stays its own
+    texture: np.ndarray
     mesh: np.ndarray  # [468,3] in texture pixels
     yaw: float
+    eye_open: tuple[float, float] = (0.0, 0.0)  # eye_openness of the left and right eye
     # mirror fill (swap/symmetry.py): the flipped photo's mesh in the same texture (an atlas),
     # and per triangle of the swap, whether it is painted from there
     mirror_mesh: np.ndarray | None = None
@@ -162,8 +168,39 @@ def prepare_source(
     not_skin = cv2.dilate(not_skin, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * grow + 1,) * 2))
     skin = ((alpha > 0.5) & (not_skin == 0)).astype(np.float32)
 
-    texture = np.dstack([crop, alpha.astype(np.float32), skin])
-    return SourceFace(texture=texture, mesh=local.astype(np.float32), yaw=yaw)
+    eyes = []
+    for loop in (regions.left_eye, regions.right_eye):
+        eye = np.zeros((h, w), np.uint8)
+        _poly(eye, local[loop], 255)
+        grow = max(1, int(round(EYE_MARGIN * iod)))
+        eye = cv2.dilate(eye, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * grow + 1,) * 2))
+        soft = cv2.GaussianBlur(eye.astype(np.float32) / 255, (0, 0), max(1.0, 0.5 * EYE_MARGIN * iod))
+        eyes.append(np.maximum(soft, eye / 255.0).astype(np.float32))
+    texture = np.dstack([crop, alpha.astype(np.float32), skin, *eyes])
+    opening = eye_openness(local[None], regions)[0]
+    return SourceFace(texture=texture, mesh=local.astype(np.float32), yaw=yaw, eye_open=tuple(opening))
+
+
+def eye_openness(meshes: np.ndarray, regions: FaceRegions) -> np.ndarray:
+    """[F,2]: height over width of the left and right eye openings, along each face's eye line."""
+    d = meshes[:, RIGHT_EYE_OUTER, :2] - meshes[:, LEFT_EYE_OUTER, :2]
+    angle = np.arctan2(d[:, 1], d[:, 0])[:, None]
+    out = []
+    for loop in (regions.left_eye, regions.right_eye):
+        x, y = meshes[:, loop, 0], meshes[:, loop, 1]
+        u = x * np.cos(angle) + y * np.sin(angle)
+        v = -x * np.sin(angle) + y * np.cos(angle)
+        out.append(np.ptp(v, axis=1) / np.maximum(np.ptp(u, axis=1), 1e-6))
+    return np.stack(out, axis=1)
+
+
+def held_eyes(target_open: np.ndarray, source_open: np.ndarray) -> np.ndarray:
+    """[F,2] how much of each eye stays the target's: none while the target's eye is about as
+    open as the source's, all of it once it is much more closed (a blink, a squint, a look
+    down), smoothly in between so a blink fades rather than switches."""
+    ratio = target_open / np.maximum(source_open, 1e-6)
+    t = np.clip((EYE_OPEN - ratio) / (EYE_OPEN - EYE_CLOSED), 0.0, 1.0)
+    return t * t * (3 - 2 * t)
 
 
 def swap_triangles(triangles: np.ndarray, regions: FaceRegions, eyes_mouth: str) -> np.ndarray:
@@ -259,6 +296,10 @@ class ClassicalSwapper:
                 cov.x[rows], cov.y[rows], cov.src_x[rows], cov.src_y[rows], float(scales[f]), frame_hw
             )
 
+        holds = np.zeros((len(table), 2))
+        if self.settings.eyes_mouth == "eyes":  # closed eyes stay closed
+            source_open = np.array([self.sources[c].eye_open for c in choice])
+            holds = held_eyes(eye_openness(table.mesh, self.face_regions), source_open)
         out: list[FaceRegion] = []
         for f in range(len(table)):
             if starts[f + 1] - starts[f] < 16:
@@ -272,9 +313,9 @@ class ClassicalSwapper:
                 map_x, map_y = np.where(use, mirror_x, map_x), np.where(use, mirror_y, map_y)
             iod = 0.7 * eye_frame(table.mesh[f])[1]
             sigma = max(1.0, self.settings.shading_scale * iod)
-            out.append(
-                FaceRegion(int(table.frame_index[f]), int(x0), int(y0), map_x, map_y, int(choice[f]), sigma)
-            )
+            hold = (float(holds[f, 0]), float(holds[f, 1]))
+            frame = int(table.frame_index[f])
+            out.append(FaceRegion(frame, int(x0), int(y0), map_x, map_y, int(choice[f]), sigma, hold))
         return out
 
     def textures_for(self, k: Kernels) -> Any:

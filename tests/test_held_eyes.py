@@ -1,0 +1,98 @@
+"""Closed eyes stay closed: where the target's eye is much more closed than the source's (a
+blink, a wink), the classical swap keeps the target's own eye, on both kernel sets."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import cv2
+import numpy as np
+import pytest
+
+from facefusion_batch.faces.mesh import LEFT_EYE_OUTER, RIGHT_EYE_OUTER
+from facefusion_batch.kernels.host import HostKernels
+from facefusion_batch.pipeline.build import prepare_sources
+from facefusion_batch.swap.classical import ClassicalSettings, ClassicalSwapper, eye_openness, held_eyes
+
+try:
+    from facefusion_batch.kernels.torch_kernels import TorchKernels
+except ImportError:  # torch is a test extra
+    TorchKernels = None
+
+HOST = HostKernels()
+
+
+def closed(mesh: np.ndarray, regions, which: tuple[int, ...] = (0, 1), keep: float = 0.1) -> np.ndarray:
+    """The faces' meshes with the chosen eyes shut: each eye loop's height squeezed to `keep`
+    about its centre line, along the face's eye line."""
+    out = mesh.copy()
+    for f in range(len(out)):
+        d = out[f, RIGHT_EYE_OUTER, :2] - out[f, LEFT_EYE_OUTER, :2]
+        along = d / np.linalg.norm(d)
+        across = np.array([-along[1], along[0]])
+        for e in which:
+            loop = (regions.left_eye, regions.right_eye)[e]
+            pts = out[f, loop, :2]
+            centre = pts.mean(axis=0)
+            v = (pts - centre) @ across
+            out[f, loop, :2] = pts - np.outer(v * (1 - keep), across)
+    return out
+
+
+def test_held_eyes_follow_the_opening_ratio():
+    source = np.array([[0.3, 0.3]])
+    ratios = np.array([[1.0, 0.62], [0.5, 0.3], [0.1, 2.0]])
+    held = held_eyes(ratios * source, np.repeat(source, 3, axis=0))
+    assert np.all(held[0] == 0.0)  # open as the source: the source's eyes
+    assert 0.0 < held[1, 0] < 1.0 and held[1, 1] == 1.0  # half shut: a blend; shut: the target's
+    assert held[2, 0] == 1.0 and held[2, 1] == 0.0  # a wink keeps one eye
+
+
+def test_a_shut_eye_is_measured_shut(models, t1_faces):
+    open_ = eye_openness(t1_faces.mesh, models.regions)
+    shut = eye_openness(closed(t1_faces.mesh, models.regions, (1,)), models.regions)
+    np.testing.assert_allclose(shut[:, 0], open_[:, 0], rtol=0.02)  # the eye line tilts a little
+    assert np.all(shut[:, 1] < 0.2 * open_[:, 1])
+
+
+@pytest.fixture(scope="module")
+def swapper(models, astronaut_path):
+    sources = prepare_sources(models, (astronaut_path,), ClassicalSettings())
+    assert sources[0].texture.shape[2] == 7
+    return ClassicalSwapper(sources, models.triangles, models.regions, ClassicalSettings())
+
+
+def paint(k, swapper, image, table):
+    frames = k.upload([image])
+    swapper(k, frames, table)
+    return k.download(frames)[0]
+
+
+def eye_change(before: np.ndarray, after: np.ndarray, table, regions) -> float:
+    mask = np.zeros(before.shape[:2], np.uint8)
+    for mesh in table.mesh:
+        for loop in (regions.left_eye, regions.right_eye):
+            cv2.fillPoly(mask, [np.round(mesh[loop, :2]).astype(np.int32)], 1)
+    return float(np.abs(after.astype(np.int16) - before.astype(np.int16))[mask > 0].mean())
+
+
+def test_shut_target_eyes_stay_the_targets_own(models, swapper, t1_image, t1_faces):
+    image = np.ascontiguousarray(t1_image)
+    shapes = np.array([image.shape[:2]])
+    assert all(r.hold_eyes == (0.0, 0.0) for r in swapper.regions(t1_faces, shapes))
+    shut = replace(t1_faces, mesh=closed(t1_faces.mesh, models.regions))
+    assert all(r.hold_eyes == (1.0, 1.0) for r in swapper.regions(shut, shapes))
+    # the painted pixels over the (unmoved) eyes: the source's when open, the target's when shut
+    wide = eye_change(image, paint(HOST, swapper, image, t1_faces), t1_faces, models.regions)
+    held = eye_change(image, paint(HOST, swapper, image, shut), t1_faces, models.regions)
+    assert wide > 10 and held < 0.3 * wide, (wide, held)
+
+
+def test_held_eyes_paint_alike_on_both_kernel_sets(models, swapper, t1_image, t1_faces):
+    if TorchKernels is None:
+        pytest.skip("torch is not installed")
+    image = np.ascontiguousarray(t1_image)
+    table = replace(t1_faces, mesh=closed(t1_faces.mesh, models.regions, (0,)))
+    host, device = paint(HOST, swapper, image, table), paint(TorchKernels("cpu"), swapper, image, table)
+    d = np.abs(host.astype(np.int16) - device.astype(np.int16))
+    assert d.mean() <= 0.1 and np.percentile(d, 99.9) <= 6, (d.mean(), np.percentile(d, 99.9))
