@@ -42,6 +42,7 @@ LEGACY = {
     "shading_limit": (30.0, 6.0, 6.0),
     "shape": 0.0,
     "mirror_fill": False,
+    "match_sharpness": False,
 }
 
 

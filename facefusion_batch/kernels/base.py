@@ -47,6 +47,35 @@ class PaintSettings:
     # how far `local` colour may move the source's low frequencies toward the target's, in 8-bit
     # LAB units (L scaled to 0–255): light (L) and tint (a, b)
     shading_limit: tuple[float, float, float] = (60.0, 30.0, 30.0)
+    # the source texture blurred to the target face's own sharpness (a defocused or soft face
+    # does not get a crisp pasted one); never sharpened
+    match_sharpness: bool = True
+
+
+# blur widths (px) tried when matching sharpness, and the scale at which detail is measured
+SHARPNESS_SIGMAS = (0.5, 0.8, 1.2, 1.7, 2.4, 3.4, 4.8)
+DETAIL_SIGMA = 1.0
+# the face may keep this much more fine detail than its target: its features (what makes it
+# read as the source person) stay legible on a slightly soft shot, a defocused one still blurs
+SHARPNESS_SLACK = 1.15
+
+
+def sharpness_weights(detail: np.ndarray, goal: np.ndarray) -> np.ndarray:
+    """[F, 1+S] weights of the unblurred face and of each blur in SHARPNESS_SIGMAS, given each
+    face's measured detail at every blur ([F, 1+S], falling) and its target's (`goal`, [F]):
+    the two blurs around the goal, mixed linearly, so the choice never jumps."""
+    faces, n = detail.shape
+    out = np.zeros((faces, n))
+    for f in range(faces):
+        below = np.flatnonzero(detail[f] <= goal[f] * SHARPNESS_SLACK)
+        if not below.size or below[0] == 0:
+            out[f, 0 if below.size else n - 1] = 1.0
+            continue
+        i = int(below[0])
+        hi, lo = detail[f, i - 1], detail[f, i]
+        t = float(np.clip((hi - goal[f] * SHARPNESS_SLACK) / max(hi - lo, 1e-9), 0.0, 1.0))
+        out[f, i - 1], out[f, i] = 1.0 - t, t
+    return out
 
 
 @dataclass(frozen=True)

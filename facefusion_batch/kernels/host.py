@@ -147,5 +147,6 @@ class HostKernels:
                 settings.blend,
                 settings.shading_limit,
                 r.hold_eyes,
+                settings.match_sharpness,
             )
             frames.painted.append((r.frame, r.x0, r.y0, r.width, r.height))

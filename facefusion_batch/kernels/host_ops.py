@@ -13,7 +13,13 @@ from functools import lru_cache
 import cv2
 import numpy as np
 
-from facefusion_batch.kernels.base import MODEL_MASK_BLUR, STD_RATIO_RANGE
+from facefusion_batch.kernels.base import (
+    DETAIL_SIGMA,
+    MODEL_MASK_BLUR,
+    SHARPNESS_SIGMAS,
+    STD_RATIO_RANGE,
+    sharpness_weights,
+)
 from facefusion_batch.kernels.geometry import letterbox_canvas
 
 # --- model inputs ------------------------------------------------------------------------------------
@@ -220,6 +226,21 @@ def transfer_colour(
     return out.astype(np.float32)
 
 
+def _detail(bgr: np.ndarray, mask: np.ndarray) -> float:
+    grey = bgr @ np.array([0.114, 0.587, 0.299], np.float32)
+    return float(np.abs(grey - cv2.GaussianBlur(grey, (0, 0), DETAIL_SIGMA))[mask].mean())
+
+
+def match_sharpness(face: np.ndarray, target: np.ndarray, skin: np.ndarray) -> np.ndarray:
+    """`face` (float32 BGR) blurred until its fine detail on `skin` is the target's."""
+    if skin.sum() < 64:
+        return face
+    blurs = [face] + [cv2.GaussianBlur(face, (0, 0), s) for s in SHARPNESS_SIGMAS]
+    detail = np.array([[_detail(b, skin) for b in blurs]])
+    weights = sharpness_weights(detail, np.array([_detail(target, skin)]))[0]
+    return sum(w * b for w, b in zip(weights, blurs, strict=True) if w > 0).astype(np.float32)
+
+
 def feather(target: np.ndarray, face: np.ndarray, alpha: np.ndarray) -> np.ndarray:
     a = alpha[..., None]
     return target * (1.0 - a) + face * a
@@ -297,6 +318,7 @@ def paint_region(
     blend_mode: str,
     shading_limit: tuple[float, float, float] = (60.0, 30.0, 30.0),
     hold_eyes: tuple[float, float] = (0.0, 0.0),
+    sharpness: bool = False,
 ) -> None:
     """Sample the source texture ([h,w,5]: BGR, alpha, skin, or [h,w,7] with the eye masks)
     through the map and blend it into frame[y0:, x0:], in place."""
@@ -311,6 +333,8 @@ def paint_region(
     if warped.shape[2] >= 7 and max(hold_eyes) > 0:
         alpha *= (1 - hold_eyes[0] * warped[..., 5]) * (1 - hold_eyes[1] * warped[..., 6])
     skin = covered & (warped[..., 4] > 0.5)
+    if sharpness:
+        face = match_sharpness(face, target, skin)
     if colour != "none":
         face = transfer_colour(face, target, skin, colour_strength, colour, sigma, shading_limit)
         face = np.where(covered[..., None], face, target)

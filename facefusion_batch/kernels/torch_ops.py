@@ -31,7 +31,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from facefusion_batch.kernels.base import STD_RATIO_RANGE
+from facefusion_batch.kernels.base import DETAIL_SIGMA, SHARPNESS_SIGMAS, STD_RATIO_RANGE, sharpness_weights
 from facefusion_batch.kernels.geometry import letterbox_canvas
 from facefusion_batch.kernels.host_ops import pyramid_levels
 
@@ -607,6 +607,26 @@ def transfer_colour(
     moved = src + strength * (moved - src)
     # fewer than 16 skin pixels: statistics are meaningless, keep the face as it is
     return torch.where(count >= 16, lab8_to_bgr(to_uint8_levels(moved)), swapped)
+
+
+def _detail(bgr: Tensor, mask: Tensor) -> Tensor:
+    """[N] mean fine detail of grey(bgr) ([N,3,H,W]) on mask ([N,H,W] bool)."""
+    w = constant("sharpness-grey", lambda: np.array([0.114, 0.587, 0.299], np.float32), bgr.device)
+    grey = (bgr * w[None, :, None, None]).sum(dim=1, keepdim=True)
+    fine = (grey - gaussian_blur(grey, DETAIL_SIGMA)).abs()[:, 0]
+    m = mask.float()
+    return (fine * m).sum(dim=(1, 2)) / m.sum(dim=(1, 2)).clamp(min=1.0)
+
+
+def match_sharpness(face: Tensor, target: Tensor, skin: Tensor) -> Tensor:
+    """kernels.host_ops.match_sharpness for [N,3,H,W] faces (one wait, for the choice)."""
+    blurs = [face] + [gaussian_blur(face, s) for s in SHARPNESS_SIGMAS]
+    detail = torch.stack([_detail(b, skin) for b in blurs], dim=1)
+    both = torch.cat([detail, _detail(target, skin)[:, None]], dim=1).cpu().numpy().astype(np.float64)
+    weights = sharpness_weights(both[:, :-1], both[:, -1])
+    weights[skin.sum(dim=(1, 2)).cpu().numpy() < 64] = np.eye(len(blurs))[0]
+    w = to_device(weights.astype(np.float32), face.device)
+    return sum(w[:, i, None, None, None] * b for i, b in enumerate(blurs))
 
 
 def feather(target: Tensor, face: Tensor, alpha: Tensor) -> Tensor:

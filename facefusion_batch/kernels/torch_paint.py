@@ -116,6 +116,8 @@ def _paint_chunk(frames, regions, origins, canvas, textures, settings, host_blen
         held = D.to_device(holds, device)[:, :, None, None]
         alpha = alpha * (1 - held[:, 0] * warped[:, 5]) * (1 - held[:, 1] * warped[:, 6])
     skin = covered & (warped[:, 4] > 0.5)
+    if settings.match_sharpness:
+        face = D.match_sharpness(face, target, skin)
     if settings.colour != "none":
         sigmas = [r.sigma for r in regions]
         face = D.transfer_colour(

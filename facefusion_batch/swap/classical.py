@@ -56,6 +56,8 @@ class ClassicalSettings:
     shape: float = 1.0
     # the squeezed side of a turned source face painted from its visible side (swap/symmetry.py)
     mirror_fill: bool = True
+    # the source texture blurred to the target face's sharpness (a soft face stays soft)
+    match_sharpness: bool = True
 
     def __post_init__(self) -> None:
         if self.colour not in COLOUR_MODES:
@@ -72,6 +74,7 @@ class ClassicalSettings:
             colour_strength=self.colour_strength,
             blend=self.blend,
             shading_limit=self.shading_limit,
+            match_sharpness=self.match_sharpness,
         )
 
 
