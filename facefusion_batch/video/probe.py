@@ -20,6 +20,7 @@ import av.error
 
 from facefusion_batch.errors import InputError
 from facefusion_batch.fsutil import ffmpeg_path
+from facefusion_batch.video.timing import timeline_shift
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,9 @@ class VideoInfo:
     open_format: str | None = None
     open_options: tuple[tuple[str, str], ...] = ()
     first_number: int | None = None
+    # seconds added to every video and audio timestamp so that none is negative (an MPEG-TS whose
+    # clock wrapped starts below 0; see video/timing.py); 0 for almost every input
+    start_shift: Fraction = Fraction(0)
 
     @property
     def timecode(self) -> str | None:
@@ -326,6 +330,7 @@ def _probe_open(path: Path, container: av.container.InputContainer, sequence: bo
         container_tags=tuple(sorted(container_tags.items())),
         video_tags=tuple(sorted(dict(stream.metadata).items())),
         other_streams=others,
+        start_shift=timeline_shift(container),
     )
 
 

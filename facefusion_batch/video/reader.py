@@ -53,6 +53,7 @@ from facefusion_batch.video.hwaccel import HWACCELS
 from facefusion_batch.video.planes import BGR24, PIXEL_FORMATS, YUV420P, blank_picture
 from facefusion_batch.video.probe import VideoInfo, open_input, probe
 from facefusion_batch.video.segments import FrameIndex, frame_index
+from facefusion_batch.video.timing import DisplayTimes
 
 log = logging.getLogger("ffbatch")
 
@@ -289,15 +290,10 @@ class FrameReader:
             if self.on_decode_error == "skip":
                 self._run_skipping(container, stream, time_base)
                 return
-            for packet in container.demux(stream):
-                if self._stop.is_set():
+            for av_frame, pts in self._displayed(container, stream):
+                if not self._emit(av_frame, index, pts, time_base):
                     return
-                for av_frame in packet.decode():
-                    image = self._to_image(av_frame)
-                    tb = Fraction(av_frame.time_base) if av_frame.time_base else time_base
-                    if not self._put(Frame(index=index, pts=av_frame.pts, time_base=tb, image=image)):
-                        return
-                    index += 1
+                index += 1
             self._put(_END)
         except BaseException as exc:  # noqa: BLE001 - handed to the consumer
             self._put(_Failure(exc, index))
@@ -385,10 +381,25 @@ class FrameReader:
             return
         self._decode_range_by_count(container, stream, time_base)
 
-    def _emit(self, av_frame, number: int, time_base: Fraction) -> bool:
+    def _displayed(self, container, stream) -> Iterator[tuple[av.VideoFrame, int | None]]:
+        """Every decoded picture in the decoder's (display) order, with its display pts: the
+        stream's pts in increasing order (video/timing.py), whatever order the demuxer guessed."""
+        times: DisplayTimes[av.VideoFrame] = DisplayTimes()
+        for packet in container.demux(stream):
+            if self._stop.is_set():
+                return
+            for av_frame in packet.decode():
+                yield from times.push(av_frame, av_frame.pts)
+        yield from times.finish()
+        if times.reordered:
+            log.debug(
+                "%s: %d frame timestamps were out of display order; reordered", self.path, times.reordered
+            )
+
+    def _emit(self, av_frame, number: int, pts: int | None, time_base: Fraction) -> bool:
         tb = Fraction(av_frame.time_base) if av_frame.time_base else time_base
         image = self._to_image(av_frame)
-        return self._put(Frame(index=number, pts=av_frame.pts, time_base=tb, image=image))
+        return self._put(Frame(index=number, pts=pts, time_base=tb, image=image))
 
     def _decode_range_by_pts(self, container, stream, time_base: Fraction) -> bool:
         """After a seek: drop frames before the range, check every pts against the index.
@@ -396,25 +407,24 @@ class FrameReader:
         start, end = self.frames
         wanted = self.index.pts[start:end]
         k = 0
-        for packet in container.demux(stream):
+        for av_frame, pts in self._displayed(container, stream):
             if self._stop.is_set():
                 return True
-            for av_frame in packet.decode():
-                if av_frame.pts is None or av_frame.pts < wanted[0]:
-                    continue
-                if av_frame.pts != wanted[k]:
-                    if k == 0:
-                        return False
-                    raise InputError(
-                        f"input video {self.path}: frame {start + k} should have pts {wanted[k]} but the "
-                        f"decoder returned {av_frame.pts}; the file is damaged around there"
-                    )
-                if not self._emit(av_frame, start + k, time_base):
-                    return True
-                k += 1
-                if k == len(wanted):
-                    self._put(_END)
-                    return True
+            if pts is None or pts < wanted[0]:
+                continue
+            if pts != wanted[k]:
+                if k == 0:
+                    return False
+                raise InputError(
+                    f"input video {self.path}: frame {start + k} should have pts {wanted[k]} but the "
+                    f"decoder returned {pts}; the file is damaged around there"
+                )
+            if not self._emit(av_frame, start + k, pts, time_base):
+                return True
+            k += 1
+            if k == len(wanted):
+                self._put(_END)
+                return True
         if k == 0:
             return False
         raise InputError(f"input video {self.path} ended at frame {start + k}, inside --frames {start}:{end}")
@@ -422,16 +432,15 @@ class FrameReader:
     def _decode_range_by_count(self, container, stream, time_base: Fraction) -> None:
         start, end = self.frames
         number = 0
-        for packet in container.demux(stream):
+        for av_frame, pts in self._displayed(container, stream):
             if self._stop.is_set():
                 return
-            for av_frame in packet.decode():
-                if number >= start and not self._emit(av_frame, number, time_base):
-                    return
-                number += 1
-                if number == end:
-                    self._put(_END)
-                    return
+            if number >= start and not self._emit(av_frame, number, pts, time_base):
+                return
+            number += 1
+            if number == end:
+                self._put(_END)
+                return
         raise InputError(f"input video {self.path} ended at frame {number}, inside --frames {start}:{end}")
 
     def _to_image(self, av_frame: av.VideoFrame) -> np.ndarray:
