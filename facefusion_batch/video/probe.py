@@ -77,6 +77,10 @@ class VideoInfo:
     # seconds added to every video and audio timestamp so that none is negative (an MPEG-TS whose
     # clock wrapped starts below 0; see video/timing.py); 0 for almost every input
     start_shift: Fraction = Fraction(0)
+    # when the container says the video stream ends, in seconds of its own timeline (a Matroska
+    # track's DURATION tag, else the stream's start + duration, else the file's); None: unknown.
+    # Packets that stop well before it mean the file was cut short.
+    declared_end_s: float | None = None
 
     @property
     def timecode(self) -> str | None:
@@ -331,7 +335,25 @@ def _probe_open(path: Path, container: av.container.InputContainer, sequence: bo
         video_tags=tuple(sorted(dict(stream.metadata).items())),
         other_streams=others,
         start_shift=timeline_shift(container),
+        declared_end_s=_declared_end(container, stream),
     )
+
+
+_DURATION_TAG = re.compile(r"^(\d+):(\d{2}):(\d{2}(?:\.\d+)?)$")
+
+
+def _declared_end(container: av.container.InputContainer, stream) -> float | None:
+    """When the container says the video stream ends (seconds), or None when it does not say."""
+    match = _DURATION_TAG.match(str(stream.metadata.get("DURATION", "")).strip())
+    if match:  # Matroska: the track's end time, written when the file was finished
+        hours, minutes, seconds = match.groups()
+        return int(hours) * 3600 + int(minutes) * 60 + float(seconds)
+    time_base = stream.time_base
+    if stream.duration and stream.duration > 0 and time_base:
+        return float((int(stream.start_time or 0) + stream.duration) * time_base)
+    if container.duration and container.duration > 0:
+        return ((container.start_time or 0) + container.duration) / av.time_base
+    return None
 
 
 def _tag(frame_value, stream_value, unspecified: int) -> int:

@@ -154,6 +154,8 @@ class FrameReader:
         self.frames_read = 0
         self.frames_replaced = 0  # frames filled in by on_decode_error="skip"
         self.decode_errors = 0  # errors the decoder raised and "skip" stepped over
+        self.frames_promised = 0  # video packets that should each give a frame (not hidden by an edit list)
+        self._stream_end_s: float | None = None  # where the last of them ends, in seconds
         self._queue: queue.Queue = queue.Queue(maxsize=queue_size)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -215,21 +217,29 @@ class FrameReader:
         return FfbatchError(f"decoding {self.path} failed at frame {failure.index}: {exc!r}")
 
     def _check_count(self) -> None:
-        """Warn when the stream ended well before the container said it would."""
+        """Count, never estimate: every packet the stream holds must have given a frame
+        (else exit 2 under on_decode_error="fail"); warn when the packets themselves stop well
+        before the container says the stream ends (the file was cut short)."""
         if self.frames is not None:
-            return  # a range either delivers every frame or fails (see _run_range)
-        expected = self.info.frame_count
-        if not expected:
-            return
-        slack = 0 if not self.info.frame_count_estimated else max(2, expected // 20)
-        if self.frames_read < expected - slack:
-            declared = "estimates" if self.info.frame_count_estimated else "declares"
+            return  # a range checks each frame against the frame index (see _run_range)
+        dropped = self.frames_promised - self.frames_read
+        if dropped > 0 and self.on_decode_error == "fail":
+            raise InputError(
+                f"input video {self.path}: the decoder returned {self.frames_read} frames of the "
+                f"{self.frames_promised} the stream holds ({dropped} undecodable or damaged, dropped "
+                "without an error); --on-decode-error skip renders it with those frames replaced"
+            )
+        declared, end = self.info.declared_end_s, self._stream_end_s
+        rate = self.info.average_rate
+        frame_s = float(1 / rate) if rate else 0.04
+        if declared is not None and end is not None and end < declared - 1.5 * frame_s:
             log.warning(
-                "%s: decoded %d frames but the container %s %d; the file may be truncated or damaged",
+                "%s: the video stops at %.3f s but the container says it runs to %.3f s; the file "
+                "may be truncated or damaged (%d frames decoded)",
                 self.path,
-                self.frames_read,
+                end,
                 declared,
-                expected,
+                self.frames_read,
             )
 
     def close(self) -> None:
@@ -388,6 +398,12 @@ class FrameReader:
         for packet in container.demux(stream):
             if self._stop.is_set():
                 return
+            if packet.size and not packet.is_discard:
+                self.frames_promised += 1
+                end = packet.pts if packet.pts is not None else packet.dts
+                if end is not None and packet.time_base is not None:
+                    end_s = float((end + (packet.duration or 0)) * packet.time_base)
+                    self._stream_end_s = max(self._stream_end_s or end_s, end_s)
             for av_frame in packet.decode():
                 yield from times.push(av_frame, av_frame.pts)
         yield from times.finish()
@@ -432,9 +448,15 @@ class FrameReader:
     def _decode_range_by_count(self, container, stream, time_base: Fraction) -> None:
         start, end = self.frames
         number = 0
+        index = self.index if self.index is not None and self.index.exact else None
         for av_frame, pts in self._displayed(container, stream):
             if self._stop.is_set():
                 return
+            if index is not None and number < index.count and pts != index.pts[number]:
+                raise InputError(
+                    f"input video {self.path}: frame {number} should have pts {index.pts[number]} but the "
+                    f"decoder returned {pts}; a frame before it was dropped (undecodable or damaged)"
+                )
             if number >= start and not self._emit(av_frame, number, pts, time_base):
                 return
             number += 1
