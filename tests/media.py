@@ -334,3 +334,48 @@ def make_packed_avi(
         if audio_stream is not None:
             _write_tone(out, audio_stream, float(frames / rate))
     return path
+
+
+def make_trimmed_mp4(path: str | Path, *, frames: int = 40, lead: int = 5, fps: int = 25) -> Path:
+    """An .mp4 whose edit list hides its first `lead` frames and the audio under them: `make_clip`'s
+    packets (H.264 + AAC) remuxed `lead` frames earlier, so they start below 0. A decoder returns
+    frames `lead`.. (by their drawn number), from pts 0."""
+    path = Path(path)
+    source = make_clip(path.with_suffix(".src.mkv"), frames=frames, size=(128, 96), fps=fps)
+    early = Fraction(lead, fps)
+    with av.open(str(source)) as inp, av.open(str(path), mode="w", format="mp4") as out:
+        streams = {s.index: out.add_stream_from_template(s) for s in inp.streams}
+        for packet in inp.demux():
+            if packet.pts is None and packet.dts is None:
+                continue
+            ticks = round(early / Fraction(packet.time_base))
+            packet.stream = streams[packet.stream.index]
+            if packet.pts is not None:
+                packet.pts -= ticks
+            if packet.dts is not None:
+                packet.dts -= ticks
+            out.mux(packet)
+    source.unlink()
+    return path
+
+
+def make_headless_h264(path: str | Path, *, frames: int = 25, gop: int = 6) -> Path:
+    """A Matroska H.264 clip (128x96, 25 fps, no audio) that lost its first keyframe: the
+    `gop - 1` P-frames before the next keyframe cannot be decoded, and the decoder drops them
+    without an error. Frames are numbered from 1 (`frame_number`)."""
+    path = Path(path)
+    size = (128, 96)
+    options = {"preset": "ultrafast", "g": str(gop), "keyint_min": str(gop), "bf": "0", "sc_threshold": "0"}
+    with av.open(str(path), mode="w", format="matroska") as out:
+        stream = out.add_stream("libx264", rate=25, options=options)
+        stream.width, stream.height = size
+        stream.pix_fmt = "yuv420p"
+        packets = []
+        for i in range(frames + 1):
+            picture = av.VideoFrame.from_ndarray(synthetic_frame(i, size), format="bgr24")
+            picture.pts = i
+            packets += stream.encode(picture)
+        packets += stream.encode(None)
+        for packet in packets[1:]:  # the first keyframe is lost
+            out.mux(packet)
+    return path

@@ -1,4 +1,6 @@
-"""Timestamps as a decoder reads them: an MPEG-TS whose clock wraps, packed B-frames in AVI.
+"""Timestamps as a decoder reads them (an MPEG-TS whose clock wraps, packed B-frames in AVI, an
+edit list hiding a lead-in) and frames counted, never estimated (a frame the decoder drops is
+exit 2; the truncation warning fires only on files cut short).
 
 Every test renders a clip it makes itself and checks the decoded output against a reference
 decode of the input: every frame (by the number drawn into it), its time, every audio packet
@@ -6,14 +8,25 @@ and the audio's time against each frame (A/V sync)."""
 
 from __future__ import annotations
 
+import logging
 from fractions import Fraction
 from pathlib import Path
 
 import av
+import numpy as np
 import pytest
-from media import frame_number, make_packed_avi, make_wrapped_ts
-from test_cli import ffbatch
+from media import (
+    frame_number,
+    make_clip,
+    make_headless_h264,
+    make_packed_avi,
+    make_trimmed_mp4,
+    make_wrapped_ts,
+)
+from test_cli import assert_usage_error, ffbatch, leftovers
 
+from facefusion_batch.errors import InputError
+from facefusion_batch.video.reader import FrameReader
 from facefusion_batch.video.timing import display_order
 
 
@@ -131,3 +144,87 @@ def test_frame_ranges_and_chunks_of_a_packed_avi_agree_with_the_whole_render(
     assert proc.returncode == 0, proc.stderr
     assert decoded_times(chunked) == (times, numbers)
     assert audio_times(chunked) == audio_times(whole)
+
+
+# -- an edit list hiding the first frames (and the audio under them) ---------------------------
+
+
+def test_an_edit_list_is_honoured_like_a_decoder_reads_it_on_every_path(tmp_path, astronaut_path):
+    trimmed = make_trimmed_mp4(tmp_path / "trimmed.mp4", frames=40, lead=5)
+    times, numbers = decoded_times(trimmed)
+    assert numbers == list(range(5, 40)) and times[0] == 0  # the reference decode: 35 frames
+    whole, part, chunked = tmp_path / "whole.mp4", tmp_path / "part.mkv", tmp_path / "chunked.mp4"
+    runs = [
+        ("-o", whole),
+        ("-o", part, "--frames", "30:35"),
+        ("-o", chunked, "--chunk-frames", "10"),
+    ]
+    for args in runs:
+        proc = ffbatch("render", trimmed, "-s", astronaut_path, *args, "--backend", "cpu")
+        assert proc.returncode == 0, proc.stderr
+        assert "may be truncated" not in proc.stderr
+    assert decoded_times(whole) == (times, numbers)
+    assert decoded_times(chunked) == (times, numbers)
+    part_times, part_numbers = decoded_times(part)
+    assert part_numbers == numbers[30:35]
+    assert close(part_times, times[30:35], Fraction(1, 1000))
+    assert audio_times(chunked) == audio_times(whole) == audio_times(trimmed)  # the audio as it was
+
+
+# -- count, never estimate ---------------------------------------------------------------------
+
+
+def test_frames_the_decoder_drops_are_exit_2_unless_skipped(tmp_path, astronaut_path):
+    headless = make_headless_h264(tmp_path / "headless.mkv", frames=25, gop=6)
+    with av.open(str(headless)) as container:  # the reference decode drops 5 of 25 frames silently
+        assert sum(1 for _ in container.decode(video=0)) == 20
+    for args in [(), ("--frames", "0:10")]:
+        out = tmp_path / ("part.mkv" if args else "out.mp4")
+        proc = ffbatch("render", headless, "-s", astronaut_path, "-o", out, *args, "--backend", "cpu")
+        assert_usage_error(proc, str(headless), "dropped")
+        assert not out.exists() and leftovers(tmp_path) == []
+    out = tmp_path / "skipped.mp4"
+    proc = ffbatch(
+        "render", headless, "-s", astronaut_path, "-o", out, "--on-decode-error", "skip", "--backend", "cpu"
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "5 frame(s) could not be decoded" in proc.stderr
+    times, numbers = decoded_times(out)
+    assert len(times) == 25 and numbers[5:] == list(range(6, 26))  # every frame, the first 5 replaced
+
+
+def test_a_demuxer_that_gives_up_inside_a_file_is_exit_2(tmp_path):
+    data = bytearray(make_clip(tmp_path / "good.mkv", frames=20, size=(128, 96)).read_bytes())
+    at = int(len(data) * 0.45)
+    data[at : at + 1000] = np.random.default_rng(1).bytes(1000)  # the demuxer stops there
+    damaged = tmp_path / "damaged.mkv"
+    damaged.write_bytes(bytes(data))
+    with av.open(str(damaged)) as container:
+        assert 5 < sum(1 for _ in container.decode(video=0)) < 20
+    with pytest.raises(InputError, match="is damaged: its video stops at"):
+        with FrameReader(damaged) as reader:
+            list(reader)
+
+
+def _complete_files(directory: Path) -> dict[str, Path]:
+    return {
+        "mpegts": make_wrapped_ts(directory / "plain.ts", before_wrap_s=-1.4, size=(128, 96)),  # from 1.4 s
+        "mpegts wrapping": make_wrapped_ts(directory / "wrap.ts", size=(128, 96)),
+        "edit-list mp4": make_trimmed_mp4(directory / "trimmed.mp4"),
+        "vfr mkv": make_clip(directory / "vfr.mkv", frames=30, size=(128, 96), vfr=True),
+        "packed avi": make_packed_avi(directory / "divx.avi", frames=30),
+        "mp4": make_clip(directory / "plain.mp4", frames=20, size=(128, 96)),
+    }
+
+
+def test_complete_files_give_every_frame_and_no_truncation_warning(tmp_path, caplog):
+    caplog.set_level(logging.WARNING, logger="ffbatch")
+    for kind, path in _complete_files(tmp_path).items():
+        caplog.clear()
+        with av.open(str(path)) as container:
+            reference = sum(1 for _ in container.decode(video=0))
+        with FrameReader(path) as reader:
+            frames = list(reader)
+        assert len(frames) == reference == reader.frames_promised, kind
+        warnings = [r.getMessage() for r in caplog.records if "truncated" in r.getMessage()]
+        assert warnings == [], (kind, warnings)

@@ -78,7 +78,7 @@ class VideoInfo:
     # clock wrapped starts below 0; see video/timing.py); 0 for almost every input
     start_shift: Fraction = Fraction(0)
     # when the container says the video stream ends, in seconds of its own timeline (a Matroska
-    # track's DURATION tag, else the stream's start + duration, else the file's); None: unknown.
+    # track's DURATION tag, else the stream's start + duration); None: it does not say.
     # Packets that stop well before it mean the file was cut short.
     declared_end_s: float | None = None
 
@@ -335,14 +335,14 @@ def _probe_open(path: Path, container: av.container.InputContainer, sequence: bo
         video_tags=tuple(sorted(dict(stream.metadata).items())),
         other_streams=others,
         start_shift=timeline_shift(container),
-        declared_end_s=_declared_end(container, stream),
+        declared_end_s=_declared_end(stream),
     )
 
 
 _DURATION_TAG = re.compile(r"^(\d+):(\d{2}):(\d{2}(?:\.\d+)?)$")
 
 
-def _declared_end(container: av.container.InputContainer, stream) -> float | None:
+def _declared_end(stream) -> float | None:
     """When the container says the video stream ends (seconds), or None when it does not say."""
     match = _DURATION_TAG.match(str(stream.metadata.get("DURATION", "")).strip())
     if match:  # Matroska: the track's end time, written when the file was finished
@@ -351,9 +351,7 @@ def _declared_end(container: av.container.InputContainer, stream) -> float | Non
     time_base = stream.time_base
     if stream.duration and stream.duration > 0 and time_base:
         return float((int(stream.start_time or 0) + stream.duration) * time_base)
-    if container.duration and container.duration > 0:
-        return ((container.start_time or 0) + container.duration) / av.time_base
-    return None
+    return None  # the file's duration may be another stream's: no sign of truncation for the video
 
 
 def _tag(frame_value, stream_value, unspecified: int) -> int:

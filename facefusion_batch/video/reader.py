@@ -64,6 +64,9 @@ _ROTATE_CODES = {
 }
 
 _POLL_S = 0.05
+# what a container may keep after the last video packet (Matroska cues and tags, an AVI index):
+# a stream that stops early with more than this (or 2 % of the file) left was not cut short
+_TRAILER_BYTES = 4096
 
 
 @dataclass
@@ -156,6 +159,7 @@ class FrameReader:
         self.decode_errors = 0  # errors the decoder raised and "skip" stepped over
         self.frames_promised = 0  # video packets that should each give a frame (not hidden by an edit list)
         self._stream_end_s: float | None = None  # where the last of them ends, in seconds
+        self._last_byte = 0  # where in the file the last of them ends
         self._queue: queue.Queue = queue.Queue(maxsize=queue_size)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -232,15 +236,25 @@ class FrameReader:
         declared, end = self.info.declared_end_s, self._stream_end_s
         rate = self.info.average_rate
         frame_s = float(1 / rate) if rate else 0.04
-        if declared is not None and end is not None and end < declared - 1.5 * frame_s:
-            log.warning(
-                "%s: the video stops at %.3f s but the container says it runs to %.3f s; the file "
-                "may be truncated or damaged (%d frames decoded)",
-                self.path,
-                end,
-                declared,
-                self.frames_read,
+        if declared is None or end is None or end >= declared - 1.5 * frame_s:
+            return
+        size = self.path.stat().st_size if self.path.is_file() else 0
+        remaining = size - self._last_byte if self._last_byte else 0
+        if remaining > max(_TRAILER_BYTES, size // 50) and self.on_decode_error == "fail":
+            # not cut short: the demuxer gave up inside the file (damage it cannot step over)
+            raise InputError(
+                f"input video {self.path} is damaged: its video stops at {end:.3f} s ({self.frames_read} "
+                f"frames), {remaining} bytes before the end of the file, but the container says it runs "
+                f"to {declared:.3f} s"
             )
+        log.warning(
+            "%s: the video stops at %.3f s but the container says it runs to %.3f s; the file "
+            "may be truncated or damaged (%d frames decoded)",
+            self.path,
+            end,
+            declared,
+            self.frames_read,
+        )
 
     def close(self) -> None:
         """Stop the decode thread (promptly, even mid-stream) and release the file."""
@@ -404,6 +418,8 @@ class FrameReader:
                 if end is not None and packet.time_base is not None:
                     end_s = float((end + (packet.duration or 0)) * packet.time_base)
                     self._stream_end_s = max(self._stream_end_s or end_s, end_s)
+                if packet.pos is not None and packet.pos >= 0:
+                    self._last_byte = max(self._last_byte, packet.pos + packet.size)
             for av_frame in packet.decode():
                 yield from times.push(av_frame, av_frame.pts)
         yield from times.finish()
