@@ -66,16 +66,29 @@ def wrapped_ts(tmp_path_factory) -> Path:
     return make_wrapped_ts(tmp_path_factory.mktemp("wrap") / "wrap.ts", frames=30, size=(128, 96))
 
 
+@pytest.fixture(scope="module")
+def late_ts(tmp_path_factory) -> Path:
+    """A broadcast clock at 10 h when the clip starts (no wrap)."""
+    path = tmp_path_factory.mktemp("late") / "late.ts"
+    return make_wrapped_ts(path, frames=30, size=(128, 96), before_wrap_s=2**33 / 90000 - 36000)
+
+
 @pytest.mark.parametrize("suffix", [".mp4", ".mkv"])
+@pytest.mark.parametrize("clock", ["wrapping", "at 10 h"])
 def test_a_wrapping_mpegts_clock_keeps_every_frame_and_the_audio_in_sync(
-    tmp_path, wrapped_ts, astronaut_path, suffix
+    tmp_path, wrapped_ts, late_ts, astronaut_path, suffix, clock
 ):
-    video_in, numbers_in = decoded_times(wrapped_ts)
-    audio_in = audio_times(wrapped_ts)
-    assert numbers_in == list(range(30)) and min(video_in) < 0 < max(video_in)  # the clock wrapped
+    clip = wrapped_ts if clock == "wrapping" else late_ts
+    video_in, numbers_in = decoded_times(clip)
+    audio_in = audio_times(clip)
+    assert numbers_in == list(range(30))
+    if clock == "wrapping":
+        assert min(video_in) < 0 < max(video_in)  # the clock wrapped
+    else:
+        assert min(video_in) > 35999
     shift = -min(min(video_in), min(audio_in))  # the input's timeline, moved to start at 0
     out = tmp_path / f"out{suffix}"
-    proc = ffbatch("render", wrapped_ts, "-s", astronaut_path, "-o", out, "--backend", "cpu")
+    proc = ffbatch("render", clip, "-s", astronaut_path, "-o", out, "--backend", "cpu")
     assert proc.returncode == 0, proc.stderr
     assert "may be truncated" not in proc.stderr and "not increasing" not in proc.stderr
     video_out, numbers_out = decoded_times(out)
@@ -89,6 +102,16 @@ def test_a_wrapping_mpegts_clock_keeps_every_frame_and_the_audio_in_sync(
     assert min(audio_out) == 0
     # A/V sync: every frame sits where it sat against the start of the audio
     assert close([t - audio_out[0] for t in video_out], [t - audio_in[0] for t in video_in], tick)
+
+
+def test_a_wrapping_mpegts_renders_the_same_in_chunks(tmp_path, wrapped_ts, astronaut_path):
+    whole, chunked = tmp_path / "whole.mp4", tmp_path / "chunked.mp4"
+    for out, args in ((whole, ()), (chunked, ("--chunk-frames", "10"))):
+        proc = ffbatch("render", wrapped_ts, "-s", astronaut_path, "-o", out, *args, "--backend", "cpu")
+        assert proc.returncode == 0, proc.stderr
+    assert decoded_times(chunked) == decoded_times(whole)
+    assert decoded_times(whole)[1] == list(range(30))
+    assert audio_times(chunked) == audio_times(whole)
 
 
 # -- AVI with packed B-frames (DivX/Xvid), timestamps by chunk only ----------------------------

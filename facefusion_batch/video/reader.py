@@ -12,13 +12,22 @@ Errors in the decode thread are re-raised in the consumer: FFmpeg read/decode
 errors as `InputError` ("... is truncated or corrupt at frame N ..."), anything
 else as `FfbatchError`.
 
-A file cut short usually does *not* raise: FFmpeg's demuxers treat an early end
-of file as the end of the stream, so the reader yields the frames that were
-complete and stops cleanly, logging a warning when fewer frames came out than
-the container declared (`FrameReader.frames_read` vs `VideoInfo.frame_count`).
-(An .mp4/.mov cut short before its index, the `moov` box, is refused earlier,
-by `probe`.) Damage inside a file either raises the `InputError` above or is
-concealed by the decoder, depending on where it is.
+Frames are counted, never estimated: every video packet the demuxer hands over
+(less those an edit list hides) must give a frame. One the decoder drops without
+an error (undecodable leading frames, damage) fails the read with `InputError`
+at the end of the stream; a `frames=` range checks every frame's pts against the
+frame index instead. Timestamps are the decoder's, put in display order
+(video/timing.py: packed B-frames in AVI).
+
+A file cut short does *not* raise: FFmpeg's demuxers treat an early end of file
+as the end of the stream, so the reader yields the frames that were complete and
+stops cleanly, logging a warning when the packets stop well before the end the
+container declares for the video (`VideoInfo.declared_end_s`; files that declare
+none, such as MPEG-TS, cannot tell). A stream that stops early with much of the
+file still unread was not cut short: the demuxer gave up at damage, which is an
+`InputError`. (An .mp4/.mov cut short before its index, the `moov` box, is
+refused earlier, by `probe`.) Other damage inside a file either raises the
+`InputError` above or is concealed by the decoder, depending on where it is.
 
 `on_decode_error="skip"` (whole-file reads only, not `frames=` ranges) keeps going
 past damage instead: an error from the decoder is logged and decoding continues
@@ -52,7 +61,7 @@ from facefusion_batch.errors import FfbatchError, InputError
 from facefusion_batch.video.hwaccel import HWACCELS
 from facefusion_batch.video.planes import BGR24, PIXEL_FORMATS, YUV420P, blank_picture
 from facefusion_batch.video.probe import VideoInfo, open_input, probe
-from facefusion_batch.video.segments import FrameIndex, frame_index
+from facefusion_batch.video.segments import FrameIndex, frame_index, gives_frame
 from facefusion_batch.video.timing import DisplayTimes
 
 log = logging.getLogger("ffbatch")
@@ -358,6 +367,7 @@ class FrameReader:
         for packet in container.demux(stream):
             if self._stop.is_set():
                 return
+            self._note(packet)
             if packet.pts is not None and not packet.is_discard and packet.size:
                 heapq.heappush(pending, packet.pts)
             try:
@@ -412,14 +422,7 @@ class FrameReader:
         for packet in container.demux(stream):
             if self._stop.is_set():
                 return
-            if packet.size and not packet.is_discard:
-                self.frames_promised += 1
-                end = packet.pts if packet.pts is not None else packet.dts
-                if end is not None and packet.time_base is not None:
-                    end_s = float((end + (packet.duration or 0)) * packet.time_base)
-                    self._stream_end_s = max(self._stream_end_s or end_s, end_s)
-                if packet.pos is not None and packet.pos >= 0:
-                    self._last_byte = max(self._last_byte, packet.pos + packet.size)
+            self._note(packet)
             for av_frame in packet.decode():
                 yield from times.push(av_frame, av_frame.pts)
         yield from times.finish()
@@ -427,6 +430,18 @@ class FrameReader:
             log.debug(
                 "%s: %d frame timestamps were out of display order; reordered", self.path, times.reordered
             )
+
+    def _note(self, packet: av.Packet) -> None:
+        """Count a demuxed packet that stands for a frame, and where it ends (time, byte)."""
+        if not gives_frame(packet):
+            return
+        self.frames_promised += 1
+        end = packet.pts if packet.pts is not None else packet.dts
+        if end is not None and packet.time_base is not None:
+            end_s = float((end + (packet.duration or 0)) * packet.time_base)
+            self._stream_end_s = max(self._stream_end_s or end_s, end_s)
+        if packet.pos is not None and packet.pos >= 0:
+            self._last_byte = max(self._last_byte, packet.pos + packet.size)
 
     def _emit(self, av_frame, number: int, pts: int | None, time_base: Fraction) -> bool:
         tb = Fraction(av_frame.time_base) if av_frame.time_base else time_base

@@ -94,6 +94,12 @@ class FrameIndex:
         return self.keyframe_pts[i] if i >= 0 else None
 
 
+def gives_frame(packet: av.Packet) -> bool:
+    """Whether a demuxed video packet stands for a frame: it holds data (not the end-of-stream
+    flush) and no edit list hides it (such packets are decoded for reference, never shown)."""
+    return bool(packet.size) and not packet.is_discard
+
+
 def frame_index(path: str | Path, stream_index: int | None = None) -> FrameIndex:
     """Demux (not decode) the video stream once and number its frames."""
     path = Path(path)
@@ -115,8 +121,8 @@ def frame_index(path: str | Path, stream_index: int | None = None) -> FrameIndex
             for packet in container.demux(stream):
                 if packet.is_keyframe and packet.pts is not None and packet.size:
                     keys.append(packet.pts)  # a seek may land on a keyframe an edit list hides
-                if not packet.size or packet.is_discard:
-                    continue  # an edit list's hidden lead-in: the decoder returns no frame for it
+                if not gives_frame(packet):
+                    continue
                 if packet.pts is None:
                     missing += 1
                     continue

@@ -6,8 +6,8 @@ Two things FFmpeg's demuxers hand over that cannot be written as they are:
   by the demuxer into timestamps that start below 0 and rise through it. An .mp4 hides every
   frame before 0 behind its edit list and Matroska loses their pts, so the whole input is
   moved: `timeline_shift` is the time added to every video *and* audio timestamp so that no
-  stream starts before 0 (0 for inputs that do not start early). Audio and video move by the
-  same time, so their sync is kept exactly.
+  stream starts before 0 (MPEG-TS/PS: so that the first starts at 0; other inputs that do not
+  start early: 0). Audio and video move by the same time, so their sync is kept exactly.
 * Display timestamps out of order. Decoders return pictures in display order, but the pts
   attached to them are the demuxer's guesses: an AVI stores no pts, and with packed B-frames
   (DivX/Xvid) the guess puts the B-frame after the P-frame it precedes (2, 4, 3, 6, 5, ...).
@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from fractions import Fraction
 from typing import Generic, TypeVar
 
+_CLOCK_FORMATS = frozenset({"mpegts", "mpeg"})
 REORDER_DEPTH = 4  # how far a pts may be out of its display place (packed B-frames: 1)
 
 T = TypeVar("T")
@@ -31,14 +32,18 @@ T = TypeVar("T")
 
 def timeline_shift(container) -> Fraction:
     """Seconds to add to every timestamp of `container` so that no video or audio stream starts
-    before 0: minus the earliest stream start when that is negative, else 0."""
+    before 0: minus the earliest stream start when that is negative, else 0. MPEG-TS and MPEG-PS
+    timestamps are a broadcast clock, not a timeline: they always start at 0 (as FFmpeg's own
+    outputs do), so a clock at 10 h, or one past 2**33 after a wrap, is not an empty 10 h lead-in."""
     starts = [
         Fraction(s.start_time) * Fraction(s.time_base)
         for s in container.streams
         if s.type in ("video", "audio") and s.start_time is not None and s.time_base
     ]
     earliest = min(starts, default=Fraction(0))
-    return -earliest if earliest < 0 else Fraction(0)
+    if earliest < 0 or container.format.name in _CLOCK_FORMATS:
+        return -earliest
+    return Fraction(0)
 
 
 def shift_ticks(shift: Fraction, time_base: Fraction) -> int:
