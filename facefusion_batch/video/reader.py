@@ -74,7 +74,8 @@ _ROTATE_CODES = {
 
 _POLL_S = 0.05
 # what a container may keep after the last video packet (Matroska cues and tags, an AVI index):
-# a stream that stops early with more than this (or 2 % of the file) left was not cut short
+# a stream that stops early with more than this (or 2 % of the file, or two of its largest
+# packets) left was not cut short
 _TRAILER_BYTES = 4096
 
 
@@ -169,6 +170,7 @@ class FrameReader:
         self.frames_promised = 0  # video packets that should each give a frame (not hidden by an edit list)
         self._stream_end_s: float | None = None  # where the last of them ends, in seconds
         self._last_byte = 0  # where in the file the last of them ends
+        self._largest = 0  # bytes of the largest of them
         self._queue: queue.Queue = queue.Queue(maxsize=queue_size)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -249,8 +251,10 @@ class FrameReader:
             return
         size = self.path.stat().st_size if self.path.is_file() else 0
         remaining = size - self._last_byte if self._last_byte else 0
-        if remaining > max(_TRAILER_BYTES, size // 50) and self.on_decode_error == "fail":
-            # not cut short: the demuxer gave up inside the file (damage it cannot step over)
+        # a file cut short ends inside (or just after) a packet, its index and tags lost with it
+        cut_short = remaining <= max(_TRAILER_BYTES, size // 50, 2 * self._largest)
+        if not cut_short and self.on_decode_error == "fail":
+            # the demuxer gave up inside the file, at damage it cannot step over
             raise InputError(
                 f"input video {self.path} is damaged: its video stops at {end:.3f} s ({self.frames_read} "
                 f"frames), {remaining} bytes before the end of the file, but the container says it runs "
@@ -442,6 +446,7 @@ class FrameReader:
             self._stream_end_s = max(self._stream_end_s or end_s, end_s)
         if packet.pos is not None and packet.pos >= 0:
             self._last_byte = max(self._last_byte, packet.pos + packet.size)
+        self._largest = max(self._largest, packet.size)
 
     def _emit(self, av_frame, number: int, pts: int | None, time_base: Fraction) -> bool:
         tb = Fraction(av_frame.time_base) if av_frame.time_base else time_base
