@@ -241,6 +241,7 @@ def _complete_files(directory: Path) -> dict[str, Path]:
 
 
 def test_complete_files_give_every_frame_and_no_truncation_warning(tmp_path, caplog):
+    """... and `--on-decode-error skip` finds nothing to replace in them (packed B-frames too)."""
     caplog.set_level(logging.WARNING, logger="ffbatch")
     for kind, path in _complete_files(tmp_path).items():
         caplog.clear()
@@ -251,3 +252,6 @@ def test_complete_files_give_every_frame_and_no_truncation_warning(tmp_path, cap
         assert len(frames) == reference == reader.frames_promised, kind
         warnings = [r.getMessage() for r in caplog.records if "truncated" in r.getMessage()]
         assert warnings == [], (kind, warnings)
+        with FrameReader(path, on_decode_error="skip") as skipping:  # nothing to replace either
+            assert [f.pts for f in skipping] == [f.pts for f in frames], kind
+        assert skipping.frames_replaced == 0, kind

@@ -368,6 +368,26 @@ class FrameReader:
                 number += 1
             return True
 
+        def show(ready: list[tuple[av.VideoFrame, int | None]]) -> bool:
+            """Emit decoded frames (in display order, with display pts), replacements first."""
+            nonlocal last, number
+            for av_frame, pts in ready:
+                if pts is not None:
+                    if not fill(pts):
+                        return False
+                    if pending and pending[0] == pts:
+                        heapq.heappop(pending)
+                    else:
+                        decoded.add(pts)  # its packet is still to come, or had no pts
+                image = self._to_image(av_frame)
+                last = image
+                tb = Fraction(av_frame.time_base) if av_frame.time_base else time_base
+                if not self._put(Frame(index=number, pts=pts, time_base=tb, image=image)):
+                    return False
+                number += 1
+            return True
+
+        times: DisplayTimes[av.VideoFrame] = DisplayTimes()
         for packet in container.demux(stream):
             if self._stop.is_set():
                 return
@@ -381,21 +401,9 @@ class FrameReader:
                 log.warning("%s: decode error near pts %s, skipped: %s", self.path, packet.pts, exc)
                 continue
             for av_frame in av_frames:
-                pts = av_frame.pts
-                if pts is not None:
-                    if not fill(pts):
-                        return
-                    if pending and pending[0] == pts:
-                        heapq.heappop(pending)
-                    else:
-                        decoded.add(pts)  # its packet is still to come, or had no pts
-                image = self._to_image(av_frame)
-                last = image
-                tb = Fraction(av_frame.time_base) if av_frame.time_base else time_base
-                if not self._put(Frame(index=number, pts=pts, time_base=tb, image=image)):
+                if not show(times.push(av_frame, av_frame.pts)):
                     return
-                number += 1
-        if fill(None):
+        if show(times.finish()) and fill(None):
             self._put(_END)
 
     def _run_range(self, container, stream, time_base: Fraction) -> None:
