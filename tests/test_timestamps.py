@@ -104,6 +104,7 @@ def test_a_wrapping_mpegts_clock_keeps_every_frame_and_the_audio_in_sync(
     assert close([t - audio_out[0] for t in video_out], [t - audio_in[0] for t in video_in], tick)
 
 
+@pytest.mark.slow
 def test_a_wrapping_mpegts_renders_the_same_in_chunks(tmp_path, wrapped_ts, astronaut_path):
     whole, chunked = tmp_path / "whole.mp4", tmp_path / "chunked.mp4"
     for out, args in ((whole, ()), (chunked, ("--chunk-frames", "10"))):
@@ -147,6 +148,7 @@ def test_packed_b_frames_in_avi_come_out_at_the_exact_rate_in_display_order(pack
     assert all(t - audio_out[0] == first + k * step for k, t in enumerate(times))
 
 
+@pytest.mark.slow
 def test_frame_ranges_and_chunks_of_a_packed_avi_agree_with_the_whole_render(
     tmp_path, packed_avi, packed_render, astronaut_path
 ):
@@ -172,6 +174,7 @@ def test_frame_ranges_and_chunks_of_a_packed_avi_agree_with_the_whole_render(
 # -- an edit list hiding the first frames (and the audio under them) ---------------------------
 
 
+@pytest.mark.slow
 def test_an_edit_list_is_honoured_like_a_decoder_reads_it_on_every_path(tmp_path, astronaut_path):
     trimmed = make_trimmed_mp4(tmp_path / "trimmed.mp4", frames=40, lead=5)
     times, numbers = decoded_times(trimmed)
