@@ -245,3 +245,137 @@ def make_audio_only(path: str | Path, *, seconds: float = 0.5, codec: str = "aac
     finally:
         out.close()
     return path
+
+
+def make_wrapped_ts(path: str | Path, *, frames: int = 30, before_wrap_s: float = 0.5, **clip) -> Path:
+    """An MPEG-TS (H.264 + AAC, 25 fps) whose 33-bit 90 kHz clock wraps `before_wrap_s` seconds
+    into the clip: `make_clip`'s packets remuxed with every timestamp moved to just below 2**33.
+    FFmpeg's demuxer unwraps it into timestamps that start below 0 and rise through it."""
+    path = Path(path)
+    source = make_clip(path.with_suffix(".src.mkv"), frames=frames, **clip)
+    ts = Fraction(1, 90000)
+    offset = 2**33 - round(before_wrap_s / ts)
+    with av.open(str(source)) as inp, av.open(str(path), mode="w", format="mpegts") as out:
+        streams = {s.index: out.add_stream_from_template(s) for s in inp.streams}
+        for packet in inp.demux():
+            if packet.pts is None and packet.dts is None:
+                continue
+            tb = Fraction(packet.time_base)
+            packet.stream = streams[packet.stream.index]
+            if packet.pts is not None:
+                packet.pts = round(packet.pts * tb / ts) + offset
+            if packet.dts is not None:
+                packet.dts = round(packet.dts * tb / ts) + offset
+            packet.time_base = ts
+            out.mux(packet)
+    source.unlink()
+    return path
+
+
+_DIVX_USER_DATA = b"\x00\x00\x01\xb2DivX503b1393p"  # "p": the decoder unpacks packed B-frames
+
+
+def _not_coded_vop(increment_bits: int) -> bytes:
+    """An MPEG-4 N-VOP (vop_coded 0): the placeholder chunk that follows a packed P+B chunk."""
+    bits = "01" + "0" + "1" + "0" * increment_bits + "1" + "0"  # P, time base, marker, increment, marker
+    bits += "0" + "1" * ((8 - (len(bits) + 1) % 8) % 8)  # stuffing to the byte
+    return b"\x00\x00\x01\xb6" + int(bits, 2).to_bytes(len(bits) // 8, "big")
+
+
+def make_packed_avi(
+    path: str | Path, *, frames: int = 80, size: tuple[int, int] = (128, 96), audio: str | None = "mp3"
+) -> Path:
+    """A DivX-style AVI at 24000/1001 fps: MPEG-4 part 2 with one B-frame after each P-frame,
+    *packed* (each P-frame and its B-frame in one chunk, then an N-VOP chunk), timestamps only
+    by chunk number, mp3 audio from 0. The frames are numbered as in `synthetic_frame`."""
+    path = Path(path)
+    rate = Fraction(24000, 1001)
+    encoder = av.CodecContext.create("mpeg4", "w")
+    encoder.width, encoder.height = size
+    encoder.pix_fmt = "yuv420p"
+    encoder.time_base = 1 / rate
+    encoder.framerate = rate
+    encoder.max_b_frames = 1
+    encoder.gop_size = 12
+    encoder.open()
+    packets = []
+    for i in range(frames):
+        picture = av.VideoFrame.from_ndarray(synthetic_frame(i, size), format="bgr24").reformat(
+            format="yuv420p"
+        )
+        picture.pts = i
+        packets += encoder.encode(picture)
+    packets += encoder.encode(None)
+    data = [bytes(p) for p in packets]
+    first_vop = data[0].find(b"\x00\x00\x01\xb6")
+    data[0] = data[0][:first_vop] + _DIVX_USER_DATA + data[0][first_vop:]
+    chunks, i = [], 0
+    while i < len(data):
+        b_frame_next = i + 1 < len(packets) and packets[i + 1].pts < packets[i].pts
+        if b_frame_next:
+            chunks += [(data[i] + data[i + 1], False), (_not_coded_vop(15), False)]  # 24000 Hz: 15 bits
+            i += 2
+        else:
+            chunks.append((data[i], packets[i].is_keyframe))
+            i += 1
+    with av.open(str(path), mode="w", format="avi") as out:
+        stream = out.add_stream("mpeg4", rate=rate)
+        stream.width, stream.height = size
+        stream.pix_fmt = "yuv420p"
+        stream.codec_context.codec_tag = "DX50"
+        audio_stream = out.add_stream(audio, rate=AUDIO_RATE, layout="stereo") if audio else None
+        for n, (chunk, keyframe) in enumerate(chunks):
+            packet = av.Packet(chunk)
+            packet.stream = stream
+            packet.pts = packet.dts = n
+            packet.time_base = 1 / rate
+            packet.is_keyframe = keyframe
+            out.mux(packet)
+        if audio_stream is not None:
+            _write_tone(out, audio_stream, float(frames / rate))
+    return path
+
+
+def make_trimmed_mp4(path: str | Path, *, frames: int = 40, lead: int = 5, fps: int = 25) -> Path:
+    """An .mp4 whose edit list hides its first `lead` frames and the audio under them: `make_clip`'s
+    packets (H.264 + AAC) remuxed `lead` frames earlier, so they start below 0. A decoder returns
+    frames `lead`.. (by their drawn number), from pts 0."""
+    path = Path(path)
+    source = make_clip(path.with_suffix(".src.mkv"), frames=frames, size=(128, 96), fps=fps)
+    early = Fraction(lead, fps)
+    with av.open(str(source)) as inp, av.open(str(path), mode="w", format="mp4") as out:
+        streams = {s.index: out.add_stream_from_template(s) for s in inp.streams}
+        for packet in inp.demux():
+            if packet.pts is None and packet.dts is None:
+                continue
+            ticks = round(early / Fraction(packet.time_base))
+            packet.stream = streams[packet.stream.index]
+            if packet.pts is not None:
+                packet.pts -= ticks
+            if packet.dts is not None:
+                packet.dts -= ticks
+            out.mux(packet)
+    source.unlink()
+    return path
+
+
+def make_headless_h264(path: str | Path, *, frames: int = 25, gop: int = 6) -> Path:
+    """A Matroska H.264 clip (128x96, 25 fps, no audio) that lost its first keyframe: the
+    `gop - 1` P-frames before the next keyframe cannot be decoded, and the decoder drops them
+    without an error. Frames are numbered from 1 (`frame_number`)."""
+    path = Path(path)
+    size = (128, 96)
+    options = {"preset": "ultrafast", "g": str(gop), "keyint_min": str(gop), "bf": "0", "sc_threshold": "0"}
+    with av.open(str(path), mode="w", format="matroska") as out:
+        stream = out.add_stream("libx264", rate=25, options=options)
+        stream.width, stream.height = size
+        stream.pix_fmt = "yuv420p"
+        packets = []
+        for i in range(frames + 1):
+            picture = av.VideoFrame.from_ndarray(synthetic_frame(i, size), format="bgr24")
+            picture.pts = i
+            packets += stream.encode(picture)
+        packets += stream.encode(None)
+        for packet in packets[1:]:  # the first keyframe is lost
+            out.mux(packet)
+    return path

@@ -32,7 +32,7 @@ from facefusion_batch.fsutil import AtomicFile, check_name_length, claim_output,
 from facefusion_batch.video.audio import AudioMuxer
 from facefusion_batch.video.probe import check_readable_file, pick_video_stream
 from facefusion_batch.video.segments import TAG_FRAME_COUNT, TAG_FRAMES, TAG_INPUT, TAG_SETTINGS
-from facefusion_batch.video.writer import carried_tags, container_format_for
+from facefusion_batch.video.writer import carried_tags, container_format_for, iso_timescales
 
 log = logging.getLogger("ffbatch")
 
@@ -313,8 +313,7 @@ def _copy(
                 metadata["timecode"],
                 fmt,
             )
-        if tb.numerator == 1 and tb.denominator < 2**31:
-            options["video_track_timescale"] = str(tb.denominator)
+        options.update(iso_timescales(tb))
     out = av.open(ffmpeg_path(tmp), mode="w", format=fmt, container_options=options)
     audio: AudioMuxer | None = None
     packets = 0

@@ -23,6 +23,7 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 
 import av
@@ -31,6 +32,7 @@ import av.error
 from facefusion_batch.errors import InputError
 from facefusion_batch.fsutil import ffmpeg_path
 from facefusion_batch.video.probe import check_readable_file
+from facefusion_batch.video.timing import shift_ticks, timeline_shift
 
 log = logging.getLogger("ffbatch")
 
@@ -99,6 +101,8 @@ class AudioMuxer:
             self._in = av.open(ffmpeg_path(self.source), mode="r")
         except av.error.FFmpegError as exc:
             raise InputError(f"audio source {self.source} cannot be opened: {exc}") from None
+        # the source's timeline moved so that nothing starts before 0, as the video is (timing.py)
+        self.shift = timeline_shift(self._in)
         self._tracks: dict[int, _Track] = {}
         self._subtitles: dict[int, av.stream.Stream] = {}
         self._subtitle_targets: dict[int, av.stream.Stream] = {}
@@ -264,12 +268,22 @@ class AudioMuxer:
                 return
             if seconds is not None:
                 ts = packet.pts if packet.pts is not None else packet.dts
-                if ts is not None and packet.time_base is not None and float(ts * packet.time_base) > seconds:
+                if (
+                    ts is not None
+                    and packet.time_base is not None
+                    and float(ts * packet.time_base + self.shift) > seconds
+                ):
                     self._pending = packet
                     return
             self._mux(packet)
 
     def _mux(self, packet: av.Packet) -> None:
+        ticks = shift_ticks(self.shift, Fraction(packet.time_base)) if packet.time_base else 0
+        if ticks:
+            if packet.pts is not None:
+                packet.pts += ticks
+            if packet.dts is not None:
+                packet.dts += ticks
         track = self._tracks.get(packet.stream.index)
         if track is None:
             subtitle = self._subtitle_targets.get(packet.stream.index)

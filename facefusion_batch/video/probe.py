@@ -20,6 +20,7 @@ import av.error
 
 from facefusion_batch.errors import InputError
 from facefusion_batch.fsutil import ffmpeg_path
+from facefusion_batch.video.timing import timeline_shift
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,13 @@ class VideoInfo:
     open_format: str | None = None
     open_options: tuple[tuple[str, str], ...] = ()
     first_number: int | None = None
+    # seconds added to every video and audio timestamp so that none is negative (an MPEG-TS whose
+    # clock wrapped starts below 0; see video/timing.py); 0 for almost every input
+    start_shift: Fraction = Fraction(0)
+    # when the container says the video stream ends, in seconds of its own timeline (a Matroska
+    # track's DURATION tag, else the stream's start + duration); None: it does not say.
+    # Packets that stop well before it mean the file was cut short.
+    declared_end_s: float | None = None
 
     @property
     def timecode(self) -> str | None:
@@ -326,7 +334,24 @@ def _probe_open(path: Path, container: av.container.InputContainer, sequence: bo
         container_tags=tuple(sorted(container_tags.items())),
         video_tags=tuple(sorted(dict(stream.metadata).items())),
         other_streams=others,
+        start_shift=timeline_shift(container),
+        declared_end_s=_declared_end(stream),
     )
+
+
+_DURATION_TAG = re.compile(r"^(\d+):(\d{2}):(\d{2}(?:\.\d+)?)$")
+
+
+def _declared_end(stream) -> float | None:
+    """When the container says the video stream ends (seconds), or None when it does not say."""
+    match = _DURATION_TAG.match(str(stream.metadata.get("DURATION", "")).strip())
+    if match:  # Matroska: the track's end time, written when the file was finished
+        hours, minutes, seconds = match.groups()
+        return int(hours) * 3600 + int(minutes) * 60 + float(seconds)
+    time_base = stream.time_base
+    if stream.duration and stream.duration > 0 and time_base:
+        return float((int(stream.start_time or 0) + stream.duration) * time_base)
+    return None  # the file's duration may be another stream's: no sign of truncation for the video
 
 
 def _tag(frame_value, stream_value, unspecified: int) -> int:

@@ -12,13 +12,22 @@ Errors in the decode thread are re-raised in the consumer: FFmpeg read/decode
 errors as `InputError` ("... is truncated or corrupt at frame N ..."), anything
 else as `FfbatchError`.
 
-A file cut short usually does *not* raise: FFmpeg's demuxers treat an early end
-of file as the end of the stream, so the reader yields the frames that were
-complete and stops cleanly, logging a warning when fewer frames came out than
-the container declared (`FrameReader.frames_read` vs `VideoInfo.frame_count`).
-(An .mp4/.mov cut short before its index, the `moov` box, is refused earlier,
-by `probe`.) Damage inside a file either raises the `InputError` above or is
-concealed by the decoder, depending on where it is.
+Frames are counted, never estimated: every video packet the demuxer hands over
+(less those an edit list hides) must give a frame. One the decoder drops without
+an error (undecodable leading frames, damage) fails the read with `InputError`
+at the end of the stream; a `frames=` range checks every frame's pts against the
+frame index instead. Timestamps are the decoder's, put in display order
+(video/timing.py: packed B-frames in AVI).
+
+A file cut short does *not* raise: FFmpeg's demuxers treat an early end of file
+as the end of the stream, so the reader yields the frames that were complete and
+stops cleanly, logging a warning when the packets stop well before the end the
+container declares for the video (`VideoInfo.declared_end_s`; files that declare
+none, such as MPEG-TS, cannot tell). A stream that stops early with much of the
+file still unread was not cut short: the demuxer gave up at damage, which is an
+`InputError`. (An .mp4/.mov cut short before its index, the `moov` box, is
+refused earlier, by `probe`.) Other damage inside a file either raises the
+`InputError` above or is concealed by the decoder, depending on where it is.
 
 `on_decode_error="skip"` (whole-file reads only, not `frames=` ranges) keeps going
 past damage instead: an error from the decoder is logged and decoding continues
@@ -52,7 +61,8 @@ from facefusion_batch.errors import FfbatchError, InputError
 from facefusion_batch.video.hwaccel import HWACCELS
 from facefusion_batch.video.planes import BGR24, PIXEL_FORMATS, YUV420P, blank_picture
 from facefusion_batch.video.probe import VideoInfo, open_input, probe
-from facefusion_batch.video.segments import FrameIndex, frame_index
+from facefusion_batch.video.segments import FrameIndex, frame_index, gives_frame
+from facefusion_batch.video.timing import DisplayTimes
 
 log = logging.getLogger("ffbatch")
 
@@ -63,6 +73,10 @@ _ROTATE_CODES = {
 }
 
 _POLL_S = 0.05
+# what a container may keep after the last video packet (Matroska cues and tags, an AVI index):
+# a stream that stops early with more than this (or 2 % of the file, or two of its largest
+# packets) left was not cut short
+_TRAILER_BYTES = 4096
 
 
 @dataclass
@@ -153,6 +167,10 @@ class FrameReader:
         self.frames_read = 0
         self.frames_replaced = 0  # frames filled in by on_decode_error="skip"
         self.decode_errors = 0  # errors the decoder raised and "skip" stepped over
+        self.frames_promised = 0  # video packets that should each give a frame (not hidden by an edit list)
+        self._stream_end_s: float | None = None  # where the last of them ends, in seconds
+        self._last_byte = 0  # where in the file the last of them ends
+        self._largest = 0  # bytes of the largest of them
         self._queue: queue.Queue = queue.Queue(maxsize=queue_size)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -214,22 +232,42 @@ class FrameReader:
         return FfbatchError(f"decoding {self.path} failed at frame {failure.index}: {exc!r}")
 
     def _check_count(self) -> None:
-        """Warn when the stream ended well before the container said it would."""
+        """Count, never estimate: every packet the stream holds must have given a frame
+        (else exit 2 under on_decode_error="fail"); warn when the packets themselves stop well
+        before the container says the stream ends (the file was cut short)."""
         if self.frames is not None:
-            return  # a range either delivers every frame or fails (see _run_range)
-        expected = self.info.frame_count
-        if not expected:
-            return
-        slack = 0 if not self.info.frame_count_estimated else max(2, expected // 20)
-        if self.frames_read < expected - slack:
-            declared = "estimates" if self.info.frame_count_estimated else "declares"
-            log.warning(
-                "%s: decoded %d frames but the container %s %d; the file may be truncated or damaged",
-                self.path,
-                self.frames_read,
-                declared,
-                expected,
+            return  # a range checks each frame against the frame index (see _run_range)
+        dropped = self.frames_promised - self.frames_read
+        if dropped > 0 and self.on_decode_error == "fail":
+            raise InputError(
+                f"input video {self.path}: the decoder returned {self.frames_read} frames of the "
+                f"{self.frames_promised} the stream holds ({dropped} undecodable or damaged, dropped "
+                "without an error); --on-decode-error skip renders it with those frames replaced"
             )
+        declared, end = self.info.declared_end_s, self._stream_end_s
+        rate = self.info.average_rate
+        frame_s = float(1 / rate) if rate else 0.04
+        if declared is None or end is None or end >= declared - 1.5 * frame_s:
+            return
+        size = self.path.stat().st_size if self.path.is_file() else 0
+        remaining = size - self._last_byte if self._last_byte else 0
+        # a file cut short ends inside (or just after) a packet, its index and tags lost with it
+        cut_short = remaining <= max(_TRAILER_BYTES, size // 50, 2 * self._largest)
+        if not cut_short and self.on_decode_error == "fail":
+            # the demuxer gave up inside the file, at damage it cannot step over
+            raise InputError(
+                f"input video {self.path} is damaged: its video stops at {end:.3f} s ({self.frames_read} "
+                f"frames), {remaining} bytes before the end of the file, but the container says it runs "
+                f"to {declared:.3f} s"
+            )
+        log.warning(
+            "%s: the video stops at %.3f s but the container says it runs to %.3f s; the file "
+            "may be truncated or damaged (%d frames decoded)",
+            self.path,
+            end,
+            declared,
+            self.frames_read,
+        )
 
     def close(self) -> None:
         """Stop the decode thread (promptly, even mid-stream) and release the file."""
@@ -289,15 +327,10 @@ class FrameReader:
             if self.on_decode_error == "skip":
                 self._run_skipping(container, stream, time_base)
                 return
-            for packet in container.demux(stream):
-                if self._stop.is_set():
+            for av_frame, pts in self._displayed(container, stream):
+                if not self._emit(av_frame, index, pts, time_base):
                     return
-                for av_frame in packet.decode():
-                    image = self._to_image(av_frame)
-                    tb = Fraction(av_frame.time_base) if av_frame.time_base else time_base
-                    if not self._put(Frame(index=index, pts=av_frame.pts, time_base=tb, image=image)):
-                        return
-                    index += 1
+                index += 1
             self._put(_END)
         except BaseException as exc:  # noqa: BLE001 - handed to the consumer
             self._put(_Failure(exc, index))
@@ -335,9 +368,30 @@ class FrameReader:
                 number += 1
             return True
 
+        def show(ready: list[tuple[av.VideoFrame, int | None]]) -> bool:
+            """Emit decoded frames (in display order, with display pts), replacements first."""
+            nonlocal last, number
+            for av_frame, pts in ready:
+                if pts is not None:
+                    if not fill(pts):
+                        return False
+                    if pending and pending[0] == pts:
+                        heapq.heappop(pending)
+                    else:
+                        decoded.add(pts)  # its packet is still to come, or had no pts
+                image = self._to_image(av_frame)
+                last = image
+                tb = Fraction(av_frame.time_base) if av_frame.time_base else time_base
+                if not self._put(Frame(index=number, pts=pts, time_base=tb, image=image)):
+                    return False
+                number += 1
+            return True
+
+        times: DisplayTimes[av.VideoFrame] = DisplayTimes()
         for packet in container.demux(stream):
             if self._stop.is_set():
                 return
+            self._note(packet)
             if packet.pts is not None and not packet.is_discard and packet.size:
                 heapq.heappush(pending, packet.pts)
             try:
@@ -347,21 +401,9 @@ class FrameReader:
                 log.warning("%s: decode error near pts %s, skipped: %s", self.path, packet.pts, exc)
                 continue
             for av_frame in av_frames:
-                pts = av_frame.pts
-                if pts is not None:
-                    if not fill(pts):
-                        return
-                    if pending and pending[0] == pts:
-                        heapq.heappop(pending)
-                    else:
-                        decoded.add(pts)  # its packet is still to come, or had no pts
-                image = self._to_image(av_frame)
-                last = image
-                tb = Fraction(av_frame.time_base) if av_frame.time_base else time_base
-                if not self._put(Frame(index=number, pts=pts, time_base=tb, image=image)):
+                if not show(times.push(av_frame, av_frame.pts)):
                     return
-                number += 1
-        if fill(None):
+        if show(times.finish()) and fill(None):
             self._put(_END)
 
     def _run_range(self, container, stream, time_base: Fraction) -> None:
@@ -385,10 +427,39 @@ class FrameReader:
             return
         self._decode_range_by_count(container, stream, time_base)
 
-    def _emit(self, av_frame, number: int, time_base: Fraction) -> bool:
+    def _displayed(self, container, stream) -> Iterator[tuple[av.VideoFrame, int | None]]:
+        """Every decoded picture in the decoder's (display) order, with its display pts: the
+        stream's pts in increasing order (video/timing.py), whatever order the demuxer guessed."""
+        times: DisplayTimes[av.VideoFrame] = DisplayTimes()
+        for packet in container.demux(stream):
+            if self._stop.is_set():
+                return
+            self._note(packet)
+            for av_frame in packet.decode():
+                yield from times.push(av_frame, av_frame.pts)
+        yield from times.finish()
+        if times.reordered:
+            log.debug(
+                "%s: %d frame timestamps were out of display order; reordered", self.path, times.reordered
+            )
+
+    def _note(self, packet: av.Packet) -> None:
+        """Count a demuxed packet that stands for a frame, and where it ends (time, byte)."""
+        if not gives_frame(packet):
+            return
+        self.frames_promised += 1
+        end = packet.pts if packet.pts is not None else packet.dts
+        if end is not None and packet.time_base is not None:
+            end_s = float((end + (packet.duration or 0)) * packet.time_base)
+            self._stream_end_s = max(self._stream_end_s or end_s, end_s)
+        if packet.pos is not None and packet.pos >= 0:
+            self._last_byte = max(self._last_byte, packet.pos + packet.size)
+        self._largest = max(self._largest, packet.size)
+
+    def _emit(self, av_frame, number: int, pts: int | None, time_base: Fraction) -> bool:
         tb = Fraction(av_frame.time_base) if av_frame.time_base else time_base
         image = self._to_image(av_frame)
-        return self._put(Frame(index=number, pts=av_frame.pts, time_base=tb, image=image))
+        return self._put(Frame(index=number, pts=pts, time_base=tb, image=image))
 
     def _decode_range_by_pts(self, container, stream, time_base: Fraction) -> bool:
         """After a seek: drop frames before the range, check every pts against the index.
@@ -396,25 +467,24 @@ class FrameReader:
         start, end = self.frames
         wanted = self.index.pts[start:end]
         k = 0
-        for packet in container.demux(stream):
+        for av_frame, pts in self._displayed(container, stream):
             if self._stop.is_set():
                 return True
-            for av_frame in packet.decode():
-                if av_frame.pts is None or av_frame.pts < wanted[0]:
-                    continue
-                if av_frame.pts != wanted[k]:
-                    if k == 0:
-                        return False
-                    raise InputError(
-                        f"input video {self.path}: frame {start + k} should have pts {wanted[k]} but the "
-                        f"decoder returned {av_frame.pts}; the file is damaged around there"
-                    )
-                if not self._emit(av_frame, start + k, time_base):
-                    return True
-                k += 1
-                if k == len(wanted):
-                    self._put(_END)
-                    return True
+            if pts is None or pts < wanted[0]:
+                continue
+            if pts != wanted[k]:
+                if k == 0:
+                    return False
+                raise InputError(
+                    f"input video {self.path}: frame {start + k} should have pts {wanted[k]} but the "
+                    f"decoder returned {pts}; the file is damaged around there"
+                )
+            if not self._emit(av_frame, start + k, pts, time_base):
+                return True
+            k += 1
+            if k == len(wanted):
+                self._put(_END)
+                return True
         if k == 0:
             return False
         raise InputError(f"input video {self.path} ended at frame {start + k}, inside --frames {start}:{end}")
@@ -422,16 +492,21 @@ class FrameReader:
     def _decode_range_by_count(self, container, stream, time_base: Fraction) -> None:
         start, end = self.frames
         number = 0
-        for packet in container.demux(stream):
+        index = self.index if self.index is not None and self.index.exact else None
+        for av_frame, pts in self._displayed(container, stream):
             if self._stop.is_set():
                 return
-            for av_frame in packet.decode():
-                if number >= start and not self._emit(av_frame, number, time_base):
-                    return
-                number += 1
-                if number == end:
-                    self._put(_END)
-                    return
+            if index is not None and number < index.count and pts != index.pts[number]:
+                raise InputError(
+                    f"input video {self.path}: frame {number} should have pts {index.pts[number]} but the "
+                    f"decoder returned {pts}; a frame before it was dropped (undecodable or damaged)"
+                )
+            if number >= start and not self._emit(av_frame, number, pts, time_base):
+                return
+            number += 1
+            if number == end:
+                self._put(_END)
+                return
         raise InputError(f"input video {self.path} ended at frame {number}, inside --frames {start}:{end}")
 
     def _to_image(self, av_frame: av.VideoFrame) -> np.ndarray:

@@ -1,7 +1,8 @@
 """Frame ranges of a video: exact frame numbers, keyframe seeking, segment tags.
 
 A frame's number is its rank in presentation order: frame N is the picture with
-the N-th smallest pts among the video packets (0-based). That is the order the
+the N-th smallest pts among the video packets (0-based) that give a picture (packets
+an edit list hides are marked discard and give none). That is the order the
 decoder returns frames in, so a full decode counting from 0 and a seek to the
 keyframe before a range agree on every number. `FrameIndex` finds the pts of
 every frame by demuxing the stream once (no decoding: fast, I/O bound).
@@ -93,6 +94,12 @@ class FrameIndex:
         return self.keyframe_pts[i] if i >= 0 else None
 
 
+def gives_frame(packet: av.Packet) -> bool:
+    """Whether a demuxed video packet stands for a frame: it holds data (not the end-of-stream
+    flush) and no edit list hides it (such packets are decoded for reference, never shown)."""
+    return bool(packet.size) and not packet.is_discard
+
+
 def frame_index(path: str | Path, stream_index: int | None = None) -> FrameIndex:
     """Demux (not decode) the video stream once and number its frames."""
     path = Path(path)
@@ -112,14 +119,14 @@ def frame_index(path: str | Path, stream_index: int | None = None) -> FrameIndex
         missing = 0
         try:
             for packet in container.demux(stream):
-                if not packet.size:
+                if packet.is_keyframe and packet.pts is not None and packet.size:
+                    keys.append(packet.pts)  # a seek may land on a keyframe an edit list hides
+                if not gives_frame(packet):
                     continue
                 if packet.pts is None:
                     missing += 1
                     continue
                 pts.append(packet.pts)
-                if packet.is_keyframe:
-                    keys.append(packet.pts)
         except (av.error.FFmpegError, OSError):
             pass  # a damaged tail: number the frames that are there, as the reader would decode them
         time_base = Fraction(stream.time_base) if stream.time_base else Fraction(1, 90000)

@@ -65,6 +65,7 @@ from facefusion_batch.video.formats import (
 from facefusion_batch.video.planes import BGR24, PIXEL_FORMATS, YUV420P, picture_shape
 from facefusion_batch.video.probe import VideoInfo
 from facefusion_batch.video.sequence import is_sequence_pattern, sequence_codec
+from facefusion_batch.video.timing import shift_ticks
 
 log = logging.getLogger("ffbatch")
 
@@ -470,6 +471,7 @@ class VideoWriter:
         self._pending = None
         self._warned_pts = False
         self._step = self._default_step()
+        self._shift = shift_ticks(info.start_shift, self.time_base)  # the input's timeline moved to >= 0
 
         self._file = AtomicFile(self.output)  # a hidden temporary name beside the output
         self._temp = self._file.temp
@@ -517,9 +519,7 @@ class VideoWriter:
             options["movflags"] = "+faststart+use_metadata_tags" if self._metadata else "+faststart"
             if self.info.timecode:
                 options["write_tmcd"] = "1"  # a timecode track, which .mp4 otherwise leaves out
-            if self.time_base.numerator == 1 and self.time_base.denominator < 2**31:
-                # Keep the input's time base exactly (the muxer would otherwise pick its own).
-                options["video_track_timescale"] = str(self.time_base.denominator)
+            options.update(iso_timescales(self.time_base))
         try:
             self._container = av.open(
                 ffmpeg_path(self._temp), mode="w", format=self._format, container_options=options
@@ -736,6 +736,8 @@ class VideoWriter:
         pts = item.pts
         if pts is not None and item.time_base != self.time_base:
             pts = int(round(pts * item.time_base / self.time_base))
+        if pts is not None:
+            pts += self._shift
         last = self._last_pts
         if pts is None:
             pts = 0 if last is None else last + (self._last_delta or self._step)
@@ -806,6 +808,16 @@ class VideoWriter:
             container.close()
         except (av.error.FFmpegError, OSError) as exc:
             raise _OutputFailure(getattr(exc, "strerror", None) or str(exc)) from exc
+
+
+def iso_timescales(time_base: Fraction) -> dict[str, str]:
+    """.mp4/.mov options that keep every pts exact: the video track counts in the input's time base
+    (1001/24000 in 1/24000), and so does the movie, whose edit list says when the video starts
+    (in the default 1/1000 a start at 1/23.976 s would move every frame by 0.4 ms)."""
+    scale = time_base.denominator
+    if scale >= 2**31:
+        return {}
+    return {"video_track_timescale": str(scale), "movie_timescale": str(scale)}
 
 
 # Container tags carried from the input; the muxer writes its own brand/encoder tags.

@@ -1,0 +1,260 @@
+"""Timestamps as a decoder reads them (an MPEG-TS whose clock wraps, packed B-frames in AVI, an
+edit list hiding a lead-in) and frames counted, never estimated (a frame the decoder drops is
+exit 2; the truncation warning fires only on files cut short).
+
+Every test renders a clip it makes itself and checks the decoded output against a reference
+decode of the input: every frame (by the number drawn into it), its time, every audio packet
+and the audio's time against each frame (A/V sync)."""
+
+from __future__ import annotations
+
+import logging
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+from media import (
+    frame_number,
+    make_clip,
+    make_headless_h264,
+    make_packed_avi,
+    make_trimmed_mp4,
+    make_wrapped_ts,
+)
+from test_cli import assert_usage_error, ffbatch, leftovers
+
+from facefusion_batch.errors import InputError
+from facefusion_batch.video.reader import FrameReader
+from facefusion_batch.video.timing import display_order
+
+
+def decoded_times(path: Path) -> tuple[list[Fraction | None], list[int]]:
+    """Each decoded frame's time in seconds (None without a pts) and the number drawn into it."""
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        tb = Fraction(stream.time_base)
+        frames = list(container.decode(stream))
+    times = [None if f.pts is None else f.pts * tb for f in frames]
+    return times, [frame_number(f.to_ndarray(format="bgr24")) for f in frames]
+
+
+def audio_times(path: Path) -> list[Fraction]:
+    """The time in seconds of every audio packet, in file order."""
+    with av.open(str(path)) as container:
+        stream = container.streams.audio[0]
+        tb = Fraction(stream.time_base)
+        return [p.pts * tb for p in container.demux(stream) if p.size]
+
+
+def close(a: list[Fraction], b: list[Fraction], tolerance: Fraction) -> bool:
+    return len(a) == len(b) and all(abs(x - y) <= tolerance for x, y in zip(a, b, strict=True))
+
+
+def test_display_times_put_the_streams_pts_in_increasing_order():
+    assert display_order([2, 4, 3, 6, 5, 8, 7, 9]) == [2, 3, 4, 5, 6, 7, 8, 9]
+    assert display_order([0, 1, 2, 3]) == [0, 1, 2, 3]  # in order already: nothing changes
+    assert display_order([5, None, 6]) == [5, None, 6]
+
+
+# -- MPEG-TS whose 33-bit clock wraps mid-clip ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def wrapped_ts(tmp_path_factory) -> Path:
+    return make_wrapped_ts(tmp_path_factory.mktemp("wrap") / "wrap.ts", frames=30, size=(128, 96))
+
+
+@pytest.fixture(scope="module")
+def late_ts(tmp_path_factory) -> Path:
+    """A broadcast clock at 10 h when the clip starts (no wrap)."""
+    path = tmp_path_factory.mktemp("late") / "late.ts"
+    return make_wrapped_ts(path, frames=30, size=(128, 96), before_wrap_s=2**33 / 90000 - 36000)
+
+
+@pytest.mark.parametrize("suffix", [".mp4", ".mkv"])
+@pytest.mark.parametrize("clock", ["wrapping", "at 10 h"])
+def test_a_wrapping_mpegts_clock_keeps_every_frame_and_the_audio_in_sync(
+    tmp_path, wrapped_ts, late_ts, astronaut_path, suffix, clock
+):
+    clip = wrapped_ts if clock == "wrapping" else late_ts
+    video_in, numbers_in = decoded_times(clip)
+    audio_in = audio_times(clip)
+    assert numbers_in == list(range(30))
+    if clock == "wrapping":
+        assert min(video_in) < 0 < max(video_in)  # the clock wrapped
+    else:
+        assert min(video_in) > 35999
+    shift = -min(min(video_in), min(audio_in))  # the input's timeline, moved to start at 0
+    out = tmp_path / f"out{suffix}"
+    proc = ffbatch("render", clip, "-s", astronaut_path, "-o", out, "--backend", "cpu")
+    assert proc.returncode == 0, proc.stderr
+    assert "may be truncated" not in proc.stderr and "not increasing" not in proc.stderr
+    video_out, numbers_out = decoded_times(out)
+    audio_out = audio_times(out)
+    assert numbers_out == list(range(30))  # every frame, none hidden behind an edit list
+    assert None not in video_out and min(video_out) >= 0
+    tick = Fraction(1, 1000) if suffix == ".mkv" else Fraction(1, 90000)  # Matroska counts in ms
+    assert close(video_out, [t + shift for t in video_in], tick)
+    assert len(audio_out) == len(audio_in)  # all the audio
+    assert close(audio_out, [t + shift for t in audio_in], tick)
+    assert min(audio_out) == 0
+    # A/V sync: every frame sits where it sat against the start of the audio
+    assert close([t - audio_out[0] for t in video_out], [t - audio_in[0] for t in video_in], tick)
+
+
+@pytest.mark.slow
+def test_a_wrapping_mpegts_renders_the_same_in_chunks(tmp_path, wrapped_ts, astronaut_path):
+    whole, chunked = tmp_path / "whole.mp4", tmp_path / "chunked.mp4"
+    for out, args in ((whole, ()), (chunked, ("--chunk-frames", "10"))):
+        proc = ffbatch("render", wrapped_ts, "-s", astronaut_path, "-o", out, *args, "--backend", "cpu")
+        assert proc.returncode == 0, proc.stderr
+    assert decoded_times(chunked) == decoded_times(whole)
+    assert decoded_times(whole)[1] == list(range(30))
+    assert audio_times(chunked) == audio_times(whole)
+
+
+# -- AVI with packed B-frames (DivX/Xvid), timestamps by chunk only ----------------------------
+
+
+@pytest.fixture(scope="module")
+def packed_avi(tmp_path_factory) -> Path:
+    return make_packed_avi(tmp_path_factory.mktemp("avi") / "divx.avi", frames=80)
+
+
+@pytest.fixture(scope="module")
+def packed_render(tmp_path_factory, packed_avi, astronaut_path) -> tuple[Path, str]:
+    out = tmp_path_factory.mktemp("avi-out") / "whole.mp4"
+    proc = ffbatch("render", packed_avi, "-s", astronaut_path, "-o", out, "--backend", "cpu")
+    assert proc.returncode == 0, proc.stderr
+    return out, proc.stderr
+
+
+def test_packed_b_frames_in_avi_come_out_at_the_exact_rate_in_display_order(packed_avi, packed_render):
+    with av.open(str(packed_avi)) as container:  # the demuxer's guesses are out of order
+        raw = [f.pts for f in container.decode(container.streams.video[0])]
+    assert raw[:5] == [2, 4, 3, 6, 5]
+    out, stderr = packed_render
+    assert "not increasing" not in stderr
+    times, numbers = decoded_times(out)
+    assert numbers == list(range(80))  # the decoder's display order
+    step = Fraction(1001, 24000)
+    first = min(raw) * step  # where the input's first frame is shown
+    assert times == [first + k * step for k in range(80)]  # exact rate, strictly increasing
+    # against the copied audio, no frame is late: frame k is shown k frames after the first
+    audio_in, audio_out = audio_times(packed_avi), audio_times(out)
+    assert len(audio_out) == len(audio_in) and audio_out[0] == audio_in[0] == 0
+    assert all(t - audio_out[0] == first + k * step for k, t in enumerate(times))
+
+
+@pytest.mark.slow
+def test_frame_ranges_and_chunks_of_a_packed_avi_agree_with_the_whole_render(
+    tmp_path, packed_avi, packed_render, astronaut_path
+):
+    whole, _ = packed_render
+    times, numbers = decoded_times(whole)
+    seg = tmp_path / "seg.mkv"
+    proc = ffbatch(
+        "render", packed_avi, "-s", astronaut_path, "-o", seg, "--frames", "40:60", "--backend", "cpu"
+    )
+    assert proc.returncode == 0, proc.stderr
+    seg_times, seg_numbers = decoded_times(seg)
+    assert seg_numbers == list(range(40, 60))
+    assert close(seg_times, times[40:60], Fraction(1, 1000))
+    chunked = tmp_path / "chunked.mp4"
+    proc = ffbatch(
+        "render", packed_avi, "-s", astronaut_path, "-o", chunked, "--chunk-frames", "20", "--backend", "cpu"
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert decoded_times(chunked) == (times, numbers)
+    assert audio_times(chunked) == audio_times(whole)
+
+
+# -- an edit list hiding the first frames (and the audio under them) ---------------------------
+
+
+@pytest.mark.slow
+def test_an_edit_list_is_honoured_like_a_decoder_reads_it_on_every_path(tmp_path, astronaut_path):
+    trimmed = make_trimmed_mp4(tmp_path / "trimmed.mp4", frames=40, lead=5)
+    times, numbers = decoded_times(trimmed)
+    assert numbers == list(range(5, 40)) and times[0] == 0  # the reference decode: 35 frames
+    whole, part, chunked = tmp_path / "whole.mp4", tmp_path / "part.mkv", tmp_path / "chunked.mp4"
+    runs = [
+        ("-o", whole),
+        ("-o", part, "--frames", "30:35"),
+        ("-o", chunked, "--chunk-frames", "10"),
+    ]
+    for args in runs:
+        proc = ffbatch("render", trimmed, "-s", astronaut_path, *args, "--backend", "cpu")
+        assert proc.returncode == 0, proc.stderr
+        assert "may be truncated" not in proc.stderr
+    assert decoded_times(whole) == (times, numbers)
+    assert decoded_times(chunked) == (times, numbers)
+    part_times, part_numbers = decoded_times(part)
+    assert part_numbers == numbers[30:35]
+    assert close(part_times, times[30:35], Fraction(1, 1000))
+    assert audio_times(chunked) == audio_times(whole) == audio_times(trimmed)  # the audio as it was
+
+
+# -- count, never estimate ---------------------------------------------------------------------
+
+
+def test_frames_the_decoder_drops_are_exit_2_unless_skipped(tmp_path, astronaut_path):
+    headless = make_headless_h264(tmp_path / "headless.mkv", frames=25, gop=6)
+    with av.open(str(headless)) as container:  # the reference decode drops 5 of 25 frames silently
+        assert sum(1 for _ in container.decode(video=0)) == 20
+    for args in [(), ("--frames", "0:10")]:
+        out = tmp_path / ("part.mkv" if args else "out.mp4")
+        proc = ffbatch("render", headless, "-s", astronaut_path, "-o", out, *args, "--backend", "cpu")
+        assert_usage_error(proc, str(headless), "dropped")
+        assert not out.exists() and leftovers(tmp_path) == []
+    out = tmp_path / "skipped.mp4"
+    proc = ffbatch(
+        "render", headless, "-s", astronaut_path, "-o", out, "--on-decode-error", "skip", "--backend", "cpu"
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "5 frame(s) could not be decoded" in proc.stderr
+    times, numbers = decoded_times(out)
+    assert len(times) == 25 and numbers[5:] == list(range(6, 26))  # every frame, the first 5 replaced
+
+
+def test_a_demuxer_that_gives_up_inside_a_file_is_exit_2(tmp_path):
+    data = bytearray(make_clip(tmp_path / "good.mkv", frames=20, size=(128, 96)).read_bytes())
+    at = int(len(data) * 0.45)
+    data[at : at + 1000] = np.random.default_rng(1).bytes(1000)  # the demuxer stops there
+    damaged = tmp_path / "damaged.mkv"
+    damaged.write_bytes(bytes(data))
+    with av.open(str(damaged)) as container:
+        assert 5 < sum(1 for _ in container.decode(video=0)) < 20
+    with pytest.raises(InputError, match="is damaged: its video stops at"):
+        with FrameReader(damaged) as reader:
+            list(reader)
+
+
+def _complete_files(directory: Path) -> dict[str, Path]:
+    return {
+        "mpegts": make_wrapped_ts(directory / "plain.ts", before_wrap_s=-1.4, size=(128, 96)),  # from 1.4 s
+        "mpegts wrapping": make_wrapped_ts(directory / "wrap.ts", size=(128, 96)),
+        "edit-list mp4": make_trimmed_mp4(directory / "trimmed.mp4"),
+        "vfr mkv": make_clip(directory / "vfr.mkv", frames=30, size=(128, 96), vfr=True),
+        "packed avi": make_packed_avi(directory / "divx.avi", frames=30),
+        "mp4": make_clip(directory / "plain.mp4", frames=20, size=(128, 96)),
+    }
+
+
+def test_complete_files_give_every_frame_and_no_truncation_warning(tmp_path, caplog):
+    """... and `--on-decode-error skip` finds nothing to replace in them (packed B-frames too)."""
+    caplog.set_level(logging.WARNING, logger="ffbatch")
+    for kind, path in _complete_files(tmp_path).items():
+        caplog.clear()
+        with av.open(str(path)) as container:
+            reference = sum(1 for _ in container.decode(video=0))
+        with FrameReader(path) as reader:
+            frames = list(reader)
+        assert len(frames) == reference == reader.frames_promised, kind
+        warnings = [r.getMessage() for r in caplog.records if "truncated" in r.getMessage()]
+        assert warnings == [], (kind, warnings)
+        with FrameReader(path, on_decode_error="skip") as skipping:  # nothing to replace either
+            assert [f.pts for f in skipping] == [f.pts for f in frames], kind
+        assert skipping.frames_replaced == 0, kind
