@@ -159,7 +159,11 @@ EmbeddingConventionOpt = Annotated[
     ),
 ]
 MaskOpt = Annotated[
-    str, typer.Option(help="Learned swap masks, comma-separated: box, occlusion (xseg), region (parser).")
+    str,
+    typer.Option(
+        help="Swap masks, comma-separated: box, occlusion (xseg; the classical swap too), "
+        "region (parser; learned only)."
+    ),
 ]
 MaskBlurOpt = Annotated[float, typer.Option(help="Box mask blur, 0–1.")]
 MaskPaddingOpt = Annotated[str, typer.Option(help="Box mask padding, percent: T,R,B,L or one value.")]

@@ -21,13 +21,18 @@ import standins
 torch = pytest.importorskip("torch")
 
 from facefusion_batch.config import ReferenceSettings, SwapSettings  # noqa: E402
+from facefusion_batch.errors import InputError  # noqa: E402
 from facefusion_batch.faces.align import alignment_affines, template_points  # noqa: E402
 from facefusion_batch.kernels.host import HostKernels  # noqa: E402
 from facefusion_batch.kernels.torch_kernels import TorchKernels  # noqa: E402
 from facefusion_batch.models.facefusion import MODELS  # noqa: E402
 from facefusion_batch.pipeline.build import Models, build_pipeline  # noqa: E402
 from facefusion_batch.runtime.torch_backend import TorchBackend  # noqa: E402
-from facefusion_batch.swap.classical import ClassicalSettings  # noqa: E402
+from facefusion_batch.swap.classical import (  # noqa: E402
+    OCCLUSION_CROP,
+    OCCLUSION_TEMPLATE,
+    ClassicalSettings,
+)
 from facefusion_batch.swap.learned import LearnedSettings  # noqa: E402
 from facefusion_batch.swap.masks import MaskSettings  # noqa: E402
 from facefusion_batch.video.planes import PlaneLayout, blank_picture  # noqa: E402
@@ -244,3 +249,52 @@ def test_no_faces_leaves_frames_as_they_were(models, standin_dir, astronaut_path
         for f in result.frames:
             np.testing.assert_array_equal(f, frames[0])
     assert {"upload", "detect", "download"} <= set(device.timer.seconds)
+
+
+# --- the classical swap with an occlusion model --------------------------------------------------
+
+
+def occluded_pixels(table, shape) -> np.ndarray:
+    """Frame pixels whose aligned occlusion crop falls well inside the stand-in's hole."""
+    y0, y1, x0, x1 = standins.XSEG_HOLE
+    affines = alignment_affines(table.landmarks5, OCCLUSION_TEMPLATE, OCCLUSION_CROP)
+    ys, xs = np.mgrid[0 : shape[0], 0 : shape[1]]
+    points = np.stack([xs.ravel(), ys.ravel(), np.ones(xs.size)], axis=0).astype(np.float64)
+    out = np.zeros(shape[:2], bool)
+    for m in affines:
+        u, v = m @ points
+        inside = (u > x0 + 24) & (u < x1 - 24) & (v > y0 + 24) & (v < y1 - 24)
+        out |= inside.reshape(shape[:2])
+    return out
+
+
+def test_classical_swap_keeps_what_the_occlusion_model_says_is_in_front(
+    models, standin_dir, astronaut_path, t1_image, t1_faces
+):
+    occlusion = SwapSettings(
+        swapper="classical",
+        classical=ClassicalSettings(blend="feather"),
+        learned=LearnedSettings(masks=MaskSettings(types=("occlusion",))),
+    )
+    plain = SwapSettings(swapper="classical", classical=ClassicalSettings(blend="feather"))
+    host, device = pipelines(models, standin_dir, astronaut_path, occlusion)
+    without, _ = pipelines(models, standin_dir, astronaut_path, plain)
+    image = np.ascontiguousarray(t1_image)
+    hidden = occluded_pixels(t1_faces, image.shape)
+    assert hidden.sum() > 500
+    bare = without(HOST, [image]).frames[0]
+    kept = host(HOST, [image]).frames[0]
+    assert np.abs(bare.astype(int) - image.astype(int))[hidden].mean() > 3  # swapped without the mask
+    np.testing.assert_array_equal(kept[hidden], image[hidden])  # in front: the target's own pixels
+    faces = np.zeros(image.shape[:2], bool)
+    for x0, y0, x1, y1 in t1_faces.box.astype(int):
+        faces[max(y0, 0) : y1, max(x0, 0) : x1] = True
+    rest = faces & ~hidden
+    assert np.abs(kept.astype(int) - image.astype(int))[rest].mean() > 3  # the rest is swapped
+    compare(host, device, [image], mean=0.1, p999=6, big=1e-3)
+
+
+def test_classical_swap_refuses_the_region_mask(models, standin_dir, astronaut_path):
+    region = SwapSettings(swapper="classical", learned=LearnedSettings(masks=MaskSettings(types=("region",))))
+    with pytest.raises(InputError, match="--mask region needs a learned swapper"):
+        pipelines(models, standin_dir, astronaut_path, region)

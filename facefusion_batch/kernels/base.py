@@ -94,6 +94,9 @@ class FaceRegion:
     # how much of each eye (subject's left, right) stays the target's (0: the source's eye,
     # 1: the target's own, through the texture's eye channels 5 and 6): closed eyes stay closed
     hold_eyes: tuple[float, float] = (0.0, 0.0)
+    # [h,w] float32 0–1 over the region: how visible the target face is there (an occlusion
+    # model's mask: hair, hands, glasses in front stay in front); None: visible everywhere
+    visible: np.ndarray | None = None
 
     @property
     def height(self) -> int:

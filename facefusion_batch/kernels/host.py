@@ -148,5 +148,6 @@ class HostKernels:
                 settings.shading_limit,
                 r.hold_eyes,
                 settings.match_sharpness,
+                r.visible,
             )
             frames.painted.append((r.frame, r.x0, r.y0, r.width, r.height))

@@ -319,6 +319,7 @@ def paint_region(
     shading_limit: tuple[float, float, float] = (60.0, 30.0, 30.0),
     hold_eyes: tuple[float, float] = (0.0, 0.0),
     sharpness: bool = False,
+    visible: np.ndarray | None = None,
 ) -> None:
     """Sample the source texture ([h,w,5]: BGR, alpha, skin, or [h,w,7] with the eye masks)
     through the map and blend it into frame[y0:, x0:], in place."""
@@ -332,6 +333,8 @@ def paint_region(
     alpha = np.where(covered, warped[..., 3], 0.0).astype(np.float32)
     if warped.shape[2] >= 7 and max(hold_eyes) > 0:
         alpha *= (1 - hold_eyes[0] * warped[..., 5]) * (1 - hold_eyes[1] * warped[..., 6])
+    if visible is not None:
+        alpha *= visible
     skin = covered & (warped[..., 4] > 0.5)
     if sharpness:
         face = match_sharpness(face, target, skin)

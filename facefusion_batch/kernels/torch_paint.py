@@ -57,6 +57,20 @@ def _maps(regions: list[FaceRegion], origins: np.ndarray, canvas: tuple[int, int
     return maps
 
 
+def _visibility(regions: list[FaceRegion], origins: np.ndarray, canvas: tuple[int, int]) -> np.ndarray | None:
+    """[F, ch, cw] each face's visibility on its canvas (1 where none is given), or None."""
+    if all(r.visible is None for r in regions):
+        return None
+    ch, cw = canvas
+    out = np.ones((len(regions), ch, cw), np.float32)
+    for f, r in enumerate(regions):
+        if r.visible is not None:
+            dy, dx = r.y0 - origins[f, 0], r.x0 - origins[f, 1]
+            h, w = min(r.height, ch - dy), min(r.width, cw - dx)
+            out[f, dy : dy + h, dx : dx + w] = r.visible[:h, :w]
+    return out
+
+
 def _sample_textures(textures: list[torch.Tensor], sources: np.ndarray, maps: torch.Tensor) -> torch.Tensor:
     """[F, C, ch, cw]: each face's texture sampled at its map; one call per source picture."""
     f, _, ch, cw = maps.shape
@@ -115,6 +129,9 @@ def _paint_chunk(frames, regions, origins, canvas, textures, settings, host_blen
     if warped.shape[1] >= 7 and holds.max() > 0:
         held = D.to_device(holds, device)[:, :, None, None]
         alpha = alpha * (1 - held[:, 0] * warped[:, 5]) * (1 - held[:, 1] * warped[:, 6])
+    visible = _visibility(regions, origins, canvas)
+    if visible is not None:
+        alpha = alpha * D.to_device(visible, device)
     skin = covered & (warped[:, 4] > 0.5)
     if settings.match_sharpness:
         face = D.match_sharpness(face, target, skin)

@@ -265,7 +265,7 @@ def build_pipeline(
     track = [TrackStage(FaceTracker(tracking))] if tracking is not None else []
     masks = learned.masks
     occluder = parser = None
-    if "occlusion" in masks.types and (swapper_name or learned.enhancer_model):
+    if "occlusion" in masks.types:  # the learned swap's masks, the enhancer's, the classical paint's
         occluder = Occluder(
             load_learned(models, masks.occluder_model)[0], MODELS[masks.occluder_model].size, models.policy
         )
@@ -279,13 +279,18 @@ def build_pipeline(
             model.std,
             models.policy,
         )
+    if swapper_name is None and "region" in masks.types:
+        raise InputError(
+            "--mask region needs a learned swapper (the face parser reads the swapped crop); "
+            "the classical swap takes --mask occlusion"
+        )
     if swapper_name is None:
         sources = prepare_sources(models, source_paths, settings.classical, source_face_index)
         mesh = models.mesh
         if tracking is not None:  # the tracker decides per track which faces are present
             keep_all = replace(mesh.settings, presence_threshold=-np.inf)
             mesh = FaceMesh(mesh.session, keep_all, points=mesh.points_name, presence=mesh.presence_name)
-        swapper = ClassicalSwapper(sources, models.triangles, models.regions, settings.classical)
+        swapper = ClassicalSwapper(sources, models.triangles, models.regions, settings.classical, occluder)
         stages += [mesh, *track, swapper]
     else:
         model = learned_model(swapper_name)

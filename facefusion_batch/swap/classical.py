@@ -17,6 +17,7 @@ from typing import Any
 import cv2
 import numpy as np
 
+from facefusion_batch.faces.align import align_crops
 from facefusion_batch.faces.mesh import LEFT_EYE_OUTER, NOSE_TIP, RIGHT_EYE_OUTER
 from facefusion_batch.faces.table import FaceTable
 from facefusion_batch.kernels.base import (
@@ -27,6 +28,7 @@ from facefusion_batch.kernels.base import (
     Kernels,
     PaintSettings,
 )
+from facefusion_batch.swap.masks import Occluder
 from facefusion_batch.swap.raster import rasterize
 from facefusion_batch.swap.regions import FaceRegions
 from facefusion_batch.swap.shape import shaped_meshes
@@ -34,6 +36,8 @@ from facefusion_batch.swap.symmetry import atlas, mirror_corners, symmetric_pair
 
 EYES_MOUTH_CHOICES = ("eyes", "target", "source")
 RASTER_SPAN = 40.0  # eye-corner span (px) at which the warp map is rasterised
+# the occlusion model's crop (as the learned swap's inswapper crop: FaceFusion's xseg setting)
+OCCLUSION_TEMPLATE, OCCLUSION_CROP = "arcface_128", 256
 EYE_MARGIN = 0.15  # IOD around each eye opening that goes with it (its lids)
 # target/source eye-opening ratios at which a target's eye starts to stay its own / fully does
 EYE_OPEN, EYE_CLOSED = 0.6, 0.35
@@ -231,6 +235,7 @@ class ClassicalSwapper:
         triangles: np.ndarray,
         regions: FaceRegions,
         settings: ClassicalSettings = ClassicalSettings(),
+        occluder: Occluder | None = None,
     ) -> None:
         if not sources:
             raise ValueError("at least one source face is needed")
@@ -238,6 +243,7 @@ class ClassicalSwapper:
         self.settings = settings
         self.face_regions = regions
         self.triangles = swap_triangles(triangles, regions, settings.eyes_mouth)
+        self.occluder = occluder
         # per source, every triangle's texture corners in the photo and, where the source is
         # mirror-filled, in the flipped photo, with which triangles take the latter (1) or not (0)
         self.own_corners = [s.mesh[self.triangles, :2] for s in sources]
@@ -266,9 +272,15 @@ class ClassicalSwapper:
         scales = np.clip(RASTER_SPAN / np.maximum(spans, 1.0), 0.25, 1.0)
         return np.ceil(scales * 8) / 8
 
-    def regions(self, table: FaceTable, frame_shapes: np.ndarray) -> list[FaceRegion]:
+    def regions(
+        self,
+        table: FaceTable,
+        frame_shapes: np.ndarray,
+        occlusion: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> list[FaceRegion]:
         """Every face's warp map (source texture coordinates over its region of the frame);
-        `frame_shapes` [B, 2]: (height, width) of each frame of the batch."""
+        `frame_shapes` [B, 2]: (height, width) of each frame of the batch; `occlusion`: per
+        face, an occlusion model's mask on an aligned crop and the crop's affine."""
         choice = self.choose_sources(table)
         scales = self.raster_scales(table)
         shapes = frame_shapes[table.frame_index].astype(np.float64)
@@ -318,7 +330,12 @@ class ClassicalSwapper:
             sigma = max(1.0, self.settings.shading_scale * iod)
             hold = (float(holds[f, 0]), float(holds[f, 1]))
             frame = int(table.frame_index[f])
-            out.append(FaceRegion(frame, int(x0), int(y0), map_x, map_y, int(choice[f]), sigma, hold))
+            visible = None
+            if occlusion is not None:
+                visible = crop_to_region(occlusion[0][f], occlusion[1][f], x0, y0, map_x.shape)
+            out.append(
+                FaceRegion(frame, int(x0), int(y0), map_x, map_y, int(choice[f]), sigma, hold, visible)
+            )
         return out
 
     def textures_for(self, k: Kernels) -> Any:
@@ -334,9 +351,33 @@ class ClassicalSwapper:
             return table
         if table.mesh is None:
             raise ValueError("the classical swap needs the face mesh (run FaceMesh first)")
-        regions = self.regions(table, frames.shapes)
+        occlusion = None
+        if self.occluder is not None:  # one batched model call over every face's aligned crop
+            crops, affines = align_crops(
+                k, frames, table.frame_index, table.landmarks5, OCCLUSION_TEMPLATE, OCCLUSION_CROP
+            )
+            masks = k.to_host(self.occluder(k, crops, len(table), OCCLUSION_CROP))
+            occlusion = (np.asarray(masks, np.float32), affines)
+        regions = self.regions(table, frames.shapes, occlusion)
         k.paint_faces(frames, regions, self.textures_for(k), self.settings.paint)
         return table
+
+
+def crop_to_region(
+    mask: np.ndarray, affine: np.ndarray, x0: int, y0: int, shape: tuple[int, ...]
+) -> np.ndarray:
+    """A mask on an aligned crop (`affine`: frame → crop) resampled over the frame region at
+    (x0, y0) of `shape`; 1 (visible) where the crop does not reach."""
+    shifted = affine.astype(np.float64).copy()
+    shifted[:, 2] += shifted[:, :2] @ np.array([x0, y0], np.float64)
+    return cv2.warpAffine(
+        mask.astype(np.float32),
+        shifted,
+        (int(shape[1]), int(shape[0])),
+        flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP,
+        borderMode=cv2.BORDER_CONSTANT,
+        borderValue=1.0,
+    )
 
 
 def warp_map(
