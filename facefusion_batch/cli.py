@@ -89,13 +89,38 @@ def _root(
 
 
 SourceOpt = Annotated[
-    list[Path],
+    list[Path] | None,
     typer.Option(
         "--source",
         "-s",
         help="Photo of the face to put in; "
         "repeat for several photos of the same person "
-        "(each target face uses the closest head pose).",
+        "(each target face uses the closest head pose). Required unless --map is given.",
+        show_default=False,
+    ),
+]
+MapOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--map",
+        help="REF=SRC: faces of the person in photo REF get the face in photo SRC; repeat for each "
+        "person. One choice per face track; faces near no REF are left alone (--map-unmatched).",
+        show_default=False,
+    ),
+]
+MapUnmatchedOpt = Annotated[
+    str,
+    typer.Option(
+        help="--map, a face near no reference: skip (left alone), nearest (the nearest reference's "
+        "source anyway), source (swapped with --source)."
+    ),
+]
+RecogniserOpt = Annotated[
+    str,
+    typer.Option(
+        help="Who a face is, for --faces reference and --map: arcface (arcface_w600k_r50), dlib "
+        "(pip install 'ffbatch[dlib]'), auto (arcface if its file is here, else dlib). "
+        "It only chooses faces; it never feeds the swap."
     ),
 ]
 
@@ -328,7 +353,7 @@ def render(
             help="Input video(s), or an image sequence (shot/frame.%04d.dpx).", show_default=False
         ),
     ],
-    source: SourceOpt,
+    source: SourceOpt = None,
     output: Annotated[
         Path | None,
         typer.Option(
@@ -494,6 +519,9 @@ def render(
     score_threshold: ScoreThresholdOpt = 0.6,
     face_order: FaceOrderOpt = None,
     face_index: FaceIndexOpt = None,
+    person_map: MapOpt = None,
+    map_unmatched: MapUnmatchedOpt = "skip",
+    recogniser: RecogniserOpt = "auto",
     smoothing: SmoothingOpt = 1.0,
     on_decode_error: Annotated[
         str,
@@ -618,8 +646,8 @@ def plan(
 def preview(
     ctx: typer.Context,
     input: Annotated[Path, typer.Argument(help="Input video.")],
-    source: SourceOpt,
     output: Annotated[Path, typer.Option("--output", "-o", help="Contact sheet image (.png).")],
+    source: SourceOpt = None,
     frames: Annotated[int, typer.Option(help="How many frames to sample.")] = 4,
     faces: FacesOpt = "many",
     blend: BlendOpt = "multiband",
@@ -646,6 +674,9 @@ def preview(
     score_threshold: ScoreThresholdOpt = 0.6,
     face_order: FaceOrderOpt = None,
     face_index: FaceIndexOpt = None,
+    person_map: MapOpt = None,
+    map_unmatched: MapUnmatchedOpt = "skip",
+    recogniser: RecogniserOpt = "auto",
     smoothing: SmoothingOpt = 1.0,
     source_face_index: SourceFaceIndexOpt = 0,
     backend: BackendOpt = "auto",

@@ -24,6 +24,7 @@ from facefusion_batch.errors import InputError
 from facefusion_batch.faces.detect import DetectorSettings
 from facefusion_batch.faces.identity import CONVENTIONS
 from facefusion_batch.faces.mesh import MeshSettings
+from facefusion_batch.faces.persons import UNMATCHED
 from facefusion_batch.faces.select import FACE_ORDERS
 from facefusion_batch.faces.track import TrackSettings
 from facefusion_batch.fsutil import check_name_length, same_file
@@ -48,6 +49,7 @@ log = logging.getLogger("ffbatch")
 FACE_MODES = ("many", "one", "reference")
 BACKENDS = ("auto", "cpu", "cuda", "tensorrt")
 SWAPPER_MODES = ("auto", "classical", "learned")
+RECOGNISERS = ("auto", "arcface", "dlib")
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,10 @@ class SwapSettings:
     reference: ReferenceSettings = field(default_factory=ReferenceSettings)
     face_order: str | None = None  # FaceFusion's orders, per frame (None: as detected; one: largest)
     face_indices: tuple[int, ...] = ()  # positions kept in that order, per frame (empty: all)
+    # --map REF=SRC: each person (a reference photo) swapped with their own source photo
+    mapping: tuple[tuple[Path, Path], ...] = ()
+    map_unmatched: str = "skip"  # a face near no reference: skip | nearest | source (--source)
+    recogniser: str = "auto"  # who a face is, for reference and --map: arcface | dlib | auto
 
 
 @dataclass(frozen=True)
@@ -187,8 +193,14 @@ def validate_options(settings: RenderSettings) -> RenderSettings:
         start, end = settings.frames
         if start < 0 or (end is not None and end <= start):
             raise InputError(f"--frames {start}:{end}: need 0 <= START < END")
-    if not settings.sources:
-        raise InputError("--source is required (a photo with the face to put in)")
+    if not settings.sources and not swap_settings(settings.swap).mapping:
+        raise InputError("--source is required (a photo with the face to put in), or --map REF=SRC")
+    swap = swap_settings(settings.swap)
+    if swap.mapping and (swap.map_unmatched == "source") != bool(settings.sources):
+        raise InputError(
+            "with --map, --source is the face for people near no reference: give both "
+            "--source and --map-unmatched source, or neither"
+        )
     for source in settings.sources:
         if not source.is_file():
             raise InputError(f"--source {source}: no such file")
@@ -205,6 +217,8 @@ def files_read(settings: RenderSettings) -> list[tuple[str, Path]]:
     reference photo."""
     reads = [("input", Path(settings.input))]
     reads += [("--source", Path(s)) for s in settings.sources]
+    for ref, src in getattr(settings.swap, "mapping", ()):
+        reads += [("--map", Path(ref)), ("--map", Path(src))]
     reference = getattr(settings.swap, "reference", None)
     if settings.faces == "reference" and getattr(reference, "image", None) is not None:
         reads.append(("--reference-face", Path(reference.image)))
@@ -286,6 +300,8 @@ def validate_swap(swap: ClassicalSettings | SwapSettings, faces: str) -> None:
         raise InputError(f"--face-index must not be negative (got {list(swap.face_indices)})")
     if swap.face_indices and faces == "one":
         raise InputError("--face-index chooses faces itself; use it with --faces many or reference, not one")
+    validate_choices("--recogniser", swap.recogniser, RECOGNISERS)
+    validate_mapping(swap, faces)
     if learned.swapper_model and swap.swapper == "classical":
         raise InputError("--swapper-model names a learned model, but --swapper is classical")
     _check_range("--swapper-weight", learned.weight, 0.0, 1.0)
@@ -321,6 +337,32 @@ def validate_swap(swap: ClassicalSettings | SwapSettings, faces: str) -> None:
         _check_range("--reference-distance", reference.distance, 0.0, 1.0)
         if reference.position < 0:
             raise InputError(f"--reference-face-position must not be negative (got {reference.position})")
+
+
+def validate_mapping(swap: SwapSettings, faces: str) -> None:
+    """--map: readable photo pairs, with --faces many (the map itself chooses the faces)."""
+    validate_choices("--map-unmatched", swap.map_unmatched, UNMATCHED)
+    if not swap.mapping:
+        if swap.map_unmatched != "skip":
+            raise InputError("--map-unmatched applies to --map; give --map REF=SRC as well")
+        return
+    if faces != "many":
+        raise InputError(f"--map chooses the faces itself: use it with --faces many, not {faces}")
+    for ref, src in swap.mapping:
+        for path in (ref, src):
+            if not Path(path).is_file():
+                raise InputError(f"--map {ref}={src}: no such file {path}")
+
+
+def parse_mapping(pairs: list[str] | None) -> tuple[tuple[Path, Path], ...]:
+    """--map REF=SRC (repeatable) → (reference photo, source photo) pairs, in the given order."""
+    mapping = []
+    for pair in pairs or ():
+        ref, sep, src = pair.partition("=")
+        if not sep or not ref.strip() or not src.strip():
+            raise InputError(f"--map takes REFERENCE=SOURCE, two photos (got {pair!r})")
+        mapping.append((Path(ref.strip()), Path(src.strip())))
+    return tuple(mapping)
 
 
 # --- the option schema: render's options → settings -----------------------------------------
@@ -490,6 +532,9 @@ def render_settings(
             ),
             face_order=kw.pop("face_order", None),
             face_indices=tuple(kw.pop("face_index", None) or ()),
+            mapping=parse_mapping(kw.pop("person_map", None)),
+            map_unmatched=kw.pop("map_unmatched", "skip"),
+            recogniser=kw.pop("recogniser", "auto"),
             reference=ReferenceSettings(
                 image=kw.pop("reference_face"),
                 video=Path(inputs[0]),

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from facefusion_batch.errors import InputError, ModelError
 from facefusion_batch.faces.align import align_crops
-from facefusion_batch.faces.identity import IdentityEncoder
+from facefusion_batch.faces.identity import IdentityEncoder, MappedIdentity
 from facefusion_batch.faces.table import FaceTable
 from facefusion_batch.kernels.base import Array, Frames, Kernels
 from facefusion_batch.models.facefusion import LearnedModel
@@ -55,7 +55,7 @@ class LearnedSwapper:
         self,
         session: Session,
         model: LearnedModel,
-        identity: IdentityEncoder,
+        identity: IdentityEncoder | MappedIdentity,
         masker: CropMasker,
         pixel_boost: int | None = None,
         policy: BatchPolicy = HOST,
@@ -100,7 +100,7 @@ class LearnedSwapper:
             )
             masks = self.masker.before(k, crops, count, size)
         with self.timer.stage("swap"):
-            identity = k.from_host(self.identity(count, table.embedding))
+            identity = k.from_host(self.identity.for_table(table))
             swapped = self.swap_crops(k, crops, identity)
         with self.timer.stage("mask"):
             alpha = self.masker.after(k, swapped, masks, count, size)
