@@ -184,7 +184,15 @@ EmbeddingConventionOpt = Annotated[
     ),
 ]
 MaskOpt = Annotated[
-    str, typer.Option(help="Learned swap masks, comma-separated: box, occlusion (xseg), region (parser).")
+    str,
+    typer.Option(
+        help="Learned swap masks, comma-separated: box, occlusion (xseg), area (the face mesh's "
+        "areas, --mask-areas), region (parser)."
+    ),
+]
+MaskAreasOpt = Annotated[
+    str | None,
+    typer.Option(help="--mask area: upper-face, lower-face, mouth, comma-separated (default: all three)."),
 ]
 MaskBlurOpt = Annotated[float, typer.Option(help="Box mask blur, 0–1.")]
 MaskPaddingOpt = Annotated[str, typer.Option(help="Box mask padding, percent: T,R,B,L or one value.")]
@@ -264,6 +272,7 @@ FACEFUSION_ALIASES: dict[str, tuple[str, str]] = {
     "--face-mask-blur": ("--mask-blur", "one"),
     "--face-mask-padding": ("--mask-padding", "list"),
     "--face-mask-regions": ("--mask-regions", "list"),
+    "--face-mask-areas": ("--mask-areas", "list"),
     "--face-occluder-model": ("--occluder-model", "one"),
     "--face-parser-model": ("--parser-model", "one"),
     "--output-video-encoder": ("--encoder", "one"),
@@ -510,6 +519,7 @@ def render(
     mask_blur: MaskBlurOpt = 0.3,
     mask_padding: MaskPaddingOpt = "0",
     mask_regions: MaskRegionsOpt = None,
+    mask_areas: MaskAreasOpt = None,
     occluder_model: OccluderModelOpt = "xseg_1",
     parser_model: ParserModelOpt = "bisenet_resnet_34",
     reference_face: ReferenceFaceOpt = None,
@@ -665,6 +675,7 @@ def preview(
     mask_blur: MaskBlurOpt = 0.3,
     mask_padding: MaskPaddingOpt = "0",
     mask_regions: MaskRegionsOpt = None,
+    mask_areas: MaskAreasOpt = None,
     occluder_model: OccluderModelOpt = "xseg_1",
     parser_model: ParserModelOpt = "bisenet_resnet_34",
     reference_face: ReferenceFaceOpt = None,

@@ -36,7 +36,7 @@ from facefusion_batch.runtime.device import DeviceSettings, default_streams, par
 from facefusion_batch.runtime.nvml import list_gpus
 from facefusion_batch.swap.classical import EYES_MOUTH_CHOICES, ClassicalSettings
 from facefusion_batch.swap.learned import LearnedSettings
-from facefusion_batch.swap.masks import MASK_TYPES, REGION_CLASSES, MaskSettings
+from facefusion_batch.swap.masks import MASK_AREAS, MASK_TYPES, REGION_CLASSES, MaskSettings
 from facefusion_batch.video.formats import CONTAINERS, check_fits
 from facefusion_batch.video.hwaccel import HWACCELS
 from facefusion_batch.video.probe import sequence_numbers
@@ -325,6 +325,10 @@ def validate_swap(swap: ClassicalSettings | SwapSettings, faces: str) -> None:
         validate_choices("--mask", t, MASK_TYPES)
     for r in learned.masks.regions:
         validate_choices("--mask-regions", r, tuple(REGION_CLASSES))
+    if not learned.masks.areas:
+        raise InputError(f"--mask-areas needs at least one of {', '.join(MASK_AREAS)}")
+    for a in learned.masks.areas:
+        validate_choices("--mask-areas", a, MASK_AREAS)
     if any(not 0 <= p <= 100 for p in learned.masks.padding):
         raise InputError(f"--mask-padding values are percent, 0-100 (got {learned.masks.padding})")
     if faces == "reference":
@@ -526,6 +530,7 @@ def render_settings(
                     blur=kw.pop("mask_blur"),
                     padding=_mask_padding(kw.pop("mask_padding")),
                     regions=_listed(kw.pop("mask_regions")) or MaskSettings().regions,
+                    areas=_listed(kw.pop("mask_areas", None)) or MaskSettings().areas,
                     occluder_model=kw.pop("occluder_model"),
                     parser_model=kw.pop("parser_model"),
                 ),

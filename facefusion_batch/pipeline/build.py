@@ -46,7 +46,7 @@ from facefusion_batch.swap.classical import ClassicalSettings, ClassicalSwapper,
 from facefusion_batch.swap.enhance import FaceEnhancer
 from facefusion_batch.swap.learned import AUTO_ORDER, LearnedSwapper
 from facefusion_batch.swap.mapped import PersonRouter
-from facefusion_batch.swap.masks import CropMasker, Occluder, RegionParser
+from facefusion_batch.swap.masks import AreaMasker, CropMasker, Occluder, RegionParser
 from facefusion_batch.swap.regions import FaceRegions
 from facefusion_batch.timing import StageTimer
 from facefusion_batch.video.reader import FrameReader
@@ -200,6 +200,15 @@ def prepare_sources(
     return sources
 
 
+def meshing(models: Models, *, keep_all: bool) -> FaceMesh:
+    """The face mesh stage; `keep_all`: no face dropped for a low presence (someone else decides)."""
+    mesh = models.mesh
+    if not keep_all:
+        return mesh
+    settings = replace(mesh.settings, presence_threshold=-np.inf)
+    return FaceMesh(mesh.session, settings, points=mesh.points_name, presence=mesh.presence_name)
+
+
 def build_pipeline(
     models: Models,
     source_paths: tuple[Path, ...],
@@ -263,10 +272,8 @@ def build_pipeline(
             models.policy,
         )
     if swapper_name is None:
-        mesh = models.mesh
-        if tracking is not None:  # the tracker decides per track which faces are present
-            keep_all = replace(mesh.settings, presence_threshold=-np.inf)
-            mesh = FaceMesh(mesh.session, keep_all, points=mesh.points_name, presence=mesh.presence_name)
+        # with tracks, the tracker decides per track which faces are present
+        mesh = meshing(models, keep_all=tracking is not None)
 
         def classical(paths: tuple[Path, ...]) -> ClassicalSwapper:
             sources = prepare_sources(models, paths, settings.classical, source_face_index)
@@ -298,6 +305,9 @@ def build_pipeline(
             if person_sources
             else encoder(source_paths)
         )
+        area = AreaMasker(models.regions, masks.areas) if "area" in masks.types else None
+        if area is not None:  # the area mask is drawn from the mesh; every face keeps its place
+            stages.append(meshing(models, keep_all=True))
         stages += [*track, *assign]
         if identity.needs_target_embeddings:
             if recogniser is None:
@@ -308,7 +318,7 @@ def build_pipeline(
                 session,
                 model,
                 identity,
-                CropMasker(masks, occluder, parser),
+                CropMasker(masks, occluder, parser, area),
                 learned.pixel_boost,
                 models.policy,
             )

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from facefusion_batch.errors import InputError, ModelError
-from facefusion_batch.faces.align import align_crops
+from facefusion_batch.faces.align import align_crops, transform_points
 from facefusion_batch.faces.identity import IdentityEncoder, MappedIdentity
 from facefusion_batch.faces.table import FaceTable
 from facefusion_batch.kernels.base import Array, Frames, Kernels
@@ -98,7 +98,10 @@ class LearnedSwapper:
             crops, affines = align_crops(
                 k, frames, table.frame_index, table.landmarks5, self.model.template, size
             )
-            masks = self.masker.before(k, crops, count, size)
+            mesh = None
+            if self.masker.needs_mesh and table.mesh is not None:
+                mesh = transform_points(table.mesh[..., :2], affines)
+            masks = self.masker.before(k, crops, count, size, mesh)
         with self.timer.stage("swap"):
             identity = k.from_host(self.identity.for_table(table))
             swapped = self.swap_crops(k, crops, identity)
