@@ -99,6 +99,28 @@ SourceOpt = Annotated[
         show_default=False,
     ),
 ]
+GenderOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Only faces of this gender: female, male, auto (the --source face's). Needs "
+        "FaceFusion's fairface model.",
+        show_default=False,
+    ),
+]
+RaceOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Only faces of this race (FaceFusion's classes): white, black, latino, asian, "
+        "indian, arabic, auto. Needs fairface.",
+        show_default=False,
+    ),
+]
+AgeStartOpt = Annotated[
+    int | None, typer.Option(help="Only faces this old or older (0-100). Needs fairface.", show_default=False)
+]
+AgeEndOpt = Annotated[
+    int | None, typer.Option(help="Only faces younger than this (0-100). Needs fairface.", show_default=False)
+]
 MapOpt = Annotated[
     list[str] | None,
     typer.Option(
@@ -532,6 +554,10 @@ def render(
     person_map: MapOpt = None,
     map_unmatched: MapUnmatchedOpt = "skip",
     recogniser: RecogniserOpt = "auto",
+    face_selector_gender: GenderOpt = None,
+    face_selector_race: RaceOpt = None,
+    face_selector_age_start: AgeStartOpt = None,
+    face_selector_age_end: AgeEndOpt = None,
     smoothing: SmoothingOpt = 1.0,
     on_decode_error: Annotated[
         str,
@@ -688,6 +714,10 @@ def preview(
     person_map: MapOpt = None,
     map_unmatched: MapUnmatchedOpt = "skip",
     recogniser: RecogniserOpt = "auto",
+    face_selector_gender: GenderOpt = None,
+    face_selector_race: RaceOpt = None,
+    face_selector_age_start: AgeStartOpt = None,
+    face_selector_age_end: AgeEndOpt = None,
     smoothing: SmoothingOpt = 1.0,
     source_face_index: SourceFaceIndexOpt = 0,
     backend: BackendOpt = "auto",

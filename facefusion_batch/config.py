@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from facefusion_batch.errors import InputError
+from facefusion_batch.faces.classify import AGE_LIMIT, GENDERS, RACE_NAMES, FaceFilterSettings
 from facefusion_batch.faces.detect import DetectorSettings
 from facefusion_batch.faces.identity import CONVENTIONS
 from facefusion_batch.faces.mesh import MeshSettings
@@ -78,6 +79,7 @@ class SwapSettings:
     mapping: tuple[tuple[Path, Path], ...] = ()
     map_unmatched: str = "skip"  # a face near no reference: skip | nearest | source (--source)
     recogniser: str = "auto"  # who a face is, for reference and --map: arcface | dlib | auto
+    face_filter: FaceFilterSettings = field(default_factory=FaceFilterSettings)  # gender, race, age
 
 
 @dataclass(frozen=True)
@@ -196,6 +198,10 @@ def validate_options(settings: RenderSettings) -> RenderSettings:
     if not settings.sources and not swap_settings(settings.swap).mapping:
         raise InputError("--source is required (a photo with the face to put in), or --map REF=SRC")
     swap = swap_settings(settings.swap)
+    if "auto" in (swap.face_filter.gender, swap.face_filter.race) and not settings.sources:
+        raise InputError(
+            "--face-selector-gender/--face-selector-race auto take the --source face's; give --source"
+        )
     if swap.mapping and (swap.map_unmatched == "source") != bool(settings.sources):
         raise InputError(
             "with --map, --source is the face for people near no reference: give both "
@@ -301,6 +307,7 @@ def validate_swap(swap: ClassicalSettings | SwapSettings, faces: str) -> None:
     if swap.face_indices and faces == "one":
         raise InputError("--face-index chooses faces itself; use it with --faces many or reference, not one")
     validate_choices("--recogniser", swap.recogniser, RECOGNISERS)
+    validate_face_filter(swap.face_filter)
     validate_mapping(swap, faces)
     if learned.swapper_model and swap.swapper == "classical":
         raise InputError("--swapper-model names a learned model, but --swapper is classical")
@@ -341,6 +348,22 @@ def validate_swap(swap: ClassicalSettings | SwapSettings, faces: str) -> None:
         _check_range("--reference-distance", reference.distance, 0.0, 1.0)
         if reference.position < 0:
             raise InputError(f"--reference-face-position must not be negative (got {reference.position})")
+
+
+def validate_face_filter(f: FaceFilterSettings) -> None:
+    """FaceFusion's selector filters: its choices and its 0–100 age range."""
+    if f.gender is not None:
+        validate_choices("--face-selector-gender", f.gender, ("auto", *GENDERS))
+    if f.race is not None:
+        validate_choices("--face-selector-race", f.race, ("auto", *RACE_NAMES))
+    for option, age in (("--face-selector-age-start", f.age_start), ("--face-selector-age-end", f.age_end)):
+        if age is not None and not 0 <= age <= AGE_LIMIT:
+            raise InputError(f"{option} must be between 0 and {AGE_LIMIT} (got {age})")
+    if f.age_start is not None and f.age_end is not None and f.age_end <= f.age_start:
+        raise InputError(
+            f"--face-selector-age-end ({f.age_end}) must be more than --face-selector-age-start "
+            f"({f.age_start})"
+        )
 
 
 def validate_mapping(swap: SwapSettings, faces: str) -> None:
@@ -540,6 +563,12 @@ def render_settings(
             mapping=parse_mapping(kw.pop("person_map", None)),
             map_unmatched=kw.pop("map_unmatched", "skip"),
             recogniser=kw.pop("recogniser", "auto"),
+            face_filter=FaceFilterSettings(
+                gender=kw.pop("face_selector_gender", None),
+                race=kw.pop("face_selector_race", None),
+                age_start=kw.pop("face_selector_age_start", None),
+                age_end=kw.pop("face_selector_age_end", None),
+            ),
             reference=ReferenceSettings(
                 image=kw.pop("reference_face"),
                 video=Path(inputs[0]),

@@ -16,6 +16,7 @@ import numpy as np
 
 from facefusion_batch.config import ReferenceSettings, SwapSettings, swap_settings
 from facefusion_batch.errors import InputError, ModelError, NoFaceError
+from facefusion_batch.faces.classify import FaceClassifier, FaceFilter, FaceFilterSettings
 from facefusion_batch.faces.detect import DetectorSettings, YuNetDetector
 from facefusion_batch.faces.dlib_resnet import DLIB_INSTALL, DlibRecogniser, dlib_available
 from facefusion_batch.faces.identity import (
@@ -34,7 +35,7 @@ from facefusion_batch.faces.track import FaceTracker, TrackSettings, TrackStage
 from facefusion_batch.kernels.host import HostKernels
 from facefusion_batch.models import store
 from facefusion_batch.models.catalog import DEFAULT_DETECTOR, DEFAULT_MESH, DEFAULT_TOPOLOGY, tensor_name
-from facefusion_batch.models.facefusion import MODELS, RECOGNISER, check_beside, learned_model
+from facefusion_batch.models.facefusion import CLASSIFIER, MODELS, RECOGNISER, check_beside, learned_model
 from facefusion_batch.models.prepare import prepared_path, variant_catalog
 from facefusion_batch.models.topology import Topology, load_topology
 from facefusion_batch.pipeline.stages import FacePipeline
@@ -236,7 +237,8 @@ def build_pipeline(
     reference = (
         reference_embedding(models, chooser, settings.reference) if faces_mode == "reference" else None
     )
-    stages: list = [
+    stages: list = face_filters(models, settings.face_filter, source_paths)
+    stages += [
         FaceSelector(
             faces_mode,
             chooser,
@@ -447,6 +449,38 @@ def load_recogniser(models: Models, *, required_by: str) -> Recogniser:
             f"directory holding {RECOGNISER}.onnx (FaceFusion's .assets/models)"
         )
     return Recogniser(load_learned(models, RECOGNISER)[0], MODELS[RECOGNISER], models.policy)
+
+
+def face_filters(
+    models: Models, settings: FaceFilterSettings, source_paths: tuple[Path, ...]
+) -> list[FaceFilter]:
+    """The gender / race / age filter stage, when one is asked for; its model must be here
+    (exit 2 naming it and how to get it otherwise). `auto` classifies the first source photo."""
+    if not settings.active:
+        return []
+    if not is_present(CLASSIFIER, models.models_dir):
+        asked = [
+            option
+            for option, value in (
+                ("--face-selector-gender", settings.gender),
+                ("--face-selector-race", settings.race),
+                ("--face-selector-age-start", settings.age_start),
+                ("--face-selector-age-end", settings.age_end),
+            )
+            if value is not None
+        ]
+        raise InputError(
+            f"{', '.join(asked)} needs FaceFusion's gender-age model {CLASSIFIER} "
+            f"({CLASSIFIER}.onnx), which is not here: fetch it with `ffbatch models fetch "
+            f"{CLASSIFIER}`, or point --models-dir at a directory holding {CLASSIFIER}.onnx and "
+            f"{CLASSIFIER}.hash (FaceFusion's .assets/models)"
+        )
+    classifier = FaceClassifier(load_learned(models, CLASSIFIER)[0], MODELS[CLASSIFIER], models.policy)
+    source = None
+    if "auto" in (settings.gender, settings.race):
+        k, frames, table = detect_sources(models, source_paths[:1])
+        source = classifier.classify(k, frames, table)
+    return [FaceFilter(classifier, settings, source)]
 
 
 def selection_recogniser(
