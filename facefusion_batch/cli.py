@@ -38,6 +38,7 @@ from facefusion_batch.farm.plan import plan_command
 from facefusion_batch.tools import doctor as tools_doctor
 from facefusion_batch.tools import engines as tools_engines
 from facefusion_batch.tools import models as tools_models
+from facefusion_batch.tools.facefusion_job import job_steps
 from facefusion_batch.tools.preview import preview_command
 
 app = typer.Typer(
@@ -299,7 +300,18 @@ FACEFUSION_ALIASES: dict[str, tuple[str, str]] = {
     "--face-parser-model": ("--parser-model", "one"),
     "--output-video-encoder": ("--encoder", "one"),
     "--output-video-quality": ("--quality", "one"),
+    "--output-video-preset": ("--preset", "one"),
 }
+# FaceFusion's names that are ffbatch's own options too (same name, same meaning)
+FACEFUSION_SAME = frozenset(
+    {
+        "--face-selector-gender",
+        "--face-selector-race",
+        "--face-selector-age-start",
+        "--face-selector-age-end",
+        "--reference-face-position",
+    }
+)
 # FaceFusion names whose meaning differs here: refused with what to use instead
 FACEFUSION_REFUSED = {
     "--trim-frame-start": "FaceFusion trims the output (audio kept); here --frames START:END renders a "
@@ -346,6 +358,54 @@ def facefusion_argv(argv: list[str]) -> list[str]:
         else:
             out += [target, values[0]]
     return out + inputs
+
+
+def facefusion_job_argvs(argv: list[str]) -> list[list[str]] | None:
+    """`render --facefusion-job JOB [options]` → one render command line per step of the job
+    (FaceFusion's names, rewritten later like any other), the other options added to each;
+    None when the command is not that. With several steps, --report R writes R-<step>."""
+    if not argv or argv[0] != "render":
+        return None
+    rest, job = [], None
+    i = 1
+    while i < len(argv):
+        token = argv[i]
+        if token == "--facefusion-job" or token.startswith("--facefusion-job="):
+            if token.startswith("--facefusion-job="):
+                job = token.partition("=")[2]
+            elif i + 1 < len(argv):
+                job, i = argv[i + 1], i + 1
+            else:
+                raise InputError("--facefusion-job needs a job file (FaceFusion's JSON)")
+        else:
+            rest.append(token)
+        i += 1
+    if job is None:
+        return None
+    steps = job_steps(Path(job), frozenset(FACEFUSION_ALIASES) | FACEFUSION_SAME)
+    runs = []
+    for step in steps:
+        extra = list(rest)
+        if len(steps) > 1 and "--report" in extra[:-1]:
+            at = extra.index("--report") + 1
+            report = Path(extra[at])
+            extra[at] = str(report.with_name(f"{report.stem}-{step.index}{report.suffix}"))
+        runs.append(["render", *step.argv, *extra])
+    return runs
+
+
+def run_facefusion_job(runs: list[list[str]]) -> int:
+    """The job's steps in order, each as its own render; the first that fails stops the job."""
+    for n, argv in enumerate(runs):
+        log.info("--facefusion-job: step %d of %d", n + 1, len(runs))
+        try:
+            code = app(args=facefusion_argv(argv), standalone_mode=False, prog_name="ffbatch")
+        except typer.Exit as exc:
+            code = exc.exit_code
+        if code:
+            print(f"ffbatch: error: --facefusion-job: step {n} failed; later steps not run", file=sys.stderr)
+            return code
+    return 0
 
 
 def _is_number(token: str) -> bool:
@@ -585,9 +645,19 @@ def render(
     overwrite: Annotated[bool, typer.Option(help="Replace an existing output file.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar, warnings only.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
+    facefusion_job: Annotated[
+        Path | None,
+        typer.Option(
+            help="Run a FaceFusion 3 job file's steps, each as a render (no INPUT: each step "
+            "names its target and output); other options apply to every step.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Swap the face(s) of SOURCE into every frame of INPUT and write OUTPUT."""
     setup_logging(quiet, verbose)
+    if facefusion_job is not None:  # read before parsing (main); here only through the app itself
+        raise InputError("--facefusion-job runs through `ffbatch render --facefusion-job JOB`")
     settings, gpus_of_run = render_settings(ctx.params, given=given_options(ctx))
     if gpus_of_run:
         render_on_several_gpus(
@@ -888,8 +958,12 @@ def main(argv: list[str] | None = None) -> None:
         signal.signal(signal.SIGTERM, _stop)
         signal.signal(signal.SIGHUP, _stop)
     try:
-        args = facefusion_argv(list(sys.argv[1:] if argv is None else argv))
-        code = app(args=args, standalone_mode=False, prog_name="ffbatch")
+        given = list(sys.argv[1:] if argv is None else argv)
+        runs = facefusion_job_argvs(given)
+        if runs is not None:
+            code = run_facefusion_job(runs)
+        else:
+            code = app(args=facefusion_argv(given), standalone_mode=False, prog_name="ffbatch")
     except typer.Exit as exc:
         code = exc.exit_code
     except typer.Abort:

@@ -396,7 +396,18 @@ def parse_mapping(pairs: list[str] | None) -> tuple[tuple[Path, Path], ...]:
 
 # render's options that say what the command does with its jobs, not how a job renders
 COMMAND_OPTIONS = frozenset(
-    {"inputs", "output", "output_dir", "output_pattern", "frames", "ray", "ray_workers", "gpus", "verbose"}
+    {
+        "inputs",
+        "output",
+        "output_dir",
+        "output_pattern",
+        "frames",
+        "ray",
+        "ray_workers",
+        "gpus",
+        "verbose",
+        "facefusion_job",
+    }
 )
 
 
