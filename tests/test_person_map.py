@@ -325,3 +325,11 @@ def test_render_map_with_a_learned_swapper(tmp_path, private_home, scene):
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["faces_swapped"] == 2 * 3 < report["faces_found"]  # the two mapped people, every frame
     assert len(decode_all(out)[0]) == 3
+
+
+def test_asking_for_dlib_without_its_wheels_says_how_to_install_them(monkeypatch):
+    from facefusion_batch.faces import dlib_resnet
+
+    monkeypatch.setattr(dlib_resnet, "dlib_available", lambda: False)
+    with pytest.raises(InputError, match=r"pip install 'ffbatch\[dlib\]'"):
+        DlibRecogniser()
