@@ -333,3 +333,18 @@ def test_asking_for_dlib_without_its_wheels_says_how_to_install_them(monkeypatch
     monkeypatch.setattr(dlib_resnet, "dlib_available", lambda: False)
     with pytest.raises(InputError, match=r"pip install 'ffbatch\[dlib\]'"):
         DlibRecogniser()
+
+
+def test_plan_passes_the_map_with_absolute_paths(tmp_path, monkeypatch):
+    """A farm task may run elsewhere: plan writes --map's photos as absolute paths."""
+    import typer.main
+
+    from facefusion_batch.cli import app
+    from facefusion_batch.farm.plan import passthrough_args
+
+    monkeypatch.chdir(tmp_path)
+    render = typer.main.get_command(app).commands["render"]
+    tokens = ["clip.mp4", "--map", "ref0.png=src0.png", "--map", "ref1.png=src1.png"]
+    args = passthrough_args(render, render.make_context("render", tokens).params)
+    pairs = [args[i + 1] for i, a in enumerate(args) if a == "--map"]
+    assert pairs == [f"{tmp_path / f'ref{i}.png'}={tmp_path / f'src{i}.png'}" for i in range(2)]
