@@ -16,14 +16,17 @@ from facefusion_batch.config import SwapSettings, validate_swap
 from facefusion_batch.errors import InputError
 from facefusion_batch.faces.classify import (
     AGE_BANDS,
+    GENDERS,
     FaceClasses,
     FaceClassifier,
     FaceFilter,
     FaceFilterSettings,
     keep_mask,
 )
+from facefusion_batch.faces.select import select_faces
 from facefusion_batch.models.facefusion import MODELS
 from facefusion_batch.models.prepare import make_dynamic_batch
+from facefusion_batch.video.stills import read_image
 
 K = hostk.HOST
 
@@ -119,7 +122,7 @@ def test_filter_options_are_checked():
             validate_swap(SwapSettings(face_filter=f), "many")
 
 
-def test_render_with_the_filters(tmp_path, private_home, t1_small, models, astronaut_path):
+def test_render_with_the_filters(tmp_path, private_home, t1_small, models, astronaut_path, classifier):
     from media import decode_all, make_clip
 
     image, _ = painted(models, t1_small)
@@ -153,3 +156,11 @@ def test_render_with_the_filters(tmp_path, private_home, t1_small, models, astro
         counts[name] = json.loads((tmp_path / "r.json").read_text())["faces_swapped"]
         assert len(decode_all(tmp_path / f"{name}.mp4")[0]) == 3
     assert 0 < counts["female"] < counts["all"] and counts["female"] + counts["male"] == counts["all"]
+    # auto: the --source face's gender, classified once at the start
+    photo = read_image(astronaut_path)
+    source = select_faces(hostk.detect(models, [photo]), "one", 1)
+    gender = GENDERS[int(classifier.classify(K, hostk.frames([photo]), source).gender[0])]
+    auto = ["--face-selector-gender", "auto", "--models-dir", store, "-o", tmp_path / "auto.mp4"]
+    proc = ffbatch(*args, *auto, home=private_home)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "r.json").read_text())["faces_swapped"] == counts[gender]
