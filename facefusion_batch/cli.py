@@ -38,6 +38,7 @@ from facefusion_batch.farm.plan import plan_command
 from facefusion_batch.tools import doctor as tools_doctor
 from facefusion_batch.tools import engines as tools_engines
 from facefusion_batch.tools import models as tools_models
+from facefusion_batch.tools.facefusion_job import job_steps
 from facefusion_batch.tools.preview import preview_command
 
 app = typer.Typer(
@@ -89,13 +90,60 @@ def _root(
 
 
 SourceOpt = Annotated[
-    list[Path],
+    list[Path] | None,
     typer.Option(
         "--source",
         "-s",
         help="Photo of the face to put in; "
         "repeat for several photos of the same person "
-        "(each target face uses the closest head pose).",
+        "(each target face uses the closest head pose). Required unless --map is given.",
+        show_default=False,
+    ),
+]
+GenderOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Only faces of this gender: female, male, auto (the --source face's). Needs "
+        "FaceFusion's fairface model.",
+        show_default=False,
+    ),
+]
+RaceOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Only faces of this race (FaceFusion's classes): white, black, latino, asian, "
+        "indian, arabic, auto. Needs fairface.",
+        show_default=False,
+    ),
+]
+AgeStartOpt = Annotated[
+    int | None, typer.Option(help="Only faces this old or older (0-100). Needs fairface.", show_default=False)
+]
+AgeEndOpt = Annotated[
+    int | None, typer.Option(help="Only faces younger than this (0-100). Needs fairface.", show_default=False)
+]
+MapOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--map",
+        help="REF=SRC: faces of the person in photo REF get the face in photo SRC; repeat for each "
+        "person. One choice per face track; faces near no REF are left alone (--map-unmatched).",
+        show_default=False,
+    ),
+]
+MapUnmatchedOpt = Annotated[
+    str,
+    typer.Option(
+        help="--map, a face near no reference: skip (left alone), nearest (the nearest reference's "
+        "source anyway), source (swapped with --source)."
+    ),
+]
+RecogniserOpt = Annotated[
+    str,
+    typer.Option(
+        help="Who a face is, for --faces reference and --map: arcface (arcface_w600k_r50), dlib "
+        "(pip install 'ffbatch[dlib]'), auto (arcface if its file is here, else dlib). "
+        "It only chooses faces; it never feeds the swap."
     ),
 ]
 
@@ -161,9 +209,13 @@ EmbeddingConventionOpt = Annotated[
 MaskOpt = Annotated[
     str,
     typer.Option(
-        help="Swap masks, comma-separated: box, occlusion (xseg; the classical swap too), "
-        "region (parser; learned only)."
+        help="Swap masks, comma-separated: box, occlusion (xseg; the classical swap too), area "
+        "(the face mesh's areas, --mask-areas), region (parser; learned only)."
     ),
+]
+MaskAreasOpt = Annotated[
+    str | None,
+    typer.Option(help="--mask area: upper-face, lower-face, mouth, comma-separated (default: all three)."),
 ]
 MaskBlurOpt = Annotated[float, typer.Option(help="Box mask blur, 0–1.")]
 MaskPaddingOpt = Annotated[str, typer.Option(help="Box mask padding, percent: T,R,B,L or one value.")]
@@ -243,11 +295,23 @@ FACEFUSION_ALIASES: dict[str, tuple[str, str]] = {
     "--face-mask-blur": ("--mask-blur", "one"),
     "--face-mask-padding": ("--mask-padding", "list"),
     "--face-mask-regions": ("--mask-regions", "list"),
+    "--face-mask-areas": ("--mask-areas", "list"),
     "--face-occluder-model": ("--occluder-model", "one"),
     "--face-parser-model": ("--parser-model", "one"),
     "--output-video-encoder": ("--encoder", "one"),
     "--output-video-quality": ("--quality", "one"),
+    "--output-video-preset": ("--preset", "one"),
 }
+# FaceFusion's names that are ffbatch's own options too (same name, same meaning)
+FACEFUSION_SAME = frozenset(
+    {
+        "--face-selector-gender",
+        "--face-selector-race",
+        "--face-selector-age-start",
+        "--face-selector-age-end",
+        "--reference-face-position",
+    }
+)
 # FaceFusion names whose meaning differs here: refused with what to use instead
 FACEFUSION_REFUSED = {
     "--trim-frame-start": "FaceFusion trims the output (audio kept); here --frames START:END renders a "
@@ -296,6 +360,54 @@ def facefusion_argv(argv: list[str]) -> list[str]:
     return out + inputs
 
 
+def facefusion_job_argvs(argv: list[str]) -> list[list[str]] | None:
+    """`render --facefusion-job JOB [options]` → one render command line per step of the job
+    (FaceFusion's names, rewritten later like any other), the other options added to each;
+    None when the command is not that. With several steps, --report R writes R-<step>."""
+    if not argv or argv[0] != "render":
+        return None
+    rest, job = [], None
+    i = 1
+    while i < len(argv):
+        token = argv[i]
+        if token == "--facefusion-job" or token.startswith("--facefusion-job="):
+            if token.startswith("--facefusion-job="):
+                job = token.partition("=")[2]
+            elif i + 1 < len(argv):
+                job, i = argv[i + 1], i + 1
+            else:
+                raise InputError("--facefusion-job needs a job file (FaceFusion's JSON)")
+        else:
+            rest.append(token)
+        i += 1
+    if job is None:
+        return None
+    steps = job_steps(Path(job), frozenset(FACEFUSION_ALIASES) | FACEFUSION_SAME)
+    runs = []
+    for step in steps:
+        extra = list(rest)
+        if len(steps) > 1 and "--report" in extra[:-1]:
+            at = extra.index("--report") + 1
+            report = Path(extra[at])
+            extra[at] = str(report.with_name(f"{report.stem}-{step.index}{report.suffix}"))
+        runs.append(["render", *step.argv, *extra])
+    return runs
+
+
+def run_facefusion_job(runs: list[list[str]]) -> int:
+    """The job's steps in order, each as its own render; the first that fails stops the job."""
+    for n, argv in enumerate(runs):
+        log.info("--facefusion-job: step %d of %d", n + 1, len(runs))
+        try:
+            code = app(args=facefusion_argv(argv), standalone_mode=False, prog_name="ffbatch")
+        except typer.Exit as exc:
+            code = exc.exit_code
+        if code:
+            print(f"ffbatch: error: --facefusion-job: step {n} failed; later steps not run", file=sys.stderr)
+            return code
+    return 0
+
+
 def _is_number(token: str) -> bool:
     try:
         float(token)
@@ -332,7 +444,7 @@ def render(
             help="Input video(s), or an image sequence (shot/frame.%04d.dpx).", show_default=False
         ),
     ],
-    source: SourceOpt,
+    source: SourceOpt = None,
     output: Annotated[
         Path | None,
         typer.Option(
@@ -489,6 +601,7 @@ def render(
     mask_blur: MaskBlurOpt = 0.3,
     mask_padding: MaskPaddingOpt = "0",
     mask_regions: MaskRegionsOpt = None,
+    mask_areas: MaskAreasOpt = None,
     occluder_model: OccluderModelOpt = "xseg_1",
     parser_model: ParserModelOpt = "bisenet_resnet_34",
     reference_face: ReferenceFaceOpt = None,
@@ -498,6 +611,13 @@ def render(
     score_threshold: ScoreThresholdOpt = 0.6,
     face_order: FaceOrderOpt = None,
     face_index: FaceIndexOpt = None,
+    person_map: MapOpt = None,
+    map_unmatched: MapUnmatchedOpt = "skip",
+    recogniser: RecogniserOpt = "auto",
+    face_selector_gender: GenderOpt = None,
+    face_selector_race: RaceOpt = None,
+    face_selector_age_start: AgeStartOpt = None,
+    face_selector_age_end: AgeEndOpt = None,
     smoothing: SmoothingOpt = 1.0,
     on_decode_error: Annotated[
         str,
@@ -525,9 +645,19 @@ def render(
     overwrite: Annotated[bool, typer.Option(help="Replace an existing output file.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar, warnings only.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
+    facefusion_job: Annotated[
+        Path | None,
+        typer.Option(
+            help="Run a FaceFusion 3 job file's steps, each as a render (no INPUT: each step "
+            "names its target and output); other options apply to every step.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Swap the face(s) of SOURCE into every frame of INPUT and write OUTPUT."""
     setup_logging(quiet, verbose)
+    if facefusion_job is not None:  # read before parsing (main); here only through the app itself
+        raise InputError("--facefusion-job runs through `ffbatch render --facefusion-job JOB`")
     settings, gpus_of_run = render_settings(ctx.params, given=given_options(ctx))
     if gpus_of_run:
         render_on_several_gpus(
@@ -622,8 +752,8 @@ def plan(
 def preview(
     ctx: typer.Context,
     input: Annotated[Path, typer.Argument(help="Input video.")],
-    source: SourceOpt,
     output: Annotated[Path, typer.Option("--output", "-o", help="Contact sheet image (.png).")],
+    source: SourceOpt = None,
     frames: Annotated[int, typer.Option(help="How many frames to sample.")] = 4,
     faces: FacesOpt = "many",
     blend: BlendOpt = "multiband",
@@ -641,6 +771,7 @@ def preview(
     mask_blur: MaskBlurOpt = 0.3,
     mask_padding: MaskPaddingOpt = "0",
     mask_regions: MaskRegionsOpt = None,
+    mask_areas: MaskAreasOpt = None,
     occluder_model: OccluderModelOpt = "xseg_1",
     parser_model: ParserModelOpt = "bisenet_resnet_34",
     reference_face: ReferenceFaceOpt = None,
@@ -650,6 +781,13 @@ def preview(
     score_threshold: ScoreThresholdOpt = 0.6,
     face_order: FaceOrderOpt = None,
     face_index: FaceIndexOpt = None,
+    person_map: MapOpt = None,
+    map_unmatched: MapUnmatchedOpt = "skip",
+    recogniser: RecogniserOpt = "auto",
+    face_selector_gender: GenderOpt = None,
+    face_selector_race: RaceOpt = None,
+    face_selector_age_start: AgeStartOpt = None,
+    face_selector_age_end: AgeEndOpt = None,
     smoothing: SmoothingOpt = 1.0,
     source_face_index: SourceFaceIndexOpt = 0,
     backend: BackendOpt = "auto",
@@ -820,8 +958,12 @@ def main(argv: list[str] | None = None) -> None:
         signal.signal(signal.SIGTERM, _stop)
         signal.signal(signal.SIGHUP, _stop)
     try:
-        args = facefusion_argv(list(sys.argv[1:] if argv is None else argv))
-        code = app(args=args, standalone_mode=False, prog_name="ffbatch")
+        given = list(sys.argv[1:] if argv is None else argv)
+        runs = facefusion_job_argvs(given)
+        if runs is not None:
+            code = run_facefusion_job(runs)
+        else:
+            code = app(args=facefusion_argv(given), standalone_mode=False, prog_name="ffbatch")
     except typer.Exit as exc:
         code = exc.exit_code
     except typer.Abort:

@@ -21,9 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from facefusion_batch.errors import InputError
+from facefusion_batch.faces.classify import AGE_LIMIT, GENDERS, RACE_NAMES, FaceFilterSettings
 from facefusion_batch.faces.detect import DetectorSettings
 from facefusion_batch.faces.identity import CONVENTIONS
 from facefusion_batch.faces.mesh import MeshSettings
+from facefusion_batch.faces.persons import UNMATCHED
 from facefusion_batch.faces.select import FACE_ORDERS
 from facefusion_batch.faces.track import TrackSettings
 from facefusion_batch.fsutil import check_name_length, same_file
@@ -35,7 +37,7 @@ from facefusion_batch.runtime.device import DeviceSettings, default_streams, par
 from facefusion_batch.runtime.nvml import list_gpus
 from facefusion_batch.swap.classical import EYES_MOUTH_CHOICES, ClassicalSettings
 from facefusion_batch.swap.learned import LearnedSettings
-from facefusion_batch.swap.masks import MASK_TYPES, REGION_CLASSES, MaskSettings
+from facefusion_batch.swap.masks import MASK_AREAS, MASK_TYPES, REGION_CLASSES, MaskSettings
 from facefusion_batch.video.formats import CONTAINERS, check_fits
 from facefusion_batch.video.hwaccel import HWACCELS
 from facefusion_batch.video.probe import sequence_numbers
@@ -48,6 +50,7 @@ log = logging.getLogger("ffbatch")
 FACE_MODES = ("many", "one", "reference")
 BACKENDS = ("auto", "cpu", "cuda", "tensorrt")
 SWAPPER_MODES = ("auto", "classical", "learned")
+RECOGNISERS = ("auto", "arcface", "dlib")
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,11 @@ class SwapSettings:
     reference: ReferenceSettings = field(default_factory=ReferenceSettings)
     face_order: str | None = None  # FaceFusion's orders, per frame (None: as detected; one: largest)
     face_indices: tuple[int, ...] = ()  # positions kept in that order, per frame (empty: all)
+    # --map REF=SRC: each person (a reference photo) swapped with their own source photo
+    mapping: tuple[tuple[Path, Path], ...] = ()
+    map_unmatched: str = "skip"  # a face near no reference: skip | nearest | source (--source)
+    recogniser: str = "auto"  # who a face is, for reference and --map: arcface | dlib | auto
+    face_filter: FaceFilterSettings = field(default_factory=FaceFilterSettings)  # gender, race, age
 
 
 @dataclass(frozen=True)
@@ -187,8 +195,18 @@ def validate_options(settings: RenderSettings) -> RenderSettings:
         start, end = settings.frames
         if start < 0 or (end is not None and end <= start):
             raise InputError(f"--frames {start}:{end}: need 0 <= START < END")
-    if not settings.sources:
-        raise InputError("--source is required (a photo with the face to put in)")
+    if not settings.sources and not swap_settings(settings.swap).mapping:
+        raise InputError("--source is required (a photo with the face to put in), or --map REF=SRC")
+    swap = swap_settings(settings.swap)
+    if "auto" in (swap.face_filter.gender, swap.face_filter.race) and not settings.sources:
+        raise InputError(
+            "--face-selector-gender/--face-selector-race auto take the --source face's; give --source"
+        )
+    if swap.mapping and (swap.map_unmatched == "source") != bool(settings.sources):
+        raise InputError(
+            "with --map, --source is the face for people near no reference: give both "
+            "--source and --map-unmatched source, or neither"
+        )
     for source in settings.sources:
         if not source.is_file():
             raise InputError(f"--source {source}: no such file")
@@ -205,6 +223,8 @@ def files_read(settings: RenderSettings) -> list[tuple[str, Path]]:
     reference photo."""
     reads = [("input", Path(settings.input))]
     reads += [("--source", Path(s)) for s in settings.sources]
+    for ref, src in getattr(settings.swap, "mapping", ()):
+        reads += [("--map", Path(ref)), ("--map", Path(src))]
     reference = getattr(settings.swap, "reference", None)
     if settings.faces == "reference" and getattr(reference, "image", None) is not None:
         reads.append(("--reference-face", Path(reference.image)))
@@ -286,6 +306,9 @@ def validate_swap(swap: ClassicalSettings | SwapSettings, faces: str) -> None:
         raise InputError(f"--face-index must not be negative (got {list(swap.face_indices)})")
     if swap.face_indices and faces == "one":
         raise InputError("--face-index chooses faces itself; use it with --faces many or reference, not one")
+    validate_choices("--recogniser", swap.recogniser, RECOGNISERS)
+    validate_face_filter(swap.face_filter)
+    validate_mapping(swap, faces)
     if learned.swapper_model and swap.swapper == "classical":
         raise InputError("--swapper-model names a learned model, but --swapper is classical")
     _check_range("--swapper-weight", learned.weight, 0.0, 1.0)
@@ -309,6 +332,10 @@ def validate_swap(swap: ClassicalSettings | SwapSettings, faces: str) -> None:
         validate_choices("--mask", t, MASK_TYPES)
     for r in learned.masks.regions:
         validate_choices("--mask-regions", r, tuple(REGION_CLASSES))
+    if not learned.masks.areas:
+        raise InputError(f"--mask-areas needs at least one of {', '.join(MASK_AREAS)}")
+    for a in learned.masks.areas:
+        validate_choices("--mask-areas", a, MASK_AREAS)
     if any(not 0 <= p <= 100 for p in learned.masks.padding):
         raise InputError(f"--mask-padding values are percent, 0-100 (got {learned.masks.padding})")
     if faces == "reference":
@@ -323,11 +350,64 @@ def validate_swap(swap: ClassicalSettings | SwapSettings, faces: str) -> None:
             raise InputError(f"--reference-face-position must not be negative (got {reference.position})")
 
 
+def validate_face_filter(f: FaceFilterSettings) -> None:
+    """FaceFusion's selector filters: its choices and its 0–100 age range."""
+    if f.gender is not None:
+        validate_choices("--face-selector-gender", f.gender, ("auto", *GENDERS))
+    if f.race is not None:
+        validate_choices("--face-selector-race", f.race, ("auto", *RACE_NAMES))
+    for option, age in (("--face-selector-age-start", f.age_start), ("--face-selector-age-end", f.age_end)):
+        if age is not None and not 0 <= age <= AGE_LIMIT:
+            raise InputError(f"{option} must be between 0 and {AGE_LIMIT} (got {age})")
+    if f.age_start is not None and f.age_end is not None and f.age_end <= f.age_start:
+        raise InputError(
+            f"--face-selector-age-end ({f.age_end}) must be more than --face-selector-age-start "
+            f"({f.age_start})"
+        )
+
+
+def validate_mapping(swap: SwapSettings, faces: str) -> None:
+    """--map: readable photo pairs, with --faces many (the map itself chooses the faces)."""
+    validate_choices("--map-unmatched", swap.map_unmatched, UNMATCHED)
+    if not swap.mapping:
+        if swap.map_unmatched != "skip":
+            raise InputError("--map-unmatched applies to --map; give --map REF=SRC as well")
+        return
+    if faces != "many":
+        raise InputError(f"--map chooses the faces itself: use it with --faces many, not {faces}")
+    for ref, src in swap.mapping:
+        for path in (ref, src):
+            if not Path(path).is_file():
+                raise InputError(f"--map {ref}={src}: no such file {path}")
+
+
+def parse_mapping(pairs: list[str] | None) -> tuple[tuple[Path, Path], ...]:
+    """--map REF=SRC (repeatable) → (reference photo, source photo) pairs, in the given order."""
+    mapping = []
+    for pair in pairs or ():
+        ref, sep, src = pair.partition("=")
+        if not sep or not ref.strip() or not src.strip():
+            raise InputError(f"--map takes REFERENCE=SOURCE, two photos (got {pair!r})")
+        mapping.append((Path(ref.strip()), Path(src.strip())))
+    return tuple(mapping)
+
+
 # --- the option schema: render's options → settings -----------------------------------------
 
 # render's options that say what the command does with its jobs, not how a job renders
 COMMAND_OPTIONS = frozenset(
-    {"inputs", "output", "output_dir", "output_pattern", "frames", "ray", "ray_workers", "gpus", "verbose"}
+    {
+        "inputs",
+        "output",
+        "output_dir",
+        "output_pattern",
+        "frames",
+        "ray",
+        "ray_workers",
+        "gpus",
+        "verbose",
+        "facefusion_job",
+    }
 )
 
 
@@ -484,12 +564,22 @@ def render_settings(
                     blur=kw.pop("mask_blur"),
                     padding=_mask_padding(kw.pop("mask_padding")),
                     regions=_listed(kw.pop("mask_regions")) or MaskSettings().regions,
+                    areas=_listed(kw.pop("mask_areas", None)) or MaskSettings().areas,
                     occluder_model=kw.pop("occluder_model"),
                     parser_model=kw.pop("parser_model"),
                 ),
             ),
             face_order=kw.pop("face_order", None),
             face_indices=tuple(kw.pop("face_index", None) or ()),
+            mapping=parse_mapping(kw.pop("person_map", None)),
+            map_unmatched=kw.pop("map_unmatched", "skip"),
+            recogniser=kw.pop("recogniser", "auto"),
+            face_filter=FaceFilterSettings(
+                gender=kw.pop("face_selector_gender", None),
+                race=kw.pop("face_selector_race", None),
+                age_start=kw.pop("face_selector_age_start", None),
+                age_end=kw.pop("face_selector_age_end", None),
+            ),
             reference=ReferenceSettings(
                 image=kw.pop("reference_face"),
                 video=Path(inputs[0]),

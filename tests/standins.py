@@ -228,6 +228,37 @@ def bisenet_seeing(seed: int = 6) -> onnx.ModelProto:
     )
 
 
+def fairface() -> onnx.ModelProto:
+    """FaceFusion's gender-age-race classifier's signature: input [1,3,224,224] (ImageNet-normalised
+    RGB) → race_id, gender_id, age_id, int64 [1] each (class ids, as FaceFusion reads them).
+    What it computes is known: gender 1 (female) where the crop's mean red exceeds its mean blue,
+    age band floor(clip(4 + 4·mean, 0, 8)) from the mean over all channels, race 0."""
+    nodes = [
+        helper.make_node("ReduceMean", ["input"], ["channel_mean"], axes=[2, 3], keepdims=0),  # [1,3]
+        helper.make_node("Gather", ["channel_mean", "zero"], ["red"], axis=1),  # [1]
+        helper.make_node("Gather", ["channel_mean", "two"], ["blue"], axis=1),
+        helper.make_node("Greater", ["red", "blue"], ["is_female"]),
+        helper.make_node("Cast", ["is_female"], ["gender_id"], to=TensorProto.INT64),
+        helper.make_node("ReduceMean", ["channel_mean"], ["all_mean"], axes=[1], keepdims=0),  # [1]
+        helper.make_node("Mul", ["all_mean", "four"], ["scaled"]),
+        helper.make_node("Add", ["scaled", "four"], ["shifted"]),
+        helper.make_node("Clip", ["shifted", "lo", "hi"], ["clipped"]),
+        helper.make_node("Floor", ["clipped"], ["band"]),
+        helper.make_node("Cast", ["band"], ["age_id"], to=TensorProto.INT64),
+        helper.make_node("Mul", ["gender_id", "zero_i"], ["race_id"]),
+    ]
+    inits = [
+        _init("zero", np.array(0, np.int64)),
+        _init("two", np.array(2, np.int64)),
+        _init("four", np.array(4.0, np.float32)),
+        _init("lo", np.array(0.0, np.float32)),
+        _init("hi", np.array(8.0, np.float32)),
+        _init("zero_i", np.array(0, np.int64)),
+    ]
+    outputs = [_t(n, [1], TensorProto.INT64) for n in ("race_id", "gender_id", "age_id")]
+    return _model(nodes, [_t("input", [1, 3, 224, 224])], outputs, inits, "standin_fairface")
+
+
 STANDINS = {
     "inswapper_128": inswapper,
     "hyperswap_1a_256": hyperswap,
@@ -256,6 +287,7 @@ MORE_STANDINS = {
     "codeformer": codeformer,
     "xseg_2": xseg_seeing,
     "bisenet_resnet_18": bisenet_seeing,
+    "fairface": fairface,
 }
 
 

@@ -60,6 +60,8 @@ class Recogniser:
     As a pipeline stage (`Recognise`) it adds them to the table as its `embedding` column."""
 
     name = "recognise"
+    kind = "arcface"
+    feeds_swap = True  # its embeddings are the swappers' identity space
 
     def __init__(
         self, session: Session, model: LearnedModel = MODELS[RECOGNISER], policy: BatchPolicy = HOST
@@ -77,6 +79,10 @@ class Recogniser:
         crops, _ = align_crops(k, frames, table.frame_index, table.landmarks5, m.template, m.size)
         out = k.run(self.session, {self.input_name: k.model_input(crops, m.mean, m.std)}, self.max_batch)
         return k.to_host(out[self.session.outputs[0].name]).reshape(len(table), -1)
+
+    @staticmethod
+    def distance(vectors: np.ndarray, reference: np.ndarray) -> np.ndarray:
+        return face_distance(vectors, reference)
 
     def __call__(self, k: Kernels, frames: Frames, table: FaceTable) -> FaceTable:
         """The table with its `embedding` column (computed only where it is missing)."""
@@ -226,6 +232,10 @@ class IdentityEncoder:
         converted = self._convert(vectors)
         return converted if self.family in CONVERTED_RAW else normalise(converted)
 
+    def for_table(self, table: FaceTable) -> np.ndarray:
+        """The identity rows of every face of `table` (the swapper's source input)."""
+        return self(len(table), table.embedding)
+
     def __call__(self, count: int, target_embeddings: np.ndarray | None = None) -> np.ndarray:
         if self.lam == 0.0 or target_embeddings is None:
             return np.repeat(self._source_input[None], count, axis=0)
@@ -237,6 +247,35 @@ class IdentityEncoder:
         target = target_embeddings if self._uses_raw() else normalise(target_embeddings)
         blended = (1.0 - self.lam) * self._source_side()[None] + self.lam * target
         return self._map(blended.astype(np.float32))
+
+
+class MappedIdentity:
+    """`--map`: one IdentityEncoder per mapped person (row p ↔ the table's `person` p), so every
+    face of the batch still goes through the swapper in one call, each with its own source."""
+
+    def __init__(self, encoders: list[IdentityEncoder]) -> None:
+        if not encoders:
+            raise ValueError("a mapped identity needs at least one person's encoder")
+        self.encoders = list(encoders)
+        self.model = encoders[0].model
+
+    @property
+    def needs_target_embeddings(self) -> bool:
+        return any(e.needs_target_embeddings for e in self.encoders)
+
+    def for_table(self, table: FaceTable) -> np.ndarray:
+        if table.person is None:
+            raise ValueError("per-person sources need the table's `person` column (AssignPersons)")
+        rows = [None] * len(table)
+        for p, encoder in enumerate(self.encoders):
+            mine = np.flatnonzero(table.person == p)
+            if len(mine):
+                target = None if table.embedding is None else table.embedding[mine]
+                for i, row in zip(mine, encoder(len(mine), target), strict=True):
+                    rows[i] = row
+        if any(r is None for r in rows):
+            raise ValueError(f"faces mapped to no person: {sorted(set(table.person.tolist()))}")
+        return np.stack(rows).astype(np.float32)
 
 
 def _input_name(session: Session) -> str:

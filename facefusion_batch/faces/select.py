@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from facefusion_batch.faces.identity import Recogniser, match_reference
+from facefusion_batch.faces.persons import SelectionRecogniser, recognise
 from facefusion_batch.faces.table import FaceTable
 from facefusion_batch.kernels.base import Frames, Kernels
 
@@ -70,16 +70,16 @@ def select_faces(
 
 
 class FaceSelector:
-    """A stage: `many` / `one` as `select_faces`, or `reference`: the faces whose embedding lies
-    within `distance` of the reference face's (the kept rows carry their embeddings, so a later
-    stage need not run the recogniser again)."""
+    """A stage: `many` / `one` as `select_faces`, or `reference`: the faces whose recogniser
+    vector (ArcFace's or dlib's) lies within `distance` of the reference face's (with ArcFace the
+    kept rows carry their embeddings, so a later stage need not run the recogniser again)."""
 
     name = "select"
 
     def __init__(
         self,
         mode: str,
-        recogniser: Recogniser | None = None,
+        recogniser: SelectionRecogniser | None = None,
         reference: np.ndarray | None = None,
         distance: float = 0.3,
         order: str | None = None,
@@ -97,8 +97,8 @@ class FaceSelector:
     def __call__(self, k: Kernels, frames: Frames, table: FaceTable) -> FaceTable:
         if self.mode != "reference":
             return select_faces(table, self.mode, frames.count, self.order, self.indices)
-        table = self.recogniser(k, frames, table)
+        table, vectors = recognise(self.recogniser, k, frames, table)
         if len(table) == 0:
             return table
-        table = table.select(match_reference(table.embedding, self.reference, self.distance))
+        table = table.select(self.recogniser.distance(vectors, self.reference) < self.distance)
         return select_faces(table, "many", frames.count, self.order, self.indices)

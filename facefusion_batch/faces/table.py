@@ -21,6 +21,8 @@ class FaceTable:
     presence: np.ndarray | None = None  # [F] float32: face-mesh presence logit
     embedding: np.ndarray | None = None  # [F,512] float32: raw recogniser embedding (when one ran)
     track: np.ndarray | None = None  # [F] int64: the face's track across frames (faces/track.py)
+    person_distance: np.ndarray | None = None  # [F,P] float32: distance to each --map reference
+    person: np.ndarray | None = None  # [F] int64: the --map person whose source it gets
 
     @staticmethod
     def empty() -> FaceTable:

@@ -13,6 +13,8 @@ order (`InOrder`), then the swap paints them. No model runs here.
   mesh): a window average above `on` swaps it, below `off` stops it; between the two the track
   keeps the last of those decisions (hysteresis), and without one yet, whether its average is
   above `start`. A weak face that hovers around a threshold keeps one state instead of flickering.
+- Persons (`--map`): a face's distances to the mapped people become their mean over the
+  track's last 2 · `window` faces, so a track keeps one person instead of flipping on a frame.
 - Smoothing: the track's landmarks (mesh points and the five points) go through a One Euro
   filter (low lag on motion, strong smoothing when still); `smoothing` 0 turns it off.
 
@@ -83,6 +85,7 @@ class Track:
     presences: list[float] = field(default_factory=list)  # the last 2 · window, oldest first
     meshes: list[np.ndarray] = field(default_factory=list)  # the last `window` observations
     points: list[np.ndarray] = field(default_factory=list)
+    distances: list[np.ndarray] = field(default_factory=list)  # to each --map person, last 2 · window
     swapping: bool | None = None
 
     def decide(self, s: TrackSettings) -> bool:
@@ -153,6 +156,7 @@ class FaceTracker:
         track_of = np.full(len(table), -1, np.int64)
         mesh = None if table.mesh is None else table.mesh.copy()
         points = table.landmarks5.copy()
+        person_distance = None if table.person_distance is None else table.person_distance.copy()
         presence = table.presence if table.presence is not None else (table.score - 0.5) * 20
         spans = eye_span(table.landmarks5) if len(table) else np.zeros(0)
         for f in range(frame_count):
@@ -181,6 +185,9 @@ class FaceTracker:
                     mesh[row] = self._smooth(track.meshes, dt, track.span)
                 track.points = (track.points + [table.landmarks5[row]])[-s.window :]
                 points[row] = self._smooth(track.points, dt, track.span)
+                if person_distance is not None:  # one person per track: the window's mean distances
+                    track.distances = (track.distances + [table.person_distance[row]])[-2 * s.window :]
+                    person_distance[row] = np.mean(track.distances, axis=0)
                 swapping = track.decide(s)
                 if track.swapping is not None and swapping != track.swapping:
                     self.toggles += 1
@@ -189,7 +196,9 @@ class FaceTracker:
                 if swapping:
                     keep.append(int(row))
         self.frame += frame_count
-        smoothed = table.with_columns(landmarks5=points, mesh=mesh, track=track_of)
+        smoothed = table.with_columns(
+            landmarks5=points, mesh=mesh, track=track_of, person_distance=person_distance
+        )
         return smoothed.select(np.array(sorted(keep), np.int64))
 
     def _match(self, boxes: np.ndarray, spans: np.ndarray, tracks: list[Track]) -> list[tuple[int, int]]:

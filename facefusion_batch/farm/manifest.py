@@ -97,6 +97,10 @@ def settings_digest(settings: RenderSettings) -> str:
         image = reference.get("image")
         reference["image"] = sha256_file(Path(image)) if image is not None else None
         reference["video"] = None  # the input itself, fingerprinted below
+    if isinstance(fields.get("swap"), dict) and fields["swap"].get("mapping"):
+        fields["swap"]["mapping"] = [
+            [sha256_file(Path(p)) for p in pair] for pair in fields["swap"]["mapping"]
+        ]
     data = {
         "ffbatch": __version__,
         "input": file_fingerprint(Path(settings.input)),

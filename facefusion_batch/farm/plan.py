@@ -48,6 +48,10 @@ _NOT_PASSED = frozenset(
 )
 
 
+# options whose values are REF=SRC photo pairs: both made absolute, as paths are
+_PATH_PAIRS = frozenset({"person_map"})
+
+
 @dataclass
 class Chunk:
     task: int
@@ -111,6 +115,8 @@ def passthrough_args(command, params: dict[str, Any]) -> list[str]:
             continue
         values = value if getattr(param, "multiple", False) else [value]
         for v in values:
+            if name in _PATH_PAIRS:
+                v = "=".join(_abs(p) for p in str(v).split("=", 1))
             args += [long, _abs(v) if isinstance(v, Path) else str(v)]
     return args
 
@@ -371,6 +377,8 @@ def plan_command(
         raise InputError("plan chooses the --frames of each chunk itself; use --chunk-frames")
     if params.get("ray"):
         raise InputError("plan writes farm commands; --ray is for `ffbatch render`")
+    if params.get("facefusion_job"):
+        raise InputError("plan: --facefusion-job runs a job's steps with `ffbatch render`; plan one input")
     if params.get("gpus"):
         raise InputError("plan: every farm task renders on one GPU; leave out --gpus")
     if params.get("fail_if_no_faces"):

@@ -242,6 +242,19 @@ MODELS: dict[str, LearnedModel] = {
             std=HALF,
             note="input RGB x/127.5 - 1, 112x112; output the 512-d embedding",
         ),
+        LearnedModel(
+            "fairface",
+            "classifier",
+            "models-3.0.0",
+            "CC-BY-4.0 (dchen236)",
+            "fairface",
+            "arcface_112_v2",
+            224,
+            mean=IMAGENET_MEAN,
+            std=IMAGENET_STD,
+            note="gender, age and race of a face: input RGB ImageNet-normalised 224x224; outputs "
+            "race_id, gender_id, age_id (class ids), in that order",
+        ),
         *(
             _enhancer(f"gfpgan_{v}", "Apache-2.0 (TencentARC)", "gfpgan", "ffhq_512", 512)
             for v in ("1.2", "1.3", "1.4")
@@ -328,6 +341,7 @@ ENHANCERS = tuple(n for n, m in MODELS.items() if m.role == "enhancer")
 OCCLUDERS = tuple(n for n, m in MODELS.items() if m.role == "occluder")
 PARSERS = tuple(n for n, m in MODELS.items() if m.role == "parser")
 RECOGNISER = "arcface_w600k_r50"
+CLASSIFIER = "fairface"
 
 
 def learned_model(name: str) -> LearnedModel:

@@ -128,11 +128,16 @@ def make_dynamic_batch(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
     Reshape targets rewritten; returns it and how many Reshapes were rewritten."""
 
     ranked = [v.name for v in _graph_inputs(model) if len(v.type.tensor_type.shape.dim) >= 2]
-    outputs = [v.name for v in model.graph.output if len(v.type.tensor_type.shape.dim) >= 2]
+    # rank ≥ 2, or a single value per item (a classifier's class ids, [1] at batch 1)
+    outputs = [v.name for v in model.graph.output if _per_item(v.type.tensor_type.shape.dim)]
     out = make_batch_dynamic(model, "batch", inputs=ranked, outputs=outputs)
     rewritten = _fixed_batch_reshapes(out)
     onnx.checker.check_model(out)
     return out, rewritten
+
+
+def _per_item(dims) -> bool:
+    return len(dims) >= 2 or (len(dims) == 1 and dims[0].HasField("dim_value") and dims[0].dim_value == 1)
 
 
 def _session(path: Path | str):

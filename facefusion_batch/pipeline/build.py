@@ -16,22 +16,26 @@ import numpy as np
 
 from facefusion_batch.config import ReferenceSettings, SwapSettings, swap_settings
 from facefusion_batch.errors import InputError, ModelError, NoFaceError
+from facefusion_batch.faces.classify import FaceClassifier, FaceFilter, FaceFilterSettings
 from facefusion_batch.faces.detect import DetectorSettings, YuNetDetector
+from facefusion_batch.faces.dlib_resnet import DLIB_INSTALL, DlibRecogniser, dlib_available
 from facefusion_batch.faces.identity import (
     EMBEDDING_FAMILIES,
     IdentityEncoder,
+    MappedIdentity,
     Recogniser,
     read_emap,
     source_identity,
 )
 from facefusion_batch.faces.mesh import FaceMesh, MeshSettings
+from facefusion_batch.faces.persons import AssignPersons, PersonMatcher, SelectionRecogniser
 from facefusion_batch.faces.select import FaceSelector, select_faces
 from facefusion_batch.faces.table import FaceTable
 from facefusion_batch.faces.track import FaceTracker, TrackSettings, TrackStage
 from facefusion_batch.kernels.host import HostKernels
 from facefusion_batch.models import store
 from facefusion_batch.models.catalog import DEFAULT_DETECTOR, DEFAULT_MESH, DEFAULT_TOPOLOGY, tensor_name
-from facefusion_batch.models.facefusion import MODELS, RECOGNISER, check_beside, learned_model
+from facefusion_batch.models.facefusion import CLASSIFIER, MODELS, RECOGNISER, check_beside, learned_model
 from facefusion_batch.models.prepare import prepared_path, variant_catalog
 from facefusion_batch.models.topology import Topology, load_topology
 from facefusion_batch.pipeline.stages import FacePipeline
@@ -49,7 +53,8 @@ from facefusion_batch.swap.classical import (
 )
 from facefusion_batch.swap.enhance import FaceEnhancer
 from facefusion_batch.swap.learned import AUTO_ORDER, LearnedSwapper
-from facefusion_batch.swap.masks import CropMasker, Occluder, RegionParser
+from facefusion_batch.swap.mapped import PersonRouter
+from facefusion_batch.swap.masks import AreaMasker, CropMasker, Occluder, RegionParser
 from facefusion_batch.swap.regions import FaceRegions
 from facefusion_batch.timing import StageTimer
 from facefusion_batch.video.reader import FrameReader
@@ -229,6 +234,15 @@ def mirrored_meshes(models: Models, k: HostKernels, flipped: list[np.ndarray], c
     return out
 
 
+def meshing(models: Models, *, keep_all: bool) -> FaceMesh:
+    """The face mesh stage; `keep_all`: no face dropped for a low presence (someone else decides)."""
+    mesh = models.mesh
+    if not keep_all:
+        return mesh
+    settings = replace(mesh.settings, presence_threshold=-np.inf)
+    return FaceMesh(mesh.session, settings, points=mesh.points_name, presence=mesh.presence_name)
+
+
 def build_pipeline(
     models: Models,
     source_paths: tuple[Path, ...],
@@ -246,22 +260,35 @@ def build_pipeline(
     learned = settings.learned
     swapper_name = choose_swapper(settings, models.models_dir)
     family = learned_model(swapper_name).family if swapper_name else None
-    recogniser = None
-    if faces_mode == "reference" or family in EMBEDDING_FAMILIES:
-        recogniser = load_recogniser(models, required_by=_recogniser_reason(faces_mode, swapper_name))
+    recogniser = None  # ArcFace, when the swap itself needs embeddings
+    if family in EMBEDDING_FAMILIES:
+        recogniser = load_recogniser(models, required_by=f"the learned swapper {swapper_name}")
+    chooser = None  # the recogniser that chooses faces (reference, --map)
+    if faces_mode == "reference" or settings.mapping:
+        why = "--faces reference" if faces_mode == "reference" else "--map"
+        chooser = selection_recogniser(models, settings.recogniser, recogniser, required_by=why)
     reference = (
-        reference_embedding(models, recogniser, settings.reference) if faces_mode == "reference" else None
+        reference_embedding(models, chooser, settings.reference) if faces_mode == "reference" else None
     )
-    stages: list = [
+    stages: list = face_filters(models, settings.face_filter, source_paths)
+    stages += [
         FaceSelector(
             faces_mode,
-            recogniser,
+            chooser,
             reference,
             settings.reference.distance,
             settings.face_order,
             settings.face_indices,
         )
     ]
+    # --map: whose source each face gets (the photos of each person; the plain --source last)
+    person_sources = [(src,) for _, src in settings.mapping]
+    if settings.mapping and settings.map_unmatched == "source":
+        person_sources.append(tuple(source_paths))
+    assign = []
+    if settings.mapping:
+        stages.append(PersonMatcher(chooser, map_references(models, chooser, settings.mapping)))
+        assign = [AssignPersons(settings.reference.distance, settings.map_unmatched)]
     track = [TrackStage(FaceTracker(tracking))] if tracking is not None else []
     masks = learned.masks
     occluder = parser = None
@@ -279,31 +306,50 @@ def build_pipeline(
             model.std,
             models.policy,
         )
-    if swapper_name is None and "region" in masks.types:
-        raise InputError(
-            "--mask region needs a learned swapper (the face parser reads the swapped crop); "
-            "the classical swap takes --mask occlusion"
-        )
+    for learned_only in ("region", "area"):
+        if swapper_name is None and learned_only in masks.types:
+            raise InputError(
+                f"--mask {learned_only} needs a learned swapper (it masks the swapped crop); "
+                "the classical swap takes --mask occlusion"
+            )
     if swapper_name is None:
-        sources = prepare_sources(models, source_paths, settings.classical, source_face_index)
-        mesh = models.mesh
-        if tracking is not None:  # the tracker decides per track which faces are present
-            keep_all = replace(mesh.settings, presence_threshold=-np.inf)
-            mesh = FaceMesh(mesh.session, keep_all, points=mesh.points_name, presence=mesh.presence_name)
-        swapper = ClassicalSwapper(sources, models.triangles, models.regions, settings.classical, occluder)
-        stages += [mesh, *track, swapper]
+        # with tracks, the tracker decides per track which faces are present
+        mesh = meshing(models, keep_all=tracking is not None)
+
+        def classical(paths: tuple[Path, ...]) -> ClassicalSwapper:
+            sources = prepare_sources(models, paths, settings.classical, source_face_index)
+            return ClassicalSwapper(sources, models.triangles, models.regions, settings.classical, occluder)
+
+        if person_sources:
+            swapper = PersonRouter([classical(paths) for paths in person_sources])
+        else:
+            swapper = classical(source_paths)
+        stages += [mesh, *track, *assign, swapper]
     else:
         model = learned_model(swapper_name)
         session, base_path = load_learned(models, swapper_name)
-        identity = IdentityEncoder(
-            model,
-            learned_sources(models, source_paths, recogniser, source_face_index, model.family),
-            weight=learned.weight,
-            emap=read_emap(base_path) if model.family == "inswapper" else None,
-            converter=load_learned(models, model.converter)[0] if model.converter else None,
-            convention=learned.embedding_convention,
+        emap = read_emap(base_path) if model.family == "inswapper" else None
+        converter = load_learned(models, model.converter)[0] if model.converter else None
+
+        def encoder(paths: tuple[Path, ...]) -> IdentityEncoder:
+            return IdentityEncoder(
+                model,
+                learned_sources(models, paths, recogniser, source_face_index, model.family),
+                weight=learned.weight,
+                emap=emap,
+                converter=converter,
+                convention=learned.embedding_convention,
+            )
+
+        identity = (
+            MappedIdentity([encoder(paths) for paths in person_sources])
+            if person_sources
+            else encoder(source_paths)
         )
-        stages += track
+        area = AreaMasker(models.regions, masks.areas) if "area" in masks.types else None
+        if area is not None:  # the area mask is drawn from the mesh; every face keeps its place
+            stages.append(meshing(models, keep_all=True))
+        stages += [*track, *assign]
         if identity.needs_target_embeddings:
             if recogniser is None:
                 raise ValueError("a swapper weight other than 0.5 needs the target faces' embeddings")
@@ -313,7 +359,7 @@ def build_pipeline(
                 session,
                 model,
                 identity,
-                CropMasker(masks, occluder, parser),
+                CropMasker(masks, occluder, parser, area),
                 learned.pixel_boost,
                 models.policy,
             )
@@ -433,19 +479,81 @@ def load_learned(models: Models, name: str) -> tuple[Session, Path]:
     return models.backend.load(path, label=f"{base_name}@{variant}"), base
 
 
-def _recogniser_reason(faces_mode: str, swapper_name: str | None) -> str:
-    return "--faces reference" if faces_mode == "reference" else f"the learned swapper {swapper_name}"
-
-
 def load_recogniser(models: Models, *, required_by: str) -> Recogniser:
-    """The ArcFace recogniser; for reference selection it must already be here (never fetched)."""
-    if required_by == "--faces reference" and not is_present(RECOGNISER, models.models_dir):
+    """The ArcFace recogniser; for choosing faces it must already be here (never fetched)."""
+    if required_by in ("--faces reference", "--map") and not is_present(RECOGNISER, models.models_dir):
         raise InputError(
             f"{required_by} needs the face recogniser {RECOGNISER}, which is not here: "
             f"fetch it with `ffbatch models fetch {RECOGNISER}`, or point --models-dir at a "
             f"directory holding {RECOGNISER}.onnx (FaceFusion's .assets/models)"
         )
     return Recogniser(load_learned(models, RECOGNISER)[0], MODELS[RECOGNISER], models.policy)
+
+
+def face_filters(
+    models: Models, settings: FaceFilterSettings, source_paths: tuple[Path, ...]
+) -> list[FaceFilter]:
+    """The gender / race / age filter stage, when one is asked for; its model must be here
+    (exit 2 naming it and how to get it otherwise). `auto` classifies the first source photo."""
+    if not settings.active:
+        return []
+    if not is_present(CLASSIFIER, models.models_dir):
+        asked = [
+            option
+            for option, value in (
+                ("--face-selector-gender", settings.gender),
+                ("--face-selector-race", settings.race),
+                ("--face-selector-age-start", settings.age_start),
+                ("--face-selector-age-end", settings.age_end),
+            )
+            if value is not None
+        ]
+        raise InputError(
+            f"{', '.join(asked)} needs FaceFusion's gender-age model {CLASSIFIER} "
+            f"({CLASSIFIER}.onnx), which is not here: fetch it with `ffbatch models fetch "
+            f"{CLASSIFIER}`, or point --models-dir at a directory holding {CLASSIFIER}.onnx and "
+            f"{CLASSIFIER}.hash (FaceFusion's .assets/models)"
+        )
+    classifier = FaceClassifier(load_learned(models, CLASSIFIER)[0], MODELS[CLASSIFIER], models.policy)
+    source = None
+    if "auto" in (settings.gender, settings.race):
+        k, frames, table = detect_sources(models, source_paths[:1])
+        source = classifier.classify(k, frames, table)
+    return [FaceFilter(classifier, settings, source)]
+
+
+def selection_recogniser(
+    models: Models, choice: str, arcface: Recogniser | None, *, required_by: str
+) -> SelectionRecogniser:
+    """The recogniser that chooses faces: ArcFace (already loaded for the swap, or present in
+    the store; never fetched), or dlib's ResNet from its wheels. `auto`: ArcFace when it is here,
+    else dlib when installed, else exit 2 naming both ways."""
+    if choice == "dlib":
+        return DlibRecogniser()
+    if arcface is not None:
+        return arcface
+    if choice == "arcface" or is_present(RECOGNISER, models.models_dir):
+        return load_recogniser(models, required_by=required_by)
+    if dlib_available():
+        log.info("%s: %s is not here, choosing faces with dlib's recogniser", required_by, RECOGNISER)
+        return DlibRecogniser()
+    raise InputError(
+        f"{required_by} needs the face recogniser {RECOGNISER}, which is not here (fetch it with "
+        f"`ffbatch models fetch {RECOGNISER}`, or point --models-dir at FaceFusion's .assets/models), "
+        f"or dlib's, which is not installed ({DLIB_INSTALL})"
+    )
+
+
+def map_references(
+    models: Models, chooser: SelectionRecogniser, mapping: tuple[tuple[Path, Path], ...]
+) -> np.ndarray:
+    """[P,D]: each --map reference photo's largest face, one recogniser call for all of them."""
+    refs = tuple(ref for ref, _ in mapping)
+    try:
+        k, frames, table = detect_sources(models, refs)
+    except NoFaceError as exc:
+        raise NoFaceError(f"--map reference: {exc}") from None
+    return chooser.embed(k, frames, table)
 
 
 def learned_sources(
@@ -467,8 +575,10 @@ def read_frame(video: Path, index: int) -> np.ndarray:
     raise InputError(f"--reference-frame {index}: {video} has only {index if index else 0} frames or fewer")
 
 
-def reference_embedding(models: Models, recogniser: Recogniser, reference: ReferenceSettings) -> np.ndarray:
-    """The raw embedding of the reference face: the `position`-th largest face of the picture."""
+def reference_embedding(
+    models: Models, recogniser: SelectionRecogniser, reference: ReferenceSettings
+) -> np.ndarray:
+    """The recogniser's vector of the reference face: the `position`-th largest face of the picture."""
     if reference.image is not None:
         image, what = read_image(reference.image, "--reference-face"), f"--reference-face {reference.image}"
     else:

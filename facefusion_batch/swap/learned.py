@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from facefusion_batch.errors import InputError, ModelError
-from facefusion_batch.faces.align import align_crops
-from facefusion_batch.faces.identity import IdentityEncoder
+from facefusion_batch.faces.align import align_crops, transform_points
+from facefusion_batch.faces.identity import IdentityEncoder, MappedIdentity
 from facefusion_batch.faces.table import FaceTable
 from facefusion_batch.kernels.base import Array, Frames, Kernels
 from facefusion_batch.models.facefusion import LearnedModel
@@ -55,7 +55,7 @@ class LearnedSwapper:
         self,
         session: Session,
         model: LearnedModel,
-        identity: IdentityEncoder,
+        identity: IdentityEncoder | MappedIdentity,
         masker: CropMasker,
         pixel_boost: int | None = None,
         policy: BatchPolicy = HOST,
@@ -98,9 +98,12 @@ class LearnedSwapper:
             crops, affines = align_crops(
                 k, frames, table.frame_index, table.landmarks5, self.model.template, size
             )
-            masks = self.masker.before(k, crops, count, size)
+            mesh = None
+            if self.masker.needs_mesh and table.mesh is not None:
+                mesh = transform_points(table.mesh[..., :2], affines)
+            masks = self.masker.before(k, crops, count, size, mesh)
         with self.timer.stage("swap"):
-            identity = k.from_host(self.identity(count, table.embedding))
+            identity = k.from_host(self.identity.for_table(table))
             swapped = self.swap_crops(k, crops, identity)
         with self.timer.stage("mask"):
             alpha = self.masker.after(k, swapped, masks, count, size)
