@@ -43,6 +43,7 @@ from facefusion_batch.pipeline.run import (
     JobReport,
     Renderer,
     check_faces_swapped,
+    count_not_swapped,
     log_start,
     pixel_format_of,
     render_into,
@@ -61,7 +62,7 @@ from facefusion_batch.video.sequence import (
     is_sequence_pattern,
 )
 from facefusion_batch.video.stills import IMAGE_SUFFIXES, is_still_image, read_image, write_image_atomically
-from facefusion_batch.video.writer import VideoWriter, check_output
+from facefusion_batch.video.writer import VideoWriter, check_output, encoder_parameters
 
 log = logging.getLogger("ffbatch")
 
@@ -200,6 +201,14 @@ def _render_claimed(settings, on_progress, on_start, renderer, output_tags, star
         else:
             _render_plain(renderer, settings, info, report, timer, on_progress, on_start, output_tags)
     report.audio = report.audio or ("copied" if info.audio_streams else "none")
+    if not is_sequence_pattern(settings.output):
+        report.encoder_parameters = encoder_parameters(settings.encoder, info)
+    if not report.streams:  # chunked and --frames jobs: their writers see video only
+        report.streams = [
+            {"input": info.video_stream_index, "kind": "video", "codec": info.codec, "output": 0,
+             "action": f"re-encoded to {settings.encoder.codec}"},
+        ] + ([{"input": None, "kind": "audio", "count": info.audio_streams, "action": report.audio}]
+             if info.audio_streams else [])  # fmt: skip
     if report.faces_swapped == 0 and report.frames_out and not report.segments.get("reused"):
         log.warning(
             "0 faces swapped in %s (%d faces found in %d frames): the output is the input re-encoded",
@@ -256,6 +265,7 @@ def render_still(settings: RenderSettings, renderer: Renderer | None, started: f
     report.faces_found = result.faces_found
     report.faces_swapped = result.faces_swapped
     report.frames_with_faces = result.frames_with_faces
+    count_not_swapped(report, result)
     report.batches = 1
     report.batch_sizes.append(1)
     report.audio = "none"
@@ -304,6 +314,7 @@ def _render_plain(renderer, settings, info, report, timer, on_progress, on_start
     render_into(renderer, reader, writer, settings, report, timer, on_progress, layout, "output")
     report.audio = writer.audio_summary
     report.dropped = list(writer.dropped)
+    report.streams = list(getattr(writer, "streams", []))
     if isinstance(writer, SequenceWriter):
         report.encoder = f"{writer.codec} {writer.pix_fmt}, an image sequence from {writer.start_number}"
     else:
