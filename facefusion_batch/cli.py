@@ -520,7 +520,14 @@ def render(
     ] = False,
     overwrite: Annotated[bool, typer.Option(help="Replace an existing output file.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar, warnings only.")] = False,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "--verbose",
+            "-v",
+            help="More detail on stderr: settings, decoder, encoder, stream map, batch timings.",
+        ),
+    ] = False,
 ) -> None:
     """Swap the face(s) of SOURCE into every frame of INPUT and write OUTPUT."""
     setup_logging(quiet, verbose)
@@ -561,7 +568,14 @@ def concat(
         bool, typer.Option(help="Delete the segments (and their emptied work directory) once joined.")
     ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Warnings only.")] = False,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "--verbose",
+            "-v",
+            help="More detail on stderr: settings, decoder, encoder, stream map, batch timings.",
+        ),
+    ] = False,
 ) -> None:
     """Join segments by stream copy (no re-encode) and mux the audio of --audio-from back in."""
     setup_logging(quiet, verbose)

@@ -100,3 +100,25 @@ def audio_packets_or_none(path) -> list:
         return audio_packets(path)
     except IndexError:  # no audio stream at all
         return []
+
+
+def test_verbose_adds_settings_decoder_encoder_stream_map_and_batch_timings(tmp_path, astronaut_path):
+    clip = make_clip(tmp_path / "in.mp4", frames=4, size=(128, 96), audio="aac")
+    plain = ffbatch("render", clip, "-s", astronaut_path, "-o", tmp_path / "a.mp4", "--batch-size", "2")
+    verbose = ffbatch(
+        "render", clip, "-s", astronaut_path, "-o", tmp_path / "b.mp4", "--batch-size", "2", "-v"
+    )
+    assert plain.returncode == verbose.returncode == 0, plain.stderr + verbose.stderr
+    lines = verbose.stderr.splitlines()
+    assert len(lines) > len(plain.stderr.splitlines()) + 5
+    detail = ("ffbatch: settings: ", "ffbatch: decoder: h264", "ffbatch: encoder: ", "ffbatch: stream map: ")
+    for start in detail + ("ffbatch: batch 0: 2 frames", "ffbatch: batch 1: 2 frames"):
+        assert any(line.startswith(start) for line in lines), start
+        assert not any(line.startswith(start) for line in plain.stderr.splitlines()), start
+    settings = json.loads(next(x for x in lines if x.startswith("ffbatch: settings: ")).split(": ", 2)[2])
+    assert settings["batch_size"] == 2
+    encoder = json.loads(next(x for x in lines if x.startswith("ffbatch: encoder: ")).split(": ", 2)[2])
+    assert encoder["codec"] == "libx264" and encoder["pix_fmt"] == "yuv420p"
+    streams = [json.loads(x.split(": ", 2)[2]) for x in lines if x.startswith("ffbatch: stream map: ")]
+    assert [s["action"] for s in streams] == ["re-encoded to libx264", "copied"]
+    assert len(decode_all(tmp_path / "b.mp4")[0]) == 4

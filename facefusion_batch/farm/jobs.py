@@ -12,6 +12,7 @@ is missing. `--report` then holds a summary and one entry per input.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import shlex
 import sys
@@ -175,6 +176,8 @@ def _render_claimed(settings, on_progress, on_start, renderer, output_tags, star
     reduced = check_output(settings.encoder, info, settings.output)  # exit 2 before any decoding
     for what in reduced:
         log.warning("%s: %s", settings.output, what)
+    if log.isEnabledFor(logging.DEBUG):
+        log_resolved(settings, info)
     timer = StageTimer()
     if renderer is not None and not renderer.serves(settings):
         raise ValueError("this Renderer was loaded for other sources or model settings")
@@ -219,10 +222,35 @@ def _render_claimed(settings, on_progress, on_start, renderer, output_tags, star
     report.stage_seconds = dict(timer.seconds)
     report.wall_seconds = time.perf_counter() - started
     report.peak_rss_mb = peak_rss_mb()
+    for entry in report.streams:
+        log.debug("stream map: %s", json.dumps(entry))
+    log.debug("stage seconds: %s", json.dumps({k: round(v, 3) for k, v in sorted(timer.seconds.items())}))
+    log.debug("faces not swapped, by reason: %s", json.dumps(report.faces_not_swapped))
     backend_report = getattr(renderer.models.backend, "report", None)
     if callable(backend_report):
         report.device = backend_report()
     return report
+
+
+def log_resolved(settings: RenderSettings, info) -> None:
+    """`-v`: the settings as resolved, the input as probed, the decoder and the encoder chosen."""
+    log.debug("settings: %s", json.dumps(settings_record(settings), sort_keys=True))
+    log.debug(
+        "input: %s %dx%d %s, %s frames%s, time base %s, %d audio stream(s), other streams %s",
+        info.format_name,
+        info.width,
+        info.height,
+        info.pix_fmt,
+        info.frame_count,
+        " (estimated)" if info.frame_count_estimated else "",
+        info.time_base,
+        info.audio_streams,
+        list(info.other_streams),
+    )
+    hw = settings.device.hwaccel
+    log.debug("decoder: %s (%s)", info.codec, "software" if hw == "none" else f"--hwaccel {hw}")
+    if not is_sequence_pattern(settings.output):
+        log.debug("encoder: %s", json.dumps(encoder_parameters(settings.encoder, info), sort_keys=True))
 
 
 def chunk_size_for(settings: RenderSettings, frame_count: int | None) -> int:

@@ -292,6 +292,14 @@ def _consume(stream, make_worker, sink, settings, report, timer, on_progress) ->
         report.batches += 1
         report.batch_sizes.append(len(batch.items))
         report.batch_latency_s.append(latency)
+        log.debug(
+            "batch %d: %d frames, %d faces found, %d swapped, %.3f s",
+            batch.seq,
+            len(batch.items),
+            int(result.found_per_frame.sum()),
+            int(result.swapped_per_frame.sum()),
+            latency,
+        )
         if on_progress and n:
             on_progress(n)
         raise_if_signalled()
