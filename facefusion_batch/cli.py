@@ -17,7 +17,6 @@ from typing import Annotated
 
 import typer
 import typer.main
-from click.core import ParameterSource
 
 from facefusion_batch import __version__
 from facefusion_batch.config import render_settings
@@ -313,10 +312,12 @@ def facefusion_help() -> str:
 
 
 def given_options(ctx: typer.Context) -> set[str]:
-    """The parameters the user set on the command line (the rest kept their defaults)."""
-    return {
-        name for name in ctx.params if ctx.get_parameter_source(name) not in (ParameterSource.DEFAULT, None)
-    }
+    """The parameters the user set on the command line (the rest kept their defaults).
+
+    The source is told by its name: typer carries its own copy of click, whose ParameterSource
+    is not click's (and click itself is no dependency of ffbatch)."""
+    sources = {name: ctx.get_parameter_source(name) for name in ctx.params}
+    return {name for name, source in sources.items() if source is not None and source.name != "DEFAULT"}
 
 
 @app.command(epilog=facefusion_help())
