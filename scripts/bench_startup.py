@@ -28,6 +28,8 @@ sys.path.insert(0, str(ROOT))
 
 from facefusion_batch.models.assets import asset_path  # noqa: E402
 
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+
 
 def one_frame_clip(path: Path) -> Path:
     with av.open(str(path), mode="w") as out:
@@ -44,7 +46,7 @@ def run_once(clip: Path, out: Path, backend: str) -> dict[str, float | bool]:
     cmd = [sys.executable, "-X", "importtime", "-m", "facefusion_batch", "render", str(clip)]
     cmd += ["-s", str(asset_path("astronaut.png")), "-o", str(out), "--overwrite", "-q", "--backend", backend]
     started = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=ENV)
     stderr = proc.stderr.read()
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - started

@@ -77,6 +77,13 @@ FAIL_OUTCOMES = ("lost_frames", "extra_frames", "traceback", "exit", "hang", "le
 FRAMES, SIZE, FPS, RATE = 20, (160, 120), 25, 48000
 
 
+def this_checkout_env() -> dict[str, str]:
+    """The environment for a child `python -m facefusion_batch`: this checkout's package first,
+    whatever the child's working directory (an editable install may point elsewhere)."""
+    path = os.environ.get("PYTHONPATH")
+    return {**os.environ, "PYTHONPATH": str(ROOT) + (os.pathsep + path if path else "")}
+
+
 def make_clip(spec: ClipSpec, path: Path) -> Path:
     """A 20-frame 160x120 clip panning across a face photo, with a 440 Hz tone."""
     photo = cv2.imread(str(asset_path("t1.jpg")))
@@ -257,7 +264,7 @@ def run_case(
     cmd += [str(asset_path("astronaut.png")), "-o", str(out), "--backend", "cpu", "--quiet"]
     started = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)  # fmt: skip
+                            start_new_session=True, env=this_checkout_env())  # fmt: skip
     try:
         _, stderr = proc.communicate(timeout=timeout)
         code: int | None = proc.returncode

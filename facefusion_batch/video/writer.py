@@ -619,9 +619,9 @@ class VideoWriter:
                     self.dropped.append(f"stream #{index} ({kind}, {codec}): not carried into {self._format}")
         for item in self.dropped:
             log.warning("%s: left out of the output: %s", self.output, item)
-        self.streams = self._stream_map(audio_from)
+        self.streams = self._stream_map()
 
-    def _stream_map(self, audio_from: str | Path | None) -> list[dict[str, object]]:
+    def _stream_map(self) -> list[dict[str, object]]:
         """Each input stream and what became of it: re-encoded, copied or dropped (with why)."""
         info = self.info
         video = {"input": info.video_stream_index, "kind": "video", "codec": info.codec}
