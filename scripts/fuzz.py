@@ -197,8 +197,8 @@ def reference_frames(path: Path) -> int:
     except (av.error.FFmpegError, UnicodeDecodeError, ValueError):
         return 0
     with container:
-        if not container.streams.video:
-            return 0
+        if not container.streams.video or container.streams.video[0].codec_context is None:
+            return 0  # no video, or a codec FFmpeg cannot name: nothing decodes
         stream = container.streams.video[0]
         count = 0
         try:
@@ -218,9 +218,13 @@ def reference_frames(path: Path) -> int:
         return count
 
 
-def output_frames(path: Path) -> int:
-    with av.open(str(path)) as container:
-        return sum(1 for _ in container.decode(video=0))
+def output_frames(path: Path) -> int | None:
+    """Frames of a finished output; None when it does not decode (a failure of its own)."""
+    try:
+        with av.open(str(path)) as container:
+            return sum(1 for _ in container.decode(video=0))
+    except (av.error.FFmpegError, IndexError):
+        return None
 
 
 @dataclass
@@ -299,7 +303,7 @@ def classify(
     if code != 0:
         return f"exit_{code}", tail
     if frames is None:
-        return "unclear", "exit 0 without an output"
+        return "unclear", "exit 0 without a decodable output"
     if frames < reference:
         return "lost_frames", f"{frames} frames out, the reference decode gives {reference}"
     if frames > reference:
