@@ -12,6 +12,7 @@ alone. Each corrupted file is rendered in its own empty directory, and classifie
 - FAIL, one of: `lost_frames` (exit 0, fewer frames than the reference), `extra_frames`
   (exit 0, more), `traceback`, `exit_N` (any other status), `hang` (over `--timeout`),
   `leftovers` (a file other than the input and a finished output in the directory),
+  `harness_error` (the fuzzer itself failed on the case),
   `unclear` (exit 2 without the error line, or with a file at the output).
 
 Writes `fuzz.json` (every case, and outcomes by class) and `fuzz.png` (a bar chart of
@@ -73,7 +74,6 @@ CLIPS = (
     ClipSpec("ts", ".ts", "mpegts", "libx264", "mp2", X264),
     ClipSpec("avi", ".avi", "avi", "mpeg4", "libmp3lame", (("bf", "2"), ("qscale", "4"))),
 )
-FAIL_OUTCOMES = ("lost_frames", "extra_frames", "traceback", "exit", "hang", "leftovers", "unclear")
 FRAMES, SIZE, FPS, RATE = 20, (160, 120), 25, 48000
 
 
@@ -353,7 +353,14 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="ffbatch-fuzz-") as work:
 
         def one(case: int) -> CaseResult:
-            result = run_case(case, clips, Path(work), seed=args.seed, timeout=args.timeout)
+            try:
+                result = run_case(case, clips, Path(work), seed=args.seed, timeout=args.timeout)
+            except Exception as exc:  # the harness's own fault: recorded, the run goes on
+                kind, spec, case_seed = case_plan(case, args.seed)
+                why = repr(exc)
+                result = CaseResult(
+                    case, case_seed, kind, spec.name, "", "harness_error", False, None, 0, None, 0.0, why
+                )
             mark = "ok  " if result.ok else "FAIL"
             print(f"{mark} case {case} seed {result.seed} {result.kind}/{result.clip}: {result.outcome} "
                   f"({result.what}) {result.detail[:160]}", flush=True)  # fmt: skip
