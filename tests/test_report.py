@@ -122,3 +122,14 @@ def test_verbose_adds_settings_decoder_encoder_stream_map_and_batch_timings(tmp_
     streams = [json.loads(x.split(": ", 2)[2]) for x in lines if x.startswith("ffbatch: stream map: ")]
     assert [s["action"] for s in streams] == ["re-encoded to libx264", "copied"]
     assert len(decode_all(tmp_path / "b.mp4")[0]) == 4
+
+
+def test_a_chunked_render_reports_its_encoder_and_streams_too(tmp_path, astronaut_path):
+    clip = make_clip(tmp_path / "in.mp4", frames=4, size=(128, 96), audio="aac")
+    report = render_report(clip, astronaut_path, tmp_path / "out.mp4", "--chunk-frames", "2", "--crf", "30")
+    assert report["segments"]["total"] == 2 and report["encoder_parameters"]["crf"] == 30
+    video, audio = report["streams"]
+    assert video["action"] == "re-encoded to libx264" and audio["kind"] == "audio"
+    assert audio["action"] == report["audio"] == "copied"
+    assert len(decode_all(tmp_path / "out.mp4")[0]) == 4
+    assert [p for _, p in audio_packets(tmp_path / "out.mp4")] == [p for _, p in audio_packets(clip)]
