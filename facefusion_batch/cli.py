@@ -816,11 +816,29 @@ def _fill_closed_std_fds() -> None:
                 os.close(got)
 
 
+_received: list[Interrupted] = []  # the signals `_stop` turned into exceptions, newest last
+
+
 def _stop(signum, frame) -> None:
     """SIGTERM / SIGHUP in any command unwind like Ctrl-C: temporary files go, exit 143 / 129."""
     if signum == signal.SIGHUP:
-        raise Interrupted("hung up (SIGHUP)", exit_code=EXIT_HANGUP)
-    raise Interrupted("terminated (SIGTERM)", exit_code=EXIT_TERMINATED)
+        stop = Interrupted("hung up (SIGHUP)", exit_code=EXIT_HANGUP)
+    else:
+        stop = Interrupted("terminated (SIGTERM)", exit_code=EXIT_TERMINATED)
+    _received.append(stop)
+    raise stop
+
+
+def signal_behind(exc: BaseException) -> Interrupted | None:
+    """The signal an unexpected exception really is: a SIGTERM that lands while a C extension
+    initialises (a lazy `import onnxruntime`) comes out as ImportError("initialization failed");
+    found in the exception's chain, else in what `_stop` received."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, Interrupted):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return _received[-1] if _received else None
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -856,6 +874,10 @@ def main(argv: list[str] | None = None) -> None:
         print("ffbatch: interrupted", file=sys.stderr)
         code = EXIT_INTERRUPTED
     except Exception as exc:  # the last line of defence: a message, not a traceback
+        stopped = signal_behind(exc)
+        if stopped is not None:
+            print(f"ffbatch: error: {stopped}", file=sys.stderr)
+            sys.exit(stopped.exit_code)
         if debug:
             import traceback
 

@@ -541,3 +541,40 @@ def test_given_options_are_only_those_on_the_command_line():
 
     assert CliRunner().invoke(app, ["--a", "3"]).exit_code == 0
     assert seen == [{"a"}]
+
+
+def test_a_terminate_that_a_c_extension_turns_into_another_error_still_exits_143(monkeypatch, capsys):
+    """A SIGTERM landing while a C extension initialises comes out as ImportError; it is the
+    signal (143), not an internal error (1)."""
+
+    def command(args, standalone_mode, prog_name):
+        try:
+            cli._stop(signal.SIGTERM, None)
+        except Exception:
+            raise ImportError("initialization failed") from None  # the extension drops the cause
+
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
+    # main() installs its own handlers; the test process gets its own back after each call
+    monkeypatch.setattr(cli, "app", command)
+    monkeypatch.setattr(cli, "_received", [])
+    try:
+        with pytest.raises(SystemExit) as stopped:
+            cli.main(["render"])
+    finally:
+        for s, handler in handlers.items():
+            signal.signal(s, handler)
+    assert stopped.value.code == 143
+    assert "terminated (SIGTERM)" in capsys.readouterr().err
+    monkeypatch.setattr(cli, "_received", [])
+
+    def broken(args, standalone_mode, prog_name):
+        raise ImportError("initialization failed")
+
+    monkeypatch.setattr(cli, "app", broken)
+    try:
+        with pytest.raises(SystemExit) as failed:
+            cli.main(["render"])
+    finally:
+        for s, handler in handlers.items():
+            signal.signal(s, handler)
+    assert failed.value.code == 1  # no signal: a real internal error stays one
