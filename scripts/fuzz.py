@@ -323,11 +323,13 @@ def chart(results: list[CaseResult], path: Path) -> None:
     table = by_class(results)
     outcomes = ["ok", "refused"] + sorted({r.outcome for r in results} - {"ok", "refused"})
     colours = {"ok": "#2e7d32", "refused": "#1565c0"}
+    failures = ["#c62828", "#ef6c00", "#6a1b9a", "#ad1457", "#4e342e", "#f9a825", "#000000", "#757575"]
     fig, ax = plt.subplots(figsize=(9, 4.5))
     bottom = np.zeros(len(CLASSES))
     for outcome in outcomes:
         counts = np.array([table[k].get(outcome, 0) for k in CLASSES])
-        ax.bar(CLASSES, counts, bottom=bottom, label=outcome, color=colours.get(outcome))
+        colour = colours.get(outcome) or failures[(outcomes.index(outcome) - 2) % len(failures)]
+        ax.bar(CLASSES, counts, bottom=bottom, label=outcome, color=colour)
         bottom += counts
     fails = sum(not r.ok for r in results)
     ax.set_title(f"ffbatch render on {len(results)} corrupted inputs: {fails} failures")
