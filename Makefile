@@ -1,24 +1,35 @@
 # Two commands do all the set-up on a fresh machine:
-#   make demo   - venv, models, example inputs, render, print the output path
-#   make test   - venv, models, then ruff and the test suite
+#   make demo   - venv with the product alone, models, example inputs, render, print the output path
+#   make test   - the same venv plus the test extras and a CPU torch, models, then ruff and the suite
+# Each install has its own stamp, so both are idempotent and `make demo` never pulls test extras.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
+TEST_STAMP := $(VENV)/.installed-test-stamp
+PIP    := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 INPUTS := examples/inputs
 OUT    := out
 
-.PHONY: demo test venv models inputs lint bench bench-quality gpu-kit clean
+.PHONY: demo test venv venv-test models inputs lint bench bench-quality gpu-kit clean
 
 venv: $(STAMP)
 
+venv-test: $(TEST_STAMP)
+
+# what the product needs: `ffbatch` and its runtime dependencies (pyproject's dependencies)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
-	# torch for the GPU backends' logic tests, run on the CPU: pinned to the CPU build this machine
-	# kind has on disk (an unpinned torch pulls a multi-GB CUDA build); not a package requirement
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check torch==2.13.0
+	$(PIP) -e .
 	touch $(STAMP)
+
+# what the tests add: the dev extras, and torch for the GPU backends' logic tests, run on the CPU:
+# pinned to the CPU build this machine kind has on disk (an unpinned torch pulls a multi-GB CUDA
+# build); not a package requirement
+$(TEST_STAMP): $(STAMP)
+	$(PIP) -e '.[dev]'
+	$(PIP) torch==2.13.0
+	touch $(TEST_STAMP)
 
 models: $(STAMP)
 	$(BIN)/ffbatch models fetch
@@ -39,13 +50,13 @@ demo: models $(OUT)/demo-swapped.mp4
 	@echo "output: $(abspath $(OUT)/demo-swapped.mp4)"
 	@echo "preview: $(abspath $(OUT)/demo-preview.png)  report: $(abspath $(OUT)/demo-report.json)"
 
-lint: $(STAMP)
+lint: $(TEST_STAMP)
 	$(BIN)/ruff check facefusion_batch tests scripts examples
 
-test: models lint
+test: $(TEST_STAMP) models lint
 	$(BIN)/python -m pytest
 
-bench: models
+bench: $(TEST_STAMP) models
 	$(BIN)/python scripts/bench.py
 
 # the swap-quality benchmark: its independent face recogniser (dlib) lives in its own venv only

@@ -17,7 +17,6 @@ from typing import Annotated
 
 import typer
 import typer.main
-from click.core import ParameterSource
 
 from facefusion_batch import __version__
 from facefusion_batch.config import render_settings
@@ -429,10 +428,12 @@ def facefusion_help() -> str:
 
 
 def given_options(ctx: typer.Context) -> set[str]:
-    """The parameters the user set on the command line (the rest kept their defaults)."""
-    return {
-        name for name in ctx.params if ctx.get_parameter_source(name) not in (ParameterSource.DEFAULT, None)
-    }
+    """The parameters the user set on the command line (the rest kept their defaults).
+
+    The source is told by its name: typer carries its own copy of click, whose ParameterSource
+    is not click's (and click itself is no dependency of ffbatch)."""
+    sources = {name: ctx.get_parameter_source(name) for name in ctx.params}
+    return {name for name, source in sources.items() if source is not None and source.name != "DEFAULT"}
 
 
 @app.command(epilog=facefusion_help())
@@ -644,7 +645,14 @@ def render(
     ] = False,
     overwrite: Annotated[bool, typer.Option(help="Replace an existing output file.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar, warnings only.")] = False,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "--verbose",
+            "-v",
+            help="More detail on stderr: settings, decoder, encoder, stream map, batch timings.",
+        ),
+    ] = False,
     facefusion_job: Annotated[
         Path | None,
         typer.Option(
@@ -695,7 +703,14 @@ def concat(
         bool, typer.Option(help="Delete the segments (and their emptied work directory) once joined.")
     ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Warnings only.")] = False,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "--verbose",
+            "-v",
+            help="More detail on stderr: settings, decoder, encoder, stream map, batch timings.",
+        ),
+    ] = False,
 ) -> None:
     """Join segments by stream copy (no re-encode) and mux the audio of --audio-from back in."""
     setup_logging(quiet, verbose)
@@ -943,11 +958,29 @@ def _fill_closed_std_fds() -> None:
                 os.close(got)
 
 
+_received: list[Interrupted] = []  # the signals `_stop` turned into exceptions, newest last
+
+
 def _stop(signum, frame) -> None:
     """SIGTERM / SIGHUP in any command unwind like Ctrl-C: temporary files go, exit 143 / 129."""
     if signum == signal.SIGHUP:
-        raise Interrupted("hung up (SIGHUP)", exit_code=EXIT_HANGUP)
-    raise Interrupted("terminated (SIGTERM)", exit_code=EXIT_TERMINATED)
+        stop = Interrupted("hung up (SIGHUP)", exit_code=EXIT_HANGUP)
+    else:
+        stop = Interrupted("terminated (SIGTERM)", exit_code=EXIT_TERMINATED)
+    _received.append(stop)
+    raise stop
+
+
+def signal_behind(exc: BaseException) -> Interrupted | None:
+    """The signal an unexpected exception really is: a SIGTERM that lands while a C extension
+    initialises (a lazy `import onnxruntime`) comes out as ImportError("initialization failed");
+    found in the exception's chain, else in what `_stop` received."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, Interrupted):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return _received[-1] if _received else None
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -987,6 +1020,10 @@ def main(argv: list[str] | None = None) -> None:
         print("ffbatch: interrupted", file=sys.stderr)
         code = EXIT_INTERRUPTED
     except Exception as exc:  # the last line of defence: a message, not a traceback
+        stopped = signal_behind(exc)
+        if stopped is not None:
+            print(f"ffbatch: error: {stopped}", file=sys.stderr)
+            sys.exit(stopped.exit_code)
         if debug:
             import traceback
 

@@ -44,6 +44,22 @@ def default_file_mode() -> int:
         return _mode
 
 
+def share_as_usual(path: Path) -> None:
+    """Give `path` (a file or a directory) the read (and, for a directory, search) bits the umask
+    allows, if it lacks them: a store seeded from a private copy (0600 files, a 0700 directory)
+    becomes readable by the group. Write bits are never added; a file of another user is left."""
+    usual = default_file_mode()
+    try:
+        mode = path.stat().st_mode
+        wanted = usual & 0o444
+        if path.is_dir():
+            wanted |= (usual & 0o444) >> 2  # search where read is allowed
+        if mode & wanted != wanted:
+            os.chmod(path, (mode & 0o7777) | wanted)
+    except OSError:
+        pass
+
+
 def sha256_file(path: Path) -> str:
     """Hex sha256 of a file, read in 1 MiB blocks (model files run to hundreds of MB)."""
     digest = hashlib.sha256()

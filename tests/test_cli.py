@@ -22,9 +22,11 @@ import cv2
 import hostk
 import numpy as np
 import pytest
+import typer
 from media import audio_packets, decode_all, display_rotation, make_clip
+from typer.testing import CliRunner
 
-from facefusion_batch import __version__
+from facefusion_batch import __version__, cli
 from facefusion_batch.runtime.backends import nvidia_gpu_count
 from facefusion_batch.video.reader import FrameReader
 
@@ -526,3 +528,53 @@ def test_unknown_command_and_missing_arguments_are_usage_errors(tmp_path):
     proc = ffbatch("render", tmp_path / "in.mp4")  # no --source, no --output
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "--source" in proc.stderr or "--output" in proc.stderr
+
+
+def test_given_options_are_only_those_on_the_command_line():
+    """Defaults are not "given" (batch size left to the policy, --streams to the GPU count)."""
+    app = typer.Typer()
+    seen: list[set[str]] = []
+
+    @app.command()
+    def command(ctx: typer.Context, a: int = 1, b: int = 2) -> None:
+        seen.append(cli.given_options(ctx))
+
+    assert CliRunner().invoke(app, ["--a", "3"]).exit_code == 0
+    assert seen == [{"a"}]
+
+
+def test_a_terminate_that_a_c_extension_turns_into_another_error_still_exits_143(monkeypatch, capsys):
+    """A SIGTERM landing while a C extension initialises comes out as ImportError; it is the
+    signal (143), not an internal error (1)."""
+
+    def command(args, standalone_mode, prog_name):
+        try:
+            cli._stop(signal.SIGTERM, None)
+        except Exception:
+            raise ImportError("initialization failed") from None  # the extension drops the cause
+
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
+    # main() installs its own handlers; the test process gets its own back after each call
+    monkeypatch.setattr(cli, "app", command)
+    monkeypatch.setattr(cli, "_received", [])
+    try:
+        with pytest.raises(SystemExit) as stopped:
+            cli.main(["render"])
+    finally:
+        for s, handler in handlers.items():
+            signal.signal(s, handler)
+    assert stopped.value.code == 143
+    assert "terminated (SIGTERM)" in capsys.readouterr().err
+    monkeypatch.setattr(cli, "_received", [])
+
+    def broken(args, standalone_mode, prog_name):
+        raise ImportError("initialization failed")
+
+    monkeypatch.setattr(cli, "app", broken)
+    try:
+        with pytest.raises(SystemExit) as failed:
+            cli.main(["render"])
+    finally:
+        for s, handler in handlers.items():
+            signal.signal(s, handler)
+    assert failed.value.code == 1  # no signal: a real internal error stays one

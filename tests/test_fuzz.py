@@ -1,98 +1,86 @@
-"""Seeded fuzzing: randomly corrupted copies of a small clip.
+"""Seeded fuzzing: a fixed 30 cases of scripts/fuzz.py, through the same code the script runs.
 
-Whatever the damage, ffbatch must exit 0 or 2 within a time bound, never print
-a traceback, and never leave a file at the output path (or a temporary one
-beside it) when it fails. `FFBATCH_FUZZ_CASES` sets how many cases run.
+Cases 0-29 cover every corruption class on every clip (mp4, mkv, mov, MPEG-TS, AVI). Each must
+end `ok` (exit 0 with exactly the frames a reference decode of the damaged file gives) or
+`refused` (exit 2, a clear message, nothing written). Known reader failures are xfail with
+their reason until the reader is fixed; `python scripts/fuzz.py --cases 300` runs the full set.
 """
 
-import os
-import subprocess
+import importlib.util
+import json
 import sys
+from pathlib import Path
 
-import av
-import cv2
-import numpy as np
 import pytest
-from media import make_clip
 
-from facefusion_batch.models.assets import asset_path
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "fuzz.py"
+_spec = importlib.util.spec_from_file_location("ffbatch_fuzz", SCRIPT)
+fuzz = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = fuzz  # its dataclasses look their module up there
+_spec.loader.exec_module(fuzz)
 
-CASES = int(os.environ.get("FFBATCH_FUZZ_CASES", "12"))
-TIME_LIMIT_S = 120
-
-
-def corrupt(data: bytes, rng: np.random.Generator) -> tuple[str, bytes]:
-    buf = bytearray(data)
-    kind = rng.choice(["truncate", "random_bytes", "zero_run", "duplicate", "header"])
-    n = len(buf)
-    if kind == "truncate":
-        cut = int(rng.integers(1, n))
-        return f"truncate at {cut}", bytes(buf[:cut])
-    if kind == "random_bytes":
-        for _ in range(int(rng.integers(1, 20))):
-            at = int(rng.integers(0, n - 64))
-            buf[at : at + 32] = rng.integers(0, 256, 32, dtype=np.uint8).tobytes()
-        return "random bytes", bytes(buf)
-    if kind == "zero_run":
-        at = int(rng.integers(0, n - 1))
-        length = int(rng.integers(1, max(2, n // 8)))
-        buf[at : at + length] = bytes(min(length, n - at))
-        return f"zeros at {at}+{length}", bytes(buf)
-    if kind == "duplicate":
-        at = int(rng.integers(0, n - 1))
-        length = int(rng.integers(1, max(2, n // 8)))
-        return f"duplicate {at}+{length}", bytes(buf[: at + length] + buf[at:])
-    at = int(rng.integers(0, min(n, 256)))
-    buf[at] ^= 0xFF
-    return f"header byte {at} flipped", bytes(buf)
+CI_CASES = 30
+# beyond the fixed 30: cases that once broke the harness itself (178: an AVI whose codec tag
+# FFmpeg no longer knows, so the reference decoder has no codec context)
+HARNESS_CASES = (178,)
+# case -> why it fails today (found by the fuzzer; the reader owns the fix)
+KNOWN_FAILURES = {
+    2: "zeros inside an .mp4's mdat: the reader stops at 17 frames, exit 0, where PyAV decodes 19",
+}
 
 
 @pytest.fixture(scope="module")
-def clip_bytes(tmp_path_factory) -> bytes:
-    t1 = cv2.imread(str(asset_path("t1.jpg")))
-    small = cv2.resize(t1, (320, 222))
-    path = make_clip(
-        tmp_path_factory.mktemp("fuzz") / "clip.mp4", frames=12, size=(320, 180), image=small, audio="aac"
-    )
-    return path.read_bytes()
+def clips(tmp_path_factory):
+    return fuzz.make_clips(tmp_path_factory.mktemp("fuzz-clips"))
+
+
+def _case(case: int):
+    if case in KNOWN_FAILURES:
+        return pytest.param(case, marks=pytest.mark.xfail(reason=KNOWN_FAILURES[case], strict=False))
+    return case
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", range(CASES))
-def test_corrupted_input_fails_cleanly(case, clip_bytes, tmp_path):
-    rng = np.random.default_rng(1000 + case)
-    what, data = corrupt(clip_bytes, rng)
-    src = tmp_path / "corrupt clip.mp4"  # a space in the name, on purpose
-    src.write_bytes(data)
-    out_dir = tmp_path / "out"
-    out_dir.mkdir()
-    out = out_dir / "out.mp4"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "facefusion_batch",
-            "render",
-            str(src),
-            "--source",
-            str(asset_path("astronaut.png")),
-            "-o",
-            str(out),
-            "--quiet",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=TIME_LIMIT_S,
-        check=False,
+@pytest.mark.parametrize("case", [_case(c) for c in (*range(CI_CASES), *HARNESS_CASES)])
+def test_corrupted_input_is_rendered_whole_or_refused_cleanly(case, clips, tmp_path):
+    result = fuzz.run_case(case, clips, tmp_path, timeout=120)
+    assert result.ok, (
+        f"case {case} ({result.kind}/{result.clip}, {result.what}): {result.outcome} {result.detail}"
     )
-    assert proc.returncode in (0, 2), f"{what}: exit {proc.returncode}\n{proc.stderr[-2000:]}"
-    assert "Traceback" not in proc.stderr, f"{what}: traceback printed\n{proc.stderr[-2000:]}"
-    leftovers = [p.name for p in out_dir.iterdir() if p.name != "out.mp4"]
-    assert not leftovers, f"{what}: temporary files left behind: {leftovers}"
-    if proc.returncode == 0:
-        with av.open(str(out)) as container:
-            frames = sum(1 for _ in container.decode(video=0))
-        assert frames > 0, f"{what}: an empty video was reported as done"
-    else:
-        assert not out.exists(), f"{what}: a failed render left a file at the output path"
-        assert "ffbatch: error:" in proc.stderr, f"{what}: no clear message\n{proc.stderr}"
+
+
+def test_the_classifier_calls_lost_frames_leftovers_and_tracebacks_failures(tmp_path):
+    src, out = tmp_path / "in.mp4", tmp_path / "out.mp4"
+    src.write_bytes(b"x")
+    assert fuzz.classify(0, "", tmp_path, src, out, 20, 19)[0] == "lost_frames"
+    assert (
+        fuzz.classify(2, "Traceback (most recent call last)", tmp_path, src, out, 20, None)[0] == "traceback"
+    )
+    assert fuzz.classify(None, "", tmp_path, src, out, 20, None)[0] == "hang"
+    assert fuzz.classify(2, "no message", tmp_path, src, out, 0, None)[0] == "unclear"
+    assert fuzz.classify(1, "ffbatch: error: x", tmp_path, src, out, 0, None)[0] == "exit_1"
+    (tmp_path / ".out.mp4.partial-1").write_bytes(b"")
+    assert fuzz.classify(2, "ffbatch: error: x", tmp_path, src, out, 0, None)[0] == "leftovers"
+
+
+def test_every_class_is_seeded_and_reproducible(clips, tmp_path):
+    plans = {fuzz.case_plan(c)[:2] for c in range(CI_CASES)}
+    assert len(plans) == len(fuzz.CLASSES) * len(fuzz.CLIPS)
+    data = clips["mkv"].read_bytes()
+    for kind in fuzz.CLASSES[:-1]:
+        a = fuzz.corrupt(kind, data, fuzz.np.random.default_rng(7))
+        assert a == fuzz.corrupt(kind, data, fuzz.np.random.default_rng(7))
+        assert a[1] != data
+    for name in ("a", "b"):
+        fuzz.drop_packets(clips["ts"], tmp_path / f"{name}.ts", fuzz.np.random.default_rng(7))
+    assert (tmp_path / "a.ts").read_bytes() == (tmp_path / "b.ts").read_bytes()
+    assert fuzz.reference_frames(tmp_path / "a.ts") < fuzz.reference_frames(clips["ts"]) == fuzz.FRAMES
+
+
+@pytest.mark.slow
+def test_the_script_writes_its_json_and_chart(tmp_path):
+    fuzz.main(["--cases", "1", "--first", "4", "--out", str(tmp_path)])
+    report = json.loads((tmp_path / "fuzz.json").read_text())
+    assert report["cases"] == 1 and report["results"][0]["kind"] == "header_flip"
+    assert sum(report["by_class"]["header_flip"].values()) == 1
+    assert (tmp_path / "fuzz.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -4,13 +4,24 @@ and work, and asking for a GPU backend is a clear exit-2 message."""
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import cv2
 import numpy as np
+import pytest
 from media import make_clip
+
+from facefusion_batch.runtime import backends
+
+_spec = importlib.util.spec_from_file_location(
+    "ffbatch_bench_startup", Path(__file__).resolve().parents[1] / "scripts" / "bench_startup.py"
+)
+bench_startup = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench_startup)
 
 BLOCKED = ("torch", "tensorrt", "pycuda", "pynvml", "nvidia")
 
@@ -65,3 +76,17 @@ def test_package_and_cli_work_without_gpu_packages(tmp_path):
     assert "Traceback" not in proc.stderr
     assert "--backend cuda: no NVIDIA GPU" in proc.stderr
     assert "ffbatch engines build: needs torch with CUDA" in proc.stderr
+
+
+def test_a_render_with_backend_auto_never_imports_torch_without_a_driver(tmp_path):
+    """torch installed, no NVIDIA driver (CI): `--backend auto` decides from the driver's device
+    files and renders on the CPU without importing torch (scripts/bench_startup.py measures the
+    cost; this is its import check on one run)."""
+    if backends.nvidia_driver_present():
+        pytest.skip("an NVIDIA driver is present: auto may rightly import torch here")
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("torch is not installed: nothing to show")
+    clip = bench_startup.one_frame_clip(tmp_path / "one.mp4")
+    run = bench_startup.run_once(clip, tmp_path / "out.mp4", "auto")
+    assert run["torch"] is False
+    assert (tmp_path / "out.mp4").is_file()

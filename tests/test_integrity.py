@@ -16,6 +16,7 @@ from pathlib import Path
 
 import cv2
 import numpy as np
+import onnxruntime
 import pytest
 import typer.main
 from media import audio_packets, decode_all, make_clip
@@ -23,9 +24,11 @@ from test_cli import assert_usage_error, ffbatch, leftovers
 
 from facefusion_batch import cli
 from facefusion_batch.config import render_settings
+from facefusion_batch.errors import Interrupted
 from facefusion_batch.farm.manifest import file_fingerprint, settings_digest
 from facefusion_batch.farm.outputs import job_for
 from facefusion_batch.fsutil import claim_output
+from facefusion_batch.runtime import onnxruntime_backend
 from facefusion_batch.video.stills import MAX_IMAGE_PIXELS, exif_orientation, image_size, read_image
 
 
@@ -664,3 +667,17 @@ def test_a_batch_output_cut_short_is_not_up_to_date(tmp_path, astronaut_path):
     assert proc.returncode == 0, proc.stderr
     assert "is up to date; skipping" not in proc.stderr
     assert len(decode_all(output)[0]) == 20
+
+
+def test_a_terminate_while_the_models_load_is_exit_143_not_a_model_error(tmp_path, monkeypatch):
+    """SIGTERM's exception raised inside onnxruntime's session load must stop the job (143),
+    not be wrapped as "model cannot be loaded" (exit 2)."""
+
+    def terminated(*args, **kwargs):
+        raise Interrupted("terminated (SIGTERM)", exit_code=143)
+
+    monkeypatch.setattr(onnxruntime, "InferenceSession", terminated)
+    with pytest.raises(Interrupted):
+        onnxruntime_backend.OrtSession(
+            tmp_path / "m.onnx", label="m", threads=1, providers=["CPUExecutionProvider"]
+        )

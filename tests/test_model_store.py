@@ -20,8 +20,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from media import make_clip as make_test_clip
+from test_cli import ffbatch
 
-from facefusion_batch import paths
+from facefusion_batch import fsutil, paths
 from facefusion_batch.errors import ModelError
 from facefusion_batch.models import assets, catalog, sources, store, topology
 from facefusion_batch.models.catalog import Derived, ModelSpec, Url, WheelMember, build_catalog
@@ -655,3 +657,43 @@ class TestRealRegistry:
             edges = {frozenset(e) for e in topo.contours[contour].tolist()}
             loop = topo.loop(name).tolist()
             assert all(frozenset((a, b)) in edges for a, b in zip(loop, loop[1:] + loop[:1], strict=True))
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o002])
+def test_store_files_are_readable_by_the_group_so_a_store_can_be_shared(home, fake_pip, upper_recipe, umask):
+    previous = os.umask(umask)
+    try:
+        fsutil._mode = None  # the cached "usual mode" follows this umask
+        cat = derived_catalog()
+        store.model_path("loud", catalog=cat)
+        store.fetch_many(["fake", "loud"], catalog=cat)
+    finally:
+        os.umask(previous)
+        fsutil._mode = None
+    modes = {p.relative_to(home): p.stat().st_mode & 0o777 for p in [home, *home.rglob("*")]}
+    files = {p: m for p, m in modes.items() if (home / p).is_file()}
+    dirs = {p: m for p, m in modes.items() if (home / p).is_dir()}
+    assert {"models/fake.bin", "models/loud.bin"} <= {str(p) for p in files}
+    assert set(files.values()) == {0o666 & ~umask}, files
+    assert set(dirs.values()) == {0o777 & ~umask}, dirs
+
+
+def test_a_store_seeded_with_private_files_is_shared_when_next_used(private_home, tmp_path):
+    """A store copied in with 0600 files and a 0700 directory: the next job that uses it makes
+    what it verifies group-readable (read bits only; write bits are never added)."""
+    models = private_home / "models"
+    files = [p for p in models.iterdir() if p.is_file()]
+    for p in files:
+        p.chmod(0o600)
+    models.chmod(0o700)
+    clip = make_test_clip(tmp_path / "in.mp4")
+    out = tmp_path / "out.mp4"
+    proc = ffbatch(
+        "render", clip, "-s", assets.asset_path("astronaut.png"), "-o", out, "-q", home=private_home
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert out.is_file()
+    assert models.stat().st_mode & 0o777 == 0o755
+    shared = {p.name for p in files if p.stat().st_mode & 0o777 == 0o644}
+    assert "face_detection_yunet_2023mar_batch.onnx" in shared and len(shared) >= 4, shared
+    assert not [p for p in files if p.stat().st_mode & 0o022], "write bits were added"

@@ -75,6 +75,7 @@ class FaceMesh:
     runs them all in one model call; only the 468 points per face come back to the host."""
 
     name = "mesh"
+    drop_reason = "mesh_presence_low"  # the mesh sees no face there: too small, turned away, not a face
 
     def __init__(
         self,

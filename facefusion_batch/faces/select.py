@@ -94,6 +94,15 @@ class FaceSelector:
         self.order = order
         self.indices = tuple(indices)
 
+    @property
+    def drop_reason(self) -> str:
+        """Why the faces this stage drops are not swapped (the report counts them by it)."""
+        if self.mode == "reference":
+            return "not_the_reference_person"
+        if self.indices:
+            return "not_at_face_index"
+        return "not_the_first_face" if self.order else "not_the_largest_face"
+
     def __call__(self, k: Kernels, frames: Frames, table: FaceTable) -> FaceTable:
         if self.mode != "reference":
             return select_faces(table, self.mode, frames.count, self.order, self.indices)

@@ -271,3 +271,5 @@ class TrackStage:
     tracker: FaceTracker = field(default_factory=FaceTracker)
     name: str = "track"
     ordered: bool = True
+    # faces of a track the tracker does not swap (not yet confirmed, its presence fell, a cut)
+    drop_reason: str = "track_not_swapping"

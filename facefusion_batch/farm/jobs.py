@@ -12,6 +12,7 @@ is missing. `--report` then holds a summary and one entry per input.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import shlex
 import sys
@@ -43,6 +44,7 @@ from facefusion_batch.pipeline.run import (
     JobReport,
     Renderer,
     check_faces_swapped,
+    count_not_swapped,
     log_start,
     pixel_format_of,
     render_into,
@@ -61,7 +63,7 @@ from facefusion_batch.video.sequence import (
     is_sequence_pattern,
 )
 from facefusion_batch.video.stills import IMAGE_SUFFIXES, is_still_image, read_image, write_image_atomically
-from facefusion_batch.video.writer import VideoWriter, check_output
+from facefusion_batch.video.writer import VideoWriter, check_output, encoder_parameters
 
 log = logging.getLogger("ffbatch")
 
@@ -174,6 +176,8 @@ def _render_claimed(settings, on_progress, on_start, renderer, output_tags, star
     reduced = check_output(settings.encoder, info, settings.output)  # exit 2 before any decoding
     for what in reduced:
         log.warning("%s: %s", settings.output, what)
+    if log.isEnabledFor(logging.DEBUG):
+        log_resolved(settings, info)
     timer = StageTimer()
     if renderer is not None and not renderer.serves(settings):
         raise ValueError("this Renderer was loaded for other sources or model settings")
@@ -200,6 +204,14 @@ def _render_claimed(settings, on_progress, on_start, renderer, output_tags, star
         else:
             _render_plain(renderer, settings, info, report, timer, on_progress, on_start, output_tags)
     report.audio = report.audio or ("copied" if info.audio_streams else "none")
+    if not is_sequence_pattern(settings.output):
+        report.encoder_parameters = encoder_parameters(settings.encoder, info)
+    if not report.streams:  # chunked and --frames jobs: their writers see video only
+        report.streams = [
+            {"input": info.video_stream_index, "kind": "video", "codec": info.codec, "output": 0,
+             "action": f"re-encoded to {settings.encoder.codec}"},
+        ] + ([{"input": None, "kind": "audio", "count": info.audio_streams, "action": report.audio}]
+             if info.audio_streams else [])  # fmt: skip
     if report.faces_swapped == 0 and report.frames_out and not report.segments.get("reused"):
         log.warning(
             "0 faces swapped in %s (%d faces found in %d frames): the output is the input re-encoded",
@@ -210,10 +222,35 @@ def _render_claimed(settings, on_progress, on_start, renderer, output_tags, star
     report.stage_seconds = dict(timer.seconds)
     report.wall_seconds = time.perf_counter() - started
     report.peak_rss_mb = peak_rss_mb()
+    for entry in report.streams:
+        log.debug("stream map: %s", json.dumps(entry))
+    log.debug("stage seconds: %s", json.dumps({k: round(v, 3) for k, v in sorted(timer.seconds.items())}))
+    log.debug("faces not swapped, by reason: %s", json.dumps(report.faces_not_swapped))
     backend_report = getattr(renderer.models.backend, "report", None)
     if callable(backend_report):
         report.device = backend_report()
     return report
+
+
+def log_resolved(settings: RenderSettings, info) -> None:
+    """`-v`: the settings as resolved, the input as probed, the decoder and the encoder chosen."""
+    log.debug("settings: %s", json.dumps(settings_record(settings), sort_keys=True))
+    log.debug(
+        "input: %s %dx%d %s, %s frames%s, time base %s, %d audio stream(s), other streams %s",
+        info.format_name,
+        info.width,
+        info.height,
+        info.pix_fmt,
+        info.frame_count,
+        " (estimated)" if info.frame_count_estimated else "",
+        info.time_base,
+        info.audio_streams,
+        list(info.other_streams),
+    )
+    hw = settings.device.hwaccel
+    log.debug("decoder: %s (%s)", info.codec, "software" if hw == "none" else f"--hwaccel {hw}")
+    if not is_sequence_pattern(settings.output):
+        log.debug("encoder: %s", json.dumps(encoder_parameters(settings.encoder, info), sort_keys=True))
 
 
 def chunk_size_for(settings: RenderSettings, frame_count: int | None) -> int:
@@ -256,6 +293,7 @@ def render_still(settings: RenderSettings, renderer: Renderer | None, started: f
     report.faces_found = result.faces_found
     report.faces_swapped = result.faces_swapped
     report.frames_with_faces = result.frames_with_faces
+    count_not_swapped(report, result)
     report.batches = 1
     report.batch_sizes.append(1)
     report.audio = "none"
@@ -304,6 +342,7 @@ def _render_plain(renderer, settings, info, report, timer, on_progress, on_start
     render_into(renderer, reader, writer, settings, report, timer, on_progress, layout, "output")
     report.audio = writer.audio_summary
     report.dropped = list(writer.dropped)
+    report.streams = list(getattr(writer, "streams", []))
     if isinstance(writer, SequenceWriter):
         report.encoder = f"{writer.codec} {writer.pix_fmt}, an image sequence from {writer.start_number}"
     else:

@@ -170,6 +170,9 @@ def _check_store_file(
     """
 
     def result(ok: bool, expected: str | None, actual: str | None, reason: str) -> VerifyResult:
+        if ok:  # a shared store: every file the store hands out readable as the umask allows
+            for p in (path.parent, path, sidecar_path(path)):
+                fsutil.share_as_usual(p)
         return VerifyResult(spec.name, path, ok, expected, actual, reason)
 
     if not path.is_file():

@@ -27,6 +27,9 @@ class RenderReport:
     faces_found: int = 0
     faces_swapped: int = 0
     frames_with_faces: int = 0
+    # detected faces not swapped, by reason (FacePipeline: each stage's drop_reason); they add up
+    # to faces_found - faces_swapped
+    faces_not_swapped: dict[str, int] = field(default_factory=dict)
     frames_replaced: int = 0  # --on-decode-error skip: frames not decoded, filled with the last good one
     batches: int = 0
     batch_sizes: list[int] = field(default_factory=list)

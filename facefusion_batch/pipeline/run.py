@@ -122,6 +122,8 @@ class JobReport(RenderReport):
     segments: dict[str, int] = field(default_factory=dict)  # total / rendered / reused
     dropped: list[str] = field(default_factory=list)  # streams of the input the output could not keep
     reduced: list[str] = field(default_factory=list)  # precision the user agreed to lose (--allow-reduce)
+    encoder_parameters: dict[str, Any] = field(default_factory=dict)  # video/writer.encoder_parameters
+    streams: list[dict[str, Any]] = field(default_factory=list)  # input stream -> what became of it
 
     def summary(self) -> dict[str, Any]:
         data = super().summary()
@@ -285,13 +287,30 @@ def _consume(stream, make_worker, sink, settings, report, timer, on_progress) ->
         report.faces_found += int(result.found_per_frame[written].sum())
         report.faces_swapped += int(result.swapped_per_frame[written].sum())
         report.frames_with_faces += int(np.count_nonzero(result.swapped_per_frame[written]))
+        count_not_swapped(report, result, written)
         report.frames_replaced += sum(frame.replaced for frame in batch.items if not frame.warmup)
         report.batches += 1
         report.batch_sizes.append(len(batch.items))
         report.batch_latency_s.append(latency)
+        log.debug(
+            "batch %d: %d frames, %d faces found, %d swapped, %.3f s",
+            batch.seq,
+            len(batch.items),
+            int(result.found_per_frame.sum()),
+            int(result.swapped_per_frame.sum()),
+            latency,
+        )
         if on_progress and n:
             on_progress(n)
         raise_if_signalled()
+
+
+def count_not_swapped(report: RenderReport, result: BatchResult, written: np.ndarray | None = None) -> None:
+    """Add a batch's dropped faces, by reason, to the report (only frames that are `written`)."""
+    for reason, per_frame in result.dropped_per_frame.items():
+        n = int(per_frame[written].sum() if written is not None else per_frame.sum())
+        if n:
+            report.faces_not_swapped[reason] = report.faces_not_swapped.get(reason, 0) + n
 
 
 def pixel_format_of(layout: PlaneLayout | None) -> str:

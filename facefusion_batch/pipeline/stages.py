@@ -15,7 +15,7 @@ runs them, so faces link across batches; every other stage runs batches in paral
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
@@ -41,6 +41,13 @@ class BatchResult:
     frames_with_faces: int
     found_per_frame: np.ndarray | None = None  # [B] faces detected in each frame
     swapped_per_frame: np.ndarray | None = None  # [B] faces swapped in each frame
+    # reason -> [B] faces of each frame a stage dropped for that reason (stage.drop_reason)
+    dropped_per_frame: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def drop_reason(stage: Stage) -> str:
+    """The report's name for faces `stage` drops: its own `drop_reason`, else its name."""
+    return getattr(stage, "drop_reason", None) or f"dropped_by_{stage.name}"
 
 
 class FacePipeline:
@@ -132,12 +139,18 @@ class FacePipeline:
                     frames = k.upload(images, planes)
                 table, found_per_frame = self._detect(k, frames)
                 found = int(found_per_frame.sum())
+                dropped: dict[str, np.ndarray] = {}
                 for stage in self.stages:
+                    before = table.counts_per_frame(len(images))
                     if isinstance(stage, TrackStage):
                         table = self._track(stage, k, frames, table, seq)
                         passed = True
                     elif len(table):
                         table = self._run(stage, k, frames, table)
+                    lost = before - table.counts_per_frame(len(images))
+                    if lost.any():
+                        reason = drop_reason(stage)
+                        dropped[reason] = dropped.get(reason, 0) + lost
                 with self._timer.stage("download"):
                     out = k.download(frames)
         finally:
@@ -151,4 +164,5 @@ class FacePipeline:
             frames_with_faces=int(np.count_nonzero(swapped)),
             found_per_frame=found_per_frame,
             swapped_per_frame=swapped,
+            dropped_per_frame=dropped,
         )

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from facefusion_batch.errors import ModelError
+from facefusion_batch.errors import Interrupted, ModelError
 from facefusion_batch.runtime.session import TensorInfo
 
 log = logging.getLogger("ffbatch")
@@ -26,6 +26,8 @@ class OrtSession:
         options.log_severity_level = 3
         try:
             self._session = ort.InferenceSession(str(model_path), options, providers=providers)
+        except Interrupted:  # SIGTERM / SIGHUP while loading: the job stops (143 / 129), no model fault
+            raise
         except Exception as exc:  # onnxruntime raises several unrelated types
             raise ModelError(f"model {label!r} at {model_path} cannot be loaded: {exc}") from exc
         self.label = label

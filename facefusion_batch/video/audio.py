@@ -96,6 +96,7 @@ class AudioMuxer:
         self.bitrate = bitrate
         self.dropped: list[str] = []  # streams left out, in words
         self._targets: dict[int, str] = {}  # source index -> what it became
+        self._wanted = audio
         check_readable_file(self.source, "audio source")
         try:
             self._in = av.open(ffmpeg_path(self.source), mode="r")
@@ -143,6 +144,27 @@ class AudioMuxer:
         if names == {_REENCODE_CODEC} and len(self.reencoded) == len(self._tracks):
             return "re-encoded to AAC"
         return ", ".join(f"#{i} {what}" for i, what in sorted(self._targets.items()))
+
+    def stream_map(self) -> list[dict[str, object]]:
+        """Every audio and subtitle stream of the source: its output stream and whether it was
+        copied or re-encoded, or why it was dropped (for the report)."""
+        entries: list[dict[str, object]] = []
+        for stream in list(self._in.streams.audio) + list(self._in.streams.subtitles):
+            codec = stream.codec_context.name if stream.codec_context else "unknown"
+            entry: dict[str, object] = {"input": stream.index, "kind": stream.type, "codec": codec}
+            track = self._tracks.get(stream.index)
+            target = track.target if track is not None else self._subtitle_targets.get(stream.index)
+            if target is not None:
+                reencoded = track is not None and track.reencode
+                action = f"re-encoded to {target.codec_context.name}" if reencoded else "copied"
+                entry |= {"output": target.index, "action": action}
+            elif stream.type == "audio" and not self._wanted:
+                entry |= {"action": "dropped", "reason": "--no-audio"}
+            else:
+                why = "cannot be decoded" if stream.type == "audio" else "this container cannot hold it"
+                entry |= {"action": "dropped", "reason": why}
+            entries.append(entry)
+        return entries
 
     @property
     def reencoded(self) -> list[int]:

@@ -161,6 +161,26 @@ class EncoderSettings:
         return options
 
 
+def encoder_parameters(settings: EncoderSettings, info: VideoInfo) -> dict[str, object]:
+    """What the video encoder is given for this input, for the report: codec, pixel format, the
+    FFmpeg options, the quality (crf/cq, None when a bitrate alone controls) and the rates."""
+    options = settings.codec_options()
+    quality = options.get("crf", options.get("cq"))
+    return {
+        "codec": settings.codec,
+        "pix_fmt": output_pix_fmt(settings, info),
+        "crf": int(quality) if quality is not None else None,
+        "bitrate": settings.bitrate,
+        "maxrate": settings.maxrate,
+        "bufsize": settings.bufsize,
+        "preset": options.get("preset"),
+        "profile": options.get("profile"),
+        "gop": settings.gop,
+        "threads": settings.threads,
+        "options": options,
+    }
+
+
 def quality_to_crf(quality: int, max_crf: int = 51) -> int:
     """Map quality 0-100 (100 best) linearly onto CRF max-0 (51 for x264/x265)."""
     return int(round(max_crf * (100 - quality) / 100))
@@ -599,6 +619,30 @@ class VideoWriter:
                     self.dropped.append(f"stream #{index} ({kind}, {codec}): not carried into {self._format}")
         for item in self.dropped:
             log.warning("%s: left out of the output: %s", self.output, item)
+        self.streams = self._stream_map()
+
+    def _stream_map(self) -> list[dict[str, object]]:
+        """Each input stream and what became of it: re-encoded, copied or dropped (with why)."""
+        info = self.info
+        video = {"input": info.video_stream_index, "kind": "video", "codec": info.codec}
+        video |= {"output": self._stream.index, "action": f"re-encoded to {self.settings.codec}"}
+        streams: list[dict[str, object]] = [video]
+        if self._audio is not None:
+            streams += self._audio.stream_map()
+        elif info.audio_streams:
+            why = "--no-audio" if not self.settings.audio else "this output holds video only"
+            streams.append({"input": None, "kind": "audio", "count": info.audio_streams,
+                            "action": "dropped", "reason": why})  # fmt: skip
+        carried = self._audio.carried if self._audio is not None else set()
+        for index, kind, codec in info.other_streams:
+            if index in carried or (kind == "subtitle" and self._audio is not None):
+                continue  # in the muxer's own map
+            if kind == "data" and info.timecode:
+                action, why = "rewritten", "a timecode track, written again from the timecode"
+            else:
+                action, why = "dropped", f"not carried into {self._format}"
+            streams.append({"input": index, "kind": kind, "codec": codec, "action": action, "reason": why})
+        return streams
 
     # -- producer side -------------------------------------------------------------------------
 

@@ -1,0 +1,135 @@
+"""The report says how the output was made (encoder parameters, the stream map) and why detected
+faces were not swapped; `-v` adds that detail to the log. Every test renders and decodes."""
+
+from __future__ import annotations
+
+import json
+
+import av
+import hostk
+import numpy as np
+import pytest
+from media import audio_packets, decode_all, make_clip
+from test_cli import ffbatch
+
+FRAMES = 3
+
+
+@pytest.fixture(scope="module")
+def group_clip(tmp_path_factory, t1_small):
+    """3 still frames of t1 (six faces), 640x442, AAC audio."""
+    folder = tmp_path_factory.mktemp("report")
+    return make_clip(folder / "group.mp4", image=t1_small[:442], size=(640, 442), frames=FRAMES, pan=False)
+
+
+def render_report(clip, source, out, *extra) -> dict:
+    report = out.with_suffix(".json")
+    proc = ffbatch("render", clip, "-s", source, "-o", out, "-q", "--report", report, *extra)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(report.read_text())
+
+
+def face_change(before: np.ndarray, after: np.ndarray, box: np.ndarray) -> float:
+    x1, y1, x2, y2 = np.clip(box.astype(int), 0, None)
+    return float(np.abs(before[y1:y2, x1:x2].astype(float) - after[y1:y2, x1:x2]).mean())
+
+
+def test_faces_not_swapped_are_counted_by_reason(group_clip, astronaut_path, tmp_path, models):
+    before = decode_all(group_clip)[0][0][1]
+    faces = hostk.detect(models, [before])
+    by_size = faces.select(np.argsort(-faces.areas()))
+    assert len(faces) >= 3
+    one = render_report(group_clip, astronaut_path, tmp_path / "one.mp4", "--faces", "one")
+    assert one["faces_found"] == len(faces) * FRAMES and one["faces_swapped"] == FRAMES
+    assert one["faces_not_swapped"] == {"not_the_largest_face": (len(faces) - 1) * FRAMES}
+    index = render_report(group_clip, astronaut_path, tmp_path / "index.mp4", "--face-index", "1")
+    assert index["faces_not_swapped"] == {"not_at_face_index": (len(faces) - 1) * FRAMES}
+    many = render_report(group_clip, astronaut_path, tmp_path / "many.mp4", "--faces", "many")
+    assert many["faces_found"] - many["faces_swapped"] == sum(many["faces_not_swapped"].values())
+    assert "not_the_largest_face" not in many["faces_not_swapped"]
+    # the pixels agree with the counts: --faces one changed the largest face, not the second
+    outs = {name: decode_all(tmp_path / f"{name}.mp4")[0] for name in ("one", "index")}
+    assert len(outs["one"]) == len(outs["index"]) == FRAMES
+    largest, second = by_size.box[0], by_size.box[1]
+    one_out, index_out = outs["one"][0][1], outs["index"][0][1]
+    assert face_change(before, one_out, largest) > face_change(before, index_out, largest) + 3
+    assert face_change(before, index_out, second) > face_change(before, one_out, second) + 3
+
+
+def test_the_report_holds_the_encoder_parameters_and_the_stream_map(tmp_path, astronaut_path):
+    clip = make_clip(tmp_path / "pcm.mov", frames=4, size=(128, 96), audio="pcm_s16le")
+    face_clip = make_clip(tmp_path / "aac.mp4", frames=4, size=(128, 96), audio="aac")
+    out = tmp_path / "out.mp4"
+    report = render_report(clip, astronaut_path, out, "--crf", "27", "--preset", "ultrafast")
+    enc = report["encoder_parameters"]
+    assert enc["codec"] == "libx264" and enc["crf"] == 27 and enc["preset"] == "ultrafast"
+    assert enc["options"]["crf"] == "27" and enc["pix_fmt"] == "yuv420p" and enc["bitrate"] is None
+    video, audio = report["streams"]
+    assert video == {
+        "input": 0,
+        "kind": "video",
+        "codec": "h264",
+        "output": 0,
+        "action": "re-encoded to libx264",
+    }
+    assert audio["input"] == 1 and audio["codec"] == "pcm_s16le" and audio["action"] == "re-encoded to aac"
+    with av.open(str(out)) as container:
+        v, a = container.streams.video[0], container.streams.audio[0]
+        assert (v.index, v.codec_context.name, v.codec_context.pix_fmt) == (0, "h264", enc["pix_fmt"])
+        assert (a.index, a.codec_context.name) == (audio["output"], "aac")
+    # copied audio: the packets arrive as they were; --bitrate alone has no crf
+    copied = render_report(face_clip, astronaut_path, tmp_path / "copy.mkv", "--bitrate", "300k")
+    assert copied["encoder_parameters"]["crf"] is None and copied["encoder_parameters"]["bitrate"] == "300k"
+    assert copied["streams"][1] == {
+        "input": 1,
+        "kind": "audio",
+        "codec": "aac",
+        "output": 1,
+        "action": "copied",
+    }
+    assert audio_packets(tmp_path / "copy.mkv") and [p for _, p in audio_packets(tmp_path / "copy.mkv")] == [
+        p for _, p in audio_packets(face_clip)
+    ]
+    muted = render_report(face_clip, astronaut_path, tmp_path / "muted.mkv", "--no-audio")
+    assert muted["streams"][1]["action"] == "dropped" and muted["streams"][1]["reason"] == "--no-audio"
+    assert not audio_packets_or_none(tmp_path / "muted.mkv")
+
+
+def audio_packets_or_none(path) -> list:
+    try:
+        return audio_packets(path)
+    except IndexError:  # no audio stream at all
+        return []
+
+
+def test_verbose_adds_settings_decoder_encoder_stream_map_and_batch_timings(tmp_path, astronaut_path):
+    clip = make_clip(tmp_path / "in.mp4", frames=4, size=(128, 96), audio="aac")
+    plain = ffbatch("render", clip, "-s", astronaut_path, "-o", tmp_path / "a.mp4", "--batch-size", "2")
+    verbose = ffbatch(
+        "render", clip, "-s", astronaut_path, "-o", tmp_path / "b.mp4", "--batch-size", "2", "-v"
+    )
+    assert plain.returncode == verbose.returncode == 0, plain.stderr + verbose.stderr
+    lines = verbose.stderr.splitlines()
+    assert len(lines) > len(plain.stderr.splitlines()) + 5
+    detail = ("ffbatch: settings: ", "ffbatch: decoder: h264", "ffbatch: encoder: ", "ffbatch: stream map: ")
+    for start in detail + ("ffbatch: batch 0: 2 frames", "ffbatch: batch 1: 2 frames"):
+        assert any(line.startswith(start) for line in lines), start
+        assert not any(line.startswith(start) for line in plain.stderr.splitlines()), start
+    settings = json.loads(next(x for x in lines if x.startswith("ffbatch: settings: ")).split(": ", 2)[2])
+    assert settings["batch_size"] == 2
+    encoder = json.loads(next(x for x in lines if x.startswith("ffbatch: encoder: ")).split(": ", 2)[2])
+    assert encoder["codec"] == "libx264" and encoder["pix_fmt"] == "yuv420p"
+    streams = [json.loads(x.split(": ", 2)[2]) for x in lines if x.startswith("ffbatch: stream map: ")]
+    assert [s["action"] for s in streams] == ["re-encoded to libx264", "copied"]
+    assert len(decode_all(tmp_path / "b.mp4")[0]) == 4
+
+
+def test_a_chunked_render_reports_its_encoder_and_streams_too(tmp_path, astronaut_path):
+    clip = make_clip(tmp_path / "in.mp4", frames=4, size=(128, 96), audio="aac")
+    report = render_report(clip, astronaut_path, tmp_path / "out.mp4", "--chunk-frames", "2", "--crf", "30")
+    assert report["segments"]["total"] == 2 and report["encoder_parameters"]["crf"] == 30
+    video, audio = report["streams"]
+    assert video["action"] == "re-encoded to libx264" and audio["kind"] == "audio"
+    assert audio["action"] == report["audio"] == "copied"
+    assert len(decode_all(tmp_path / "out.mp4")[0]) == 4
+    assert [p for _, p in audio_packets(tmp_path / "out.mp4")] == [p for _, p in audio_packets(clip)]
