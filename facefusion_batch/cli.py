@@ -515,6 +515,13 @@ def render(
     report: Annotated[
         Path | None, typer.Option(help="Write a JSON report here (also for a failed or interrupted job).")
     ] = None,
+    matte_output: Annotated[
+        Path | None,
+        typer.Option(
+            help="Also write the alpha each frame's faces were pasted with (0 elsewhere), frame for frame: "
+            "FFV1 grey .mkv/.avi or a grey PNG/TIFF sequence (matte.%06d.png). Whole renders, --backend cpu."
+        ),
+    ] = None,
     fail_if_no_faces: Annotated[
         bool, typer.Option(help="Exit 2, writing nothing, when not one face was swapped.")
     ] = False,

@@ -15,15 +15,16 @@ runs them, so faces link across batches; every other stage runs batches in paral
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 
+from facefusion_batch.errors import InputError
 from facefusion_batch.faces.detect import YuNetDetector
 from facefusion_batch.faces.table import FaceTable
 from facefusion_batch.faces.track import FaceTracker, InOrder, TrackStage, thumbnails
-from facefusion_batch.kernels.base import Frames, Kernels
+from facefusion_batch.kernels.base import Frames, Kernels, Rect
 from facefusion_batch.timing import StageTimer
 
 
@@ -41,6 +42,8 @@ class BatchResult:
     frames_with_faces: int
     found_per_frame: np.ndarray | None = None  # [B] faces detected in each frame
     swapped_per_frame: np.ndarray | None = None  # [B] faces swapped in each frame
+    painted: list[Rect] = field(default_factory=list)  # (frame, x, y, w, h): what may have changed
+    mattes: dict[int, np.ndarray] | None = None  # matte=True: {frame: the paste alpha, 0–1}
 
 
 class FacePipeline:
@@ -118,11 +121,19 @@ class FacePipeline:
         return table, table.counts_per_frame(frames.count)
 
     def __call__(
-        self, k: Kernels, images: list[np.ndarray], planes: Any = None, seq: int | None = None
+        self,
+        k: Kernels,
+        images: list[np.ndarray],
+        planes: Any = None,
+        seq: int | None = None,
+        matte: bool = False,
     ) -> BatchResult:
         """Swap a batch of BGR frames, or of packed yuv420p frames of layout `planes` (returned in
         the same form; only where `k.accepts_planes`). `seq`: the batch's number in its job, for
-        the ordered track stage (None: a batch on its own, tracked from scratch)."""
+        the ordered track stage (None: a batch on its own, tracked from scratch). `matte`: keep
+        the paste alpha of every painted frame (`BatchResult.mattes`; the host kernel set)."""
+        if matte and k.name != "host":
+            raise InputError("--matte-output is recorded by the host kernel set: render with --backend cpu")
         if not images:
             return BatchResult(frames=[], faces_found=0, faces_swapped=0, frames_with_faces=0)
         passed = seq is None
@@ -130,6 +141,8 @@ class FacePipeline:
             with k.scope():
                 with self._timer.stage("upload"):
                     frames = k.upload(images, planes)
+                if matte:
+                    frames.mattes = {}
                 table, found_per_frame = self._detect(k, frames)
                 found = int(found_per_frame.sum())
                 for stage in self.stages:
@@ -140,6 +153,7 @@ class FacePipeline:
                         table = self._run(stage, k, frames, table)
                 with self._timer.stage("download"):
                     out = k.download(frames)
+                painted = list(frames.painted)
         finally:
             if not passed:  # failed before its turn: the batches after it must not wait for it
                 self.order.done(seq)
@@ -151,4 +165,6 @@ class FacePipeline:
             frames_with_faces=int(np.count_nonzero(swapped)),
             found_per_frame=found_per_frame,
             swapped_per_frame=swapped,
+            painted=painted,
+            mattes=frames.mattes,
         )

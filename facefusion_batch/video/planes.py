@@ -23,7 +23,9 @@ from facefusion_batch.video.probe import VideoInfo
 
 BGR24 = "bgr24"
 YUV420P = "yuv420p"
-PIXEL_FORMATS = (BGR24, YUV420P)
+# 8-bit BGR for the face stages, plus the decoder's own planes at full precision (video/native.py)
+NATIVE = "native"
+PIXEL_FORMATS = (BGR24, YUV420P, NATIVE)
 
 # AVColorSpace → matrix; 2 (unspecified) is decoded and encoded as BT.601, as FFmpeg does
 COLORSPACE_MATRICES = {1: "bt709", 2: "bt601", 5: "bt601", 6: "bt601", 9: "bt2020", 10: "bt2020"}
