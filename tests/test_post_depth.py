@@ -274,6 +274,20 @@ def test_sixteen_bit_png_sequence_keeps_sixteen_bits(tmp_path, astronaut_path):
             fa, fb = next(a.decode(video=0)), next(b.decode(video=0))
         assert fb.format.name == "rgb48be"
         assert np.array_equal(fa.to_ndarray(), fb.to_ndarray())
+    # into FFV1: 16-bit planar RGB, the same values
+    video = tmp_path / "out.mkv"
+    proc = ffbatch(
+        "render", folder / "p.%04d.png", "-s", astronaut_path, "-o", video, "--fps", "25",
+        "--encoder", "ffv1", "--backend", "cpu", "-q",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    with av.open(str(video)) as container:
+        frames = list(container.decode(video=0))
+    assert [f.format.name for f in frames] == ["gbrp16le"] * 3
+    for i, frame in enumerate(frames):
+        with av.open(str(folder / f"p.{i + 1:04d}.png")) as a:
+            expected = next(a.decode(video=0)).to_ndarray(format="rgb48le")
+        assert np.array_equal(frame.to_ndarray(format="rgb48le"), expected)
 
 
 # -- the matte --------------------------------------------------------------------------------------
@@ -336,3 +350,54 @@ def test_matte_refused_where_it_is_not_written_yet(face_clip, astronaut_path, tm
         proc = ffbatch(*base, *extra)
         assert proc.returncode == 2 and words in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+# -- interlaced -----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def interlaced_master(tmp_path_factory, face_clip) -> Path:
+    """6 frames of 10-bit 4:2:2 FFV1 tagged top field first whose fields are two moments of the
+    face clip's pan (top rows from picture 2i, bottom rows from 2i+1), as a camera records them."""
+    path = tmp_path_factory.mktemp("fields") / "tff.mkv"
+    with av.open(str(face_clip)) as src:
+        pictures = [
+            f.to_ndarray(format="bgr24") for f, _ in zip(src.decode(video=0), range(12), strict=False)
+        ]
+    with av.open(str(path), "w") as out:
+        stream = out.add_stream("ffv1", rate=25, options={"level": "3"})
+        stream.width, stream.height, stream.pix_fmt = 640, 360, "yuv422p10le"
+        stream.codec_context.field_order = 2
+        for i in range(6):
+            woven = pictures[2 * i].copy()
+            woven[1::2] = pictures[2 * i + 1][1::2]
+            frame = av.VideoFrame.from_ndarray(woven, format="bgr24").reformat(format="yuv422p10le")
+            frame.pts = i
+            out.mux(stream.encode(frame))
+        out.mux(stream.encode(None))
+    return path
+
+
+def test_interlaced_input_is_swapped_per_field_and_keeps_its_field_order(
+    interlaced_master, astronaut_path, tmp_path
+):
+    out, report, matte = tmp_path / "out.mkv", tmp_path / "r.json", tmp_path / "m.mkv"
+    proc = ffbatch(
+        "render", interlaced_master, "-s", astronaut_path, "-o", out, "--encoder", "ffv1",
+        "--backend", "cpu", "--report", report, "--matte-output", matte, "-q",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(report.read_text())
+    assert "swapped per field (top first)" in data["frames_as"] and data["faces_swapped"] > 0
+    assert probe(out).field_order == 2
+    _, frames_in, pts_in = decoded_planes(interlaced_master)
+    fmt, frames_out, pts_out = decoded_planes(out)
+    _, mattes, _ = decoded_planes(matte)
+    assert fmt == "yuv422p10le" and pts_out == pts_in
+    top = bottom = 0
+    for before, after, (alpha,) in zip(frames_in, frames_out, mattes, strict=True):
+        changed = before[0] != after[0]
+        assert not np.any(changed & (alpha == 0)), "only where faces were pasted"
+        top += int(changed[0::2].sum())
+        bottom += int(changed[1::2].sum())
+    assert top > 1000 and bottom > 1000, "both fields swapped"

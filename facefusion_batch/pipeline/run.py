@@ -41,6 +41,7 @@ from facefusion_batch.pipeline.executor import run_ordered
 from facefusion_batch.pipeline.report import RenderReport
 from facefusion_batch.pipeline.stages import BatchResult, FacePipeline
 from facefusion_batch.timing import StageTimer
+from facefusion_batch.video.fields import FIRST_FIELD, split_fields, weave_fields
 from facefusion_batch.video.matte import matte_picture
 from facefusion_batch.video.native import NativeFrames, compose
 from facefusion_batch.video.planes import BGR24, NATIVE, YUV420P, PlaneLayout, plane_layout_for
@@ -243,9 +244,11 @@ class Renderer:
             log.info("frames are processed as 8-bit BGR end to end: %s", why_not)
             return None
         log.info("frames keep their own %s pictures; only the painted rectangles are converted", info.pix_fmt)
+        first = FIRST_FIELD.get(info.field_order)
+        fields = "" if first is None else f", swapped per field ({'top' if first == 0 else 'bottom'} first)"
         if report is not None:
-            report.frames_as = f"{NATIVE} {info.pix_fmt} (8-bit BGR view for the face stages)"
-        return NativeFrames(info.pix_fmt, info.bit_depth)
+            report.frames_as = f"{NATIVE} {info.pix_fmt} (8-bit BGR view for the face stages{fields})"
+        return NativeFrames(info.pix_fmt, info.bit_depth, first)
 
     def new_report(self, settings: RenderSettings) -> JobReport:
         return JobReport(
@@ -278,6 +281,7 @@ def run_frames(
     NativeFrames: BGR, and each result is the frame's own picture with the swap composed in."""
     native = isinstance(layout, NativeFrames)
     planes = None if native else layout
+    first_field = layout.first_field if native else None
     pipeline = renderer.pipeline
     pipeline.timer = timer
     pipeline.start_job()
@@ -288,7 +292,10 @@ def run_frames(
         def process(batch: Batch):
             t0 = time.perf_counter()
             images = [frame.image for frame in batch.items]
-            result = pipeline(kernels, images, planes, seq=batch.seq, matte=matte_sink is not None)
+            pictures = images if first_field is None else split_fields(images, first_field)
+            result = pipeline(kernels, pictures, planes, seq=batch.seq, matte=matte_sink is not None)
+            if first_field is not None:
+                result = woven(result, images, pictures, first_field)
             if matte_sink is not None:
                 result.mattes = matte_pictures(result.mattes or {}, images)
             if native:
@@ -318,6 +325,25 @@ def compose_native(frames: list[Frame], result: BatchResult) -> None:
     for i, frame in enumerate(frames):
         if frame.native is not None and not frame.warmup:
             result.frames[i] = compose(frame.native, frame.image, result.frames[i], rects.get(i, []))
+
+
+def woven(result: BatchResult, images: list[np.ndarray], fields: list[np.ndarray], first: int) -> BatchResult:
+    """A batch swapped as fields (video/fields.py) back as frames: the fields' changes woven in,
+    per-frame counts summed over each frame's two fields (face counts stay per field)."""
+    frames, painted, mattes = weave_fields(
+        images, fields, result.frames, result.painted, first, result.mattes
+    )
+    found = result.found_per_frame.reshape(-1, 2).sum(axis=1)
+    swapped = result.swapped_per_frame.reshape(-1, 2).sum(axis=1)
+    return replace(
+        result,
+        frames=frames,
+        painted=painted,
+        mattes=mattes,
+        found_per_frame=found,
+        swapped_per_frame=swapped,
+        frames_with_faces=int(np.count_nonzero(swapped)),
+    )
 
 
 def matte_pictures(mattes: dict[int, np.ndarray], images: list[np.ndarray]) -> dict[int, np.ndarray]:

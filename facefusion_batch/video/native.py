@@ -92,6 +92,7 @@ class NativeFrames:
 
     pix_fmt: str
     bits: int
+    first_field: int | None = None  # interlaced: 0 top / 1 bottom shown first, swapped per field
 
 
 @dataclass

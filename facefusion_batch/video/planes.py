@@ -53,6 +53,8 @@ def plane_layout_for(info: VideoInfo, output_pix_fmt: str) -> tuple[PlaneLayout 
         return None, f"the output is {output_pix_fmt}"
     if info.rotation:
         return None, f"the input is rotated by {info.rotation} degrees"
+    if info.interlaced or info.field_order >= 2:
+        return None, "the input is interlaced (swapped per field on the host)"
     if info.width % 2 or info.height % 2:
         return None, f"the input's size {info.width}x{info.height} is odd"
     if info.color_range == 2:

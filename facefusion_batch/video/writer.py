@@ -53,6 +53,7 @@ import numpy as np
 from facefusion_batch.errors import FfbatchError, InputError, OutputError
 from facefusion_batch.fsutil import AtomicFile, ffmpeg_path
 from facefusion_batch.video.audio import AudioMuxer
+from facefusion_batch.video.fields import field_reason
 from facefusion_batch.video.formats import (
     CONTAINERS,
     ENCODER_TABLE,
@@ -304,10 +305,13 @@ def output_pix_fmt(settings: EncoderSettings, info: VideoInfo) -> str:
         return fallback  # ProRes / DNxHR: the profile decides
     if info.pix_fmt in formats and (info.bit_depth > PIPELINE_BITS or not native_layout(info, info.pix_fmt)):
         return info.pix_fmt  # the input's own pictures go out as they came (video/native.py)
-    for candidate in (_deep_match(info.pix_fmt, formats), _same_chroma_8bit(info.pix_fmt)):
-        # keep the family: an RGB encoder (libx264rgb) is not fed YUV, nor the other way round
-        if candidate in formats and candidate.startswith("yuv") == fallback.startswith("yuv"):
-            return candidate
+    deep = _deep_match(info.pix_fmt, formats)
+    if deep is not None:
+        return deep  # all the input's bits, in its own family (a 16-bit PNG's rgb48be → rgb48le)
+    candidate = _same_chroma_8bit(info.pix_fmt)
+    # keep the family: an RGB encoder (libx264rgb) is not fed YUV, nor the other way round
+    if candidate in formats and candidate.startswith("yuv") == fallback.startswith("yuv"):
+        return candidate
     return fallback
 
 
@@ -370,16 +374,21 @@ def check_output(settings: EncoderSettings, info: VideoInfo, output: Path) -> li
     sequence = is_sequence_pattern(output)
     if not sequence:
         check_fits(settings.codec, output)
-    if info.interlaced or info.field_order >= 2:
-        order = _FIELD_ORDERS.get(info.field_order, "interlaced")
-        raise InputError(
-            f"input {info.path} is interlaced ({order}); ffbatch swaps whole progressive frames and would "
-            "mix the two fields. Deinterlace it first (e.g. ffmpeg -vf bwdif) and render that"
-        )
     if sequence:
         pix_fmt = sequence_codec(output, settings.pix_fmt, info.bit_depth)[1]
     else:
         pix_fmt = output_pix_fmt(settings, info)
+    if info.interlaced or info.field_order >= 2:
+        order = _FIELD_ORDERS.get(info.field_order, "interlaced")
+        why_not = native_layout(info, pix_fmt) or field_reason(info.field_order, info.interlaced, info.height)
+        if sequence:
+            why_not = "an image sequence holds progressive frames"
+        if why_not:
+            raise InputError(
+                f"input {info.path} is interlaced ({order}) and cannot be swapped per field here "
+                f"({why_not}); swapping whole frames would mix the two fields. Deinterlace it first "
+                "(e.g. ffmpeg -vf bwdif) and render that"
+            )
     width, height = _even_dims(info.width, info.height, pix_fmt)
     reason = (
         None
@@ -602,6 +611,8 @@ class VideoWriter:
                 stream.metadata[key] = value
         if info.timecode:
             stream.metadata["timecode"] = info.timecode
+        if info.field_order >= 2:
+            ctx.field_order = info.field_order  # the container's flag (mov fiel, Matroska FieldOrder)
         self._rgb = not self.pix_fmt.startswith(("yuv", "nv", "gray"))
         self._colorspace = info.color_space if info.color_space in _CONVERTIBLE_COLORSPACES else None
         # the input's range is kept (a full-range source stays full range); untagged means limited
