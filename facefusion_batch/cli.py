@@ -20,7 +20,7 @@ import typer.main
 from click.core import ParameterSource
 
 from facefusion_batch import __version__
-from facefusion_batch.config import render_settings
+from facefusion_batch.config import check_matte_run, render_settings
 from facefusion_batch.errors import (
     EXIT_HANGUP,
     EXIT_INTERNAL,
@@ -532,6 +532,7 @@ def render(
     """Swap the face(s) of SOURCE into every frame of INPUT and write OUTPUT."""
     setup_logging(quiet, verbose)
     settings, gpus_of_run = render_settings(ctx.params, given=given_options(ctx))
+    check_matte_run(settings, len(inputs), ray, several_gpus=bool(gpus_of_run))
     if gpus_of_run:
         render_on_several_gpus(
             settings, gpus_of_run, inputs=list(inputs), output=output, frames=frames, ray=ray

@@ -232,6 +232,18 @@ def check_writes(writes: list[tuple[str, Path]], reads: list[tuple[str, Path]]) 
                 raise InputError(f"{what} {path} and {other_what} {other} are one file; choose two paths")
 
 
+def check_matte_run(settings: RenderSettings, inputs: int, ray: str | None, several_gpus: bool) -> None:
+    """--matte-output is one file for one whole render: exit 2 where a run would split it."""
+    if settings.matte_output is None:
+        return
+    if inputs > 1:
+        raise InputError(f"--matte-output is one matte for one input ({inputs} inputs given)")
+    if ray is not None or several_gpus:
+        raise InputError(
+            "--matte-output is written by whole renders only (not yet with --ray or several GPUs)"
+        )
+
+
 def validate_paths(settings: RenderSettings) -> RenderSettings:
     """The input exists; the output can be written and is none of the files the job reads."""
     if is_sequence_pattern(settings.input):

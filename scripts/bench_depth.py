@@ -16,6 +16,7 @@ import argparse
 import json
 import subprocess
 import sys
+from fractions import Fraction
 from pathlib import Path
 
 import av
@@ -43,7 +44,7 @@ def transcode(src: Path, dst: Path, pix_fmt: str) -> Path:
         stream.pix_fmt = pix_fmt
         for i, frame in enumerate(inp.decode(video=0)):
             deep = frame.reformat(format=pix_fmt)
-            deep.pts = i
+            deep.pts, deep.time_base = i, Fraction(1, 25)
             out.mux(stream.encode(deep))
         out.mux(stream.encode(None))
     return dst

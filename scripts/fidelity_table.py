@@ -72,7 +72,7 @@ def write_input(clip: Path, folder: Path, name: str) -> Path:
         ctx.colorspace, ctx.color_range, ctx.color_primaries, ctx.color_trc = colour
         for i, frame in enumerate(frames):
             deep = frame.reformat(format=pix_fmt, dst_colorspace=colour[0], dst_color_range=1)
-            deep.pts = i
+            deep.pts, deep.time_base = i, Fraction(1, 25)
             out.mux(stream.encode(deep))
         out.mux(stream.encode(None))
     return path
