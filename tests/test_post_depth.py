@@ -94,9 +94,7 @@ def test_compose_changes_only_the_painted_pixels_and_keeps_the_low_bits(pix_fmt)
     swapped8[70:75, 100:105] //= 2  # and a small change inside the third
     out = compose(picture, original8, swapped8, RECTS)
     after = [p.astype(np.int64) for p in out.planes]
-    assert [np.array_equal(p.astype(np.int64), b) for p, b in zip(picture.planes, before, strict=True)] == [
-        True
-    ] * len(before), "the input picture is never changed"
+    assert out is picture  # in place: the reader hands every frame a picture of its own
     fmt = native_format(pix_fmt)
     sx, sy = fmt.chroma_shift
     n = fmt.components

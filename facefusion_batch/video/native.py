@@ -119,6 +119,9 @@ class NativePicture:
             planes.append(rows[:, : plane.width * fmt.components].copy())
         return cls(pix_fmt, width, height, planes, int(frame.colorspace), int(frame.color_range))
 
+    def copy(self) -> NativePicture:
+        return replace(self, planes=[p.copy() for p in self.planes])
+
     def to_av(self) -> av.VideoFrame:
         """A new VideoFrame holding these planes, tagged with the picture's colour encoding."""
         frame = av.VideoFrame(self.width, self.height, self.pix_fmt)
@@ -173,19 +176,21 @@ def _add(plane: np.ndarray, x0: int, y0: int, change: np.ndarray, top: int) -> N
 def _mean_blocks(values: np.ndarray, shift: tuple[int, int]) -> np.ndarray:
     """[h, w] → [h >> sy, w >> sx]: the mean over each chroma sample's pixels."""
     sx, sy = shift
-    h, w = values.shape
-    return values.reshape(h >> sy, 1 << sy, w >> sx, 1 << sx).mean(axis=(1, 3))
+    if sx:
+        values = (values[:, 0::2] + values[:, 1::2]) * np.float32(0.5)
+    if sy:
+        values = (values[0::2] + values[1::2]) * np.float32(0.5)
+    return values
 
 
 def compose(
     picture: NativePicture, original8: np.ndarray, swapped8: np.ndarray, rects: list[Rect]
 ) -> NativePicture:
-    """A copy of `picture` with the change from `original8` to `swapped8` (the 8-bit BGR view
-    before and after the swap) added inside `rects`, at the picture's precision (`picture`
-    itself when nothing was painted: it is never changed, a replaced frame may share it)."""
+    """`picture`, changed in place, with the change from `original8` to `swapped8` (the 8-bit
+    BGR view before and after the swap) added inside `rects`, at the picture's precision (the
+    reader hands every frame a picture of its own)."""
     if not rects:
         return picture
-    picture = replace(picture, planes=[p.copy() for p in picture.planes])
     fmt = native_format(picture.pix_fmt)
     top = (1 << fmt.bits) - 1
     # Read every rectangle's change before writing any: overlapping rectangles then add the same

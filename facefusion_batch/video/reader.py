@@ -164,6 +164,7 @@ class FrameReader:
         self._warned_depth = pixel_format == NATIVE  # the native path keeps the depth
         self._warned_size = False
         self._native: NativePicture | None = None  # the last picture decoded (native path)
+        self._spare: NativePicture | None = None  # on_decode_error="skip": its untouched copy
 
     # -- consumer side -------------------------------------------------------------------------
 
@@ -268,7 +269,10 @@ class FrameReader:
 
     def _put(self, item) -> bool:
         if self.pixel_format == NATIVE and isinstance(item, Frame):
-            item.native = self._native  # a replaced frame shares the last one (never changed)
+            # each frame its own picture (composition changes it in place): a replaced frame gets
+            # a copy of the last one as it was decoded
+            spare = self._spare
+            item.native = (spare.copy() if spare is not None else None) if item.replaced else self._native
         while not self._stop.is_set():
             try:
                 self._queue.put(item, timeout=_POLL_S)
@@ -475,6 +479,8 @@ class FrameReader:
             return av_frame.to_ndarray()
         if self.pixel_format == NATIVE:
             self._native = NativePicture.from_av(av_frame, info.pix_fmt, info.coded_width, info.coded_height)
+            if self.on_decode_error == "skip":  # kept apart for the frames that may replace it later
+                self._spare = self._native.copy()
         # Honour the frame's own colour tags: the matrix (BT.601/709/2020) and the range
         # (limited/full); untagged frames get FFmpeg's defaults, as a player would use.
         image = av_frame.to_ndarray(format="bgr24", src_color_range=int(av_frame.color_range), **kwargs)
