@@ -19,7 +19,7 @@ import typer
 import typer.main
 
 from facefusion_batch import __version__
-from facefusion_batch.config import render_settings
+from facefusion_batch.config import check_matte_run, render_settings
 from facefusion_batch.errors import (
     EXIT_HANGUP,
     EXIT_INTERNAL,
@@ -640,6 +640,13 @@ def render(
     report: Annotated[
         Path | None, typer.Option(help="Write a JSON report here (also for a failed or interrupted job).")
     ] = None,
+    matte_output: Annotated[
+        Path | None,
+        typer.Option(
+            help="Also write the alpha each frame's faces were pasted with (0 elsewhere), frame for frame: "
+            "FFV1 grey .mkv/.avi or a grey PNG/TIFF sequence (matte.%06d.png). Whole renders, --backend cpu."
+        ),
+    ] = None,
     fail_if_no_faces: Annotated[
         bool, typer.Option(help="Exit 2, writing nothing, when not one face was swapped.")
     ] = False,
@@ -667,6 +674,7 @@ def render(
     if facefusion_job is not None:  # read before parsing (main); here only through the app itself
         raise InputError("--facefusion-job runs through `ffbatch render --facefusion-job JOB`")
     settings, gpus_of_run = render_settings(ctx.params, given=given_options(ctx))
+    check_matte_run(settings, len(inputs), ray, several_gpus=bool(gpus_of_run))
     if gpus_of_run:
         render_on_several_gpus(
             settings, gpus_of_run, inputs=list(inputs), output=output, frames=frames, ray=ray

@@ -40,6 +40,7 @@ from facefusion_batch.swap.learned import LearnedSettings
 from facefusion_batch.swap.masks import MASK_AREAS, MASK_TYPES, REGION_CLASSES, MaskSettings
 from facefusion_batch.video.formats import CONTAINERS, check_fits
 from facefusion_batch.video.hwaccel import HWACCELS
+from facefusion_batch.video.matte import check_matte_output
 from facefusion_batch.video.probe import sequence_numbers
 from facefusion_batch.video.reader import DECODE_ERROR_MODES
 from facefusion_batch.video.sequence import check_start_number, is_sequence_pattern, sequence_codec
@@ -100,6 +101,7 @@ class RenderSettings:
     tracking: TrackSettings = field(default_factory=TrackSettings)
     models_dir: Path | None = None
     report: Path | None = None
+    matte_output: Path | None = None  # the paste alpha of every frame, as its own video or sequence
     overwrite: bool = False
     quiet: bool = False
     # scale-out (docs/farm.md): an exact frame range rendered to a segment; chunked, resumable
@@ -250,6 +252,18 @@ def check_writes(writes: list[tuple[str, Path]], reads: list[tuple[str, Path]]) 
                 raise InputError(f"{what} {path} and {other_what} {other} are one file; choose two paths")
 
 
+def check_matte_run(settings: RenderSettings, inputs: int, ray: str | None, several_gpus: bool) -> None:
+    """--matte-output is one file for one whole render: exit 2 where a run would split it."""
+    if settings.matte_output is None:
+        return
+    if inputs > 1:
+        raise InputError(f"--matte-output is one matte for one input ({inputs} inputs given)")
+    if ray is not None or several_gpus:
+        raise InputError(
+            "--matte-output is written by whole renders only (not yet with --ray or several GPUs)"
+        )
+
+
 def validate_paths(settings: RenderSettings) -> RenderSettings:
     """The input exists; the output can be written and is none of the files the job reads."""
     if is_sequence_pattern(settings.input):
@@ -260,6 +274,17 @@ def validate_paths(settings: RenderSettings) -> RenderSettings:
     writes = [("output", Path(settings.output))]
     if settings.report is not None:
         writes.append(("--report", Path(settings.report)))
+    if settings.matte_output is not None:
+        writes.append(("--matte-output", Path(settings.matte_output)))
+        check_matte_output(Path(settings.matte_output))
+        if settings.frames is not None or settings.chunk_frames:
+            raise InputError(
+                "--matte-output is written by whole renders only (not yet with --frames or --chunk-frames); "
+                "render with --chunk-frames 0"
+            )
+        matte = Path(settings.matte_output)
+        if not is_sequence_pattern(matte) and matte.exists() and not settings.overwrite:
+            raise InputError(f"--matte-output {matte} already exists; pass --overwrite to replace it")
     check_writes(writes, files_read(settings))
     out = settings.output
     if out.exists() and out.is_dir():

@@ -11,6 +11,8 @@ faces leave bit for bit.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import av
 import numpy as np
 import pytest
@@ -19,10 +21,12 @@ from media import decode_all, make_clip
 torch = pytest.importorskip("torch")
 
 from facefusion_batch.config import RenderSettings  # noqa: E402
+from facefusion_batch.errors import InputError  # noqa: E402
 from facefusion_batch.farm.jobs import render  # noqa: E402
 from facefusion_batch.kernels import torch_ops as D  # noqa: E402
 from facefusion_batch.kernels.host import HostKernels  # noqa: E402
 from facefusion_batch.kernels.torch_kernels import TorchKernels  # noqa: E402
+from facefusion_batch.models.assets import asset_path  # noqa: E402
 from facefusion_batch.pipeline import build as build_module  # noqa: E402
 from facefusion_batch.pipeline.build import build_pipeline  # noqa: E402
 from facefusion_batch.pipeline.run import Renderer  # noqa: E402
@@ -183,3 +187,46 @@ def test_render_on_a_device_backend_keeps_frames_as_planes(tmp_path, monkeypatch
     after, _ = decode_all(out)
     assert [p for p, _ in after] == [p for p, _ in before]
     assert report.audio == "copied"
+
+
+ASTRONAUT = asset_path("astronaut.png")
+
+
+def test_device_backend_keeps_a_ten_bit_input_at_ten_bits(tmp_path, monkeypatch, t1_small, cpu_torch_models):
+    """A 10-bit 4:2:2 input on the device kernel set: BGR to the device, the native pictures on
+    the host (video/native.py): the same pixel format out, untouched outside the faces; a matte
+    is refused (the host kernel set records it)."""
+    monkeypatch.setattr(build_module, "select_backend", lambda *a, **k: TorchBackend(device="cpu"))
+    clip = make_clip(tmp_path / "in.mp4", frames=6, size=(640, 360), image=t1_small)
+    deep = tmp_path / "in.mkv"
+    with av.open(str(clip)) as src, av.open(str(deep), "w") as dst:
+        stream = dst.add_stream("ffv1", rate=25)
+        stream.width, stream.height, stream.pix_fmt = 640, 360, "yuv422p10le"
+        for i, frame in enumerate(src.decode(video=0)):
+            frame = frame.reformat(format="yuv422p10le")
+            frame.pts = i
+            dst.mux(stream.encode(frame))
+        dst.mux(stream.encode(None))
+    out = tmp_path / "out.mkv"
+    settings = RenderSettings(
+        input=deep,
+        output=out,
+        sources=(ASTRONAUT,),
+        device=DeviceSettings(backend="cuda"),
+        encoder=EncoderSettings(codec="ffv1"),
+    )
+    renderer = Renderer.load(settings)
+    report = render(settings, renderer=renderer)
+    assert report.frames_as.startswith("native yuv422p10le") and report.faces_swapped > 0
+    with av.open(str(deep)) as a, av.open(str(out)) as b:
+        pairs = list(zip(a.decode(video=0), b.decode(video=0), strict=True))
+    same = 0
+    for before, after in pairs:
+        assert after.format.name == "yuv422p10le"
+        luma_in = np.frombuffer(before.planes[0], "<u2").reshape(360, -1)[:, :640]
+        luma_out = np.frombuffer(after.planes[0], "<u2").reshape(360, -1)[:, :640]
+        same += int((luma_in == luma_out).sum())
+    assert 0.8 * 6 * 640 * 360 < same < 6 * 640 * 360
+    with pytest.raises(InputError, match="--matte-output .*--backend cpu"):
+        render(replace(settings, matte_output=tmp_path / "m.mkv", overwrite=True), renderer=renderer)
+    assert not (tmp_path / "m.mkv").exists()

@@ -51,6 +51,7 @@ _NOT_IN_DIGEST = frozenset(
         "threads",
         "models_dir",
         "report",
+        "matte_output",
         "overwrite",
         "quiet",
         "frames",

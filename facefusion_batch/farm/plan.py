@@ -44,7 +44,7 @@ FORMATS = ("json", "shell", "slurm", "opencue")
 # render options that plan sets itself (or that make no sense per chunk)
 _NOT_PASSED = frozenset(
     {"inputs", "output", "output_dir", "output_pattern", "frames", "chunk_frames", "ray", "ray_workers"}
-    | {"report", "force", "overwrite", "fail_if_no_faces"}
+    | {"report", "force", "overwrite", "fail_if_no_faces", "matte_output"}
 )
 
 

@@ -123,6 +123,9 @@ class Frames:
     staged: Any = None  # the uploaded planes, when frames came as yuv420p (PlaneLayout in `layout`)
     layout: Any = None
     owned: set[int] = field(default_factory=set)  # host: frames already copied for writing
+    # {frame: [H, W] float32 0–1}: the paste alpha used, the largest where faces overlap
+    # (recorded only when not None: --matte-output)
+    mattes: dict[int, np.ndarray] | None = None
 
     def __post_init__(self) -> None:
         if self.shapes is None:

@@ -123,9 +123,10 @@ class HostKernels:
             rect = footprint(affines[f], size, frames.size_of(fi))
             if rect is None:
                 continue
-            H.paste_one(self._writable(frames, fi), crops[f], alpha[f], affines[f], rect)
+            used = H.paste_one(self._writable(frames, fi), crops[f], alpha[f], affines[f], rect)
             x0, y0, x1, y1 = rect
             frames.painted.append((fi, x0, y0, x1 - x0, y1 - y0))
+            _record_matte(frames, fi, x0, y0, used)
 
     def textures(self, textures: list[np.ndarray]) -> list[np.ndarray]:
         return textures
@@ -134,7 +135,7 @@ class HostKernels:
         self, frames: Frames, regions: list[FaceRegion], textures: list[np.ndarray], settings: PaintSettings
     ) -> None:
         for r in regions:
-            H.paint_region(
+            used = H.paint_region(
                 self._writable(frames, r.frame),
                 textures[r.source],
                 r.map_x,
@@ -149,5 +150,19 @@ class HostKernels:
                 r.hold_eyes,
                 settings.match_sharpness,
                 r.visible,
+                matte=frames.mattes is not None,
             )
             frames.painted.append((r.frame, r.x0, r.y0, r.width, r.height))
+            _record_matte(frames, r.frame, r.x0, r.y0, used)
+
+
+def _record_matte(frames: Frames, index: int, x0: int, y0: int, alpha: np.ndarray) -> None:
+    """Keep the alpha a paste used (the largest where faces overlap), when mattes are asked for."""
+    if frames.mattes is None:
+        return
+    matte = frames.mattes.get(index)
+    if matte is None:
+        matte = frames.mattes[index] = np.zeros(frames.size_of(index), np.float32)
+    h, w = alpha.shape
+    region = matte[y0 : y0 + h, x0 : x0 + w]
+    np.maximum(region, alpha[: region.shape[0], : region.shape[1]], out=region)

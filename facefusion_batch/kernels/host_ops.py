@@ -134,9 +134,10 @@ def combine(masks: list[np.ndarray]) -> np.ndarray:
 
 def paste_one(
     frame: np.ndarray, crop: np.ndarray, mask: np.ndarray, affine: np.ndarray, rect: tuple[int, int, int, int]
-) -> None:
+) -> np.ndarray:
     """Blend `crop` (0–255, [S,S,3]) into `frame` through `mask` ([S,S], 0–1), in place, inside
-    `rect` (x0, y0, x1, y1: the crop's footprint): inverse warp, then alpha blend."""
+    `rect` (x0, y0, x1, y1: the crop's footprint): inverse warp, then alpha blend. Returns the
+    alpha used over `rect` ([h, w], 0–1), for a matte."""
     x0, y0, x1, y1 = rect
     # the inverse alignment, shifted to the rectangle's corner, warped forward in float64 as
     # FaceFusion does: OpenCV's float32 path interpolates on a coarser grid, which moves sharp
@@ -162,6 +163,7 @@ def paste_one(
     region = frame[y0:y1, x0:x1].astype(np.float64)
     # truncated, not rounded, as FaceFusion's paste_back does (rounding is +1 level on ~4% of pixels)
     frame[y0:y1, x0:x1] = np.clip(region * (1 - alpha) + face * alpha, 0, 255).astype(np.uint8)
+    return alpha[..., 0]
 
 
 # --- the classical paint: colour transfer and blends ------------------------------------------------------
@@ -277,6 +279,23 @@ def multiband(target: np.ndarray, face: np.ndarray, alpha: np.ndarray) -> np.nda
     return out
 
 
+def multiband_weights(alpha: np.ndarray) -> np.ndarray:
+    """The widest weight `multiband` gives the face at each pixel: every level's mask brought back
+    to full size, the largest of them (low frequencies blend well beyond `alpha` itself)."""
+    h, w = alpha.shape
+    levels = pyramid_levels(h, w)
+    gauss = [alpha]
+    for _ in range(levels):
+        gauss.append(cv2.pyrDown(gauss[-1]))
+    weights = alpha.copy()
+    for level in range(1, levels + 1):
+        up = gauss[level]
+        for finer in range(level - 1, -1, -1):
+            up = cv2.pyrUp(up, dstsize=(gauss[finer].shape[1], gauss[finer].shape[0]))
+        np.maximum(weights, up, out=weights)
+    return np.clip(weights, 0.0, 1.0)
+
+
 def poisson(target: np.ndarray, face: np.ndarray, alpha: np.ndarray) -> np.ndarray:
     """cv2.seamlessClone inside the mask's core; its soft edge feathered outside."""
     mask = (alpha > 0.5).astype(np.uint8) * 255
@@ -320,9 +339,12 @@ def paint_region(
     hold_eyes: tuple[float, float] = (0.0, 0.0),
     sharpness: bool = False,
     visible: np.ndarray | None = None,
-) -> None:
+    matte: bool = False,
+) -> np.ndarray | None:
     """Sample the source texture ([h,w,5]: BGR, alpha, skin, or [h,w,7] with the eye masks)
-    through the map and blend it into frame[y0:, x0:], in place."""
+    through the map and blend it into frame[y0:, x0:], in place. `matte`: return the blend's
+    weight of the face over the region ([h, w], 0–1; for multiband the widest of its levels',
+    `multiband_weights`)."""
     rh, rw = map_x.shape
     covered = ~np.isnan(map_x)
     map_x[~covered] = -1e4
@@ -343,3 +365,6 @@ def paint_region(
         face = np.where(covered[..., None], face, target)
     result = blend(blend_mode, target, face.astype(np.float32), alpha)
     frame[y0 : y0 + rh, x0 : x0 + rw] = np.clip(result + 0.5, 0, 255).astype(np.uint8)
+    if not matte:
+        return None
+    return multiband_weights(alpha) if blend_mode == "multiband" else alpha

@@ -41,10 +41,14 @@ from facefusion_batch.pipeline.executor import run_ordered
 from facefusion_batch.pipeline.report import RenderReport
 from facefusion_batch.pipeline.stages import BatchResult, FacePipeline
 from facefusion_batch.timing import StageTimer
-from facefusion_batch.video.planes import BGR24, YUV420P, PlaneLayout, plane_layout_for
+from facefusion_batch.video.fields import FIRST_FIELD, split_fields, weave_fields
+from facefusion_batch.video.matte import matte_picture
+from facefusion_batch.video.native import NativeFrames, compose
+from facefusion_batch.video.planes import BGR24, NATIVE, YUV420P, PlaneLayout, plane_layout_for
 from facefusion_batch.video.probe import VideoInfo
 from facefusion_batch.video.reader import Frame, FrameReader
-from facefusion_batch.video.writer import VideoWriter, output_pix_fmt
+from facefusion_batch.video.sequence import is_sequence_pattern, sequence_codec
+from facefusion_batch.video.writer import VideoWriter, native_layout, output_pix_fmt
 
 log = logging.getLogger("ffbatch")
 
@@ -206,23 +210,47 @@ class Renderer:
     def serves(self, settings: RenderSettings) -> bool:
         return all(getattr(settings, k) == getattr(self.settings, k) for k in _RENDERER_KEYS)
 
-    def frame_layout(self, info: VideoInfo, report: RenderReport | None = None) -> PlaneLayout | None:
-        """The planar layout a job's frames keep from decoder to encoder, or None for BGR frames.
+    def frame_layout(
+        self, info: VideoInfo, report: RenderReport | None = None
+    ) -> PlaneLayout | NativeFrames | None:
+        """The layout a job's frames keep from decoder to encoder: yuv420p planes (PlaneLayout),
+        BGR with each frame's own picture beside it (NativeFrames), or None for BGR frames.
 
         Planes only where the pipeline converts colour on the device (`accepts_planes`) and the
-        input and output allow it exactly (video/planes.py); said in the log and the report."""
+        input and output allow it exactly (video/planes.py); otherwise the native pictures where
+        the input's pixel format allows (video/native.py); said in the log and the report."""
+        pix_fmt = self._output_pix_fmt(info)
         if not self.accepts_planes:
-            return None
-        layout, why_not = plane_layout_for(info, output_pix_fmt(self.settings.encoder, info))
+            return self._native_layout(info, pix_fmt, report)
+        layout, why_not = plane_layout_for(info, pix_fmt)
         if layout is None:
             log.info("frames cross to the device as BGR: %s", why_not)
-            return None
+            return self._native_layout(info, pix_fmt, report)
         log.info(
             "frames stay yuv420p planes (%s) from decoder to encoder; the device converts", layout.matrix
         )
         if report is not None:
             report.frames_as = f"{YUV420P} ({layout.matrix})"
         return layout
+
+    def _output_pix_fmt(self, info: VideoInfo) -> str:
+        settings = self.settings
+        if is_sequence_pattern(settings.output):
+            return sequence_codec(settings.output, settings.encoder.pix_fmt, info.bit_depth)[1]
+        return output_pix_fmt(settings.encoder, info)
+
+    @staticmethod
+    def _native_layout(info: VideoInfo, pix_fmt: str, report: RenderReport | None) -> NativeFrames | None:
+        why_not = native_layout(info, pix_fmt)
+        if why_not:
+            log.info("frames are processed as 8-bit BGR end to end: %s", why_not)
+            return None
+        log.info("frames keep their own %s pictures; only the painted rectangles are converted", info.pix_fmt)
+        first = FIRST_FIELD.get(info.field_order)
+        fields = "" if first is None else f", swapped per field ({'top' if first == 0 else 'bottom'} first)"
+        if report is not None:
+            report.frames_as = f"{NATIVE} {info.pix_fmt} (8-bit BGR view for the face stages{fields})"
+        return NativeFrames(info.pix_fmt, info.bit_depth, first)
 
     def new_report(self, settings: RenderSettings) -> JobReport:
         return JobReport(
@@ -245,11 +273,17 @@ def run_frames(
     report: RenderReport,
     timer: StageTimer,
     on_progress: Callable[[int], None] | None = None,
-    layout: PlaneLayout | None = None,
+    layout: PlaneLayout | NativeFrames | None = None,
+    matte_sink: Sink | None = None,
 ) -> None:
-    """Swap every frame of `frames` in batches and hand each result to `sink`, in order.
+    """Swap every frame of `frames` in batches and hand each result to `sink`, in order
+    (and, with `matte_sink`, each frame's paste alpha as a uint8 [H, W] matte to it).
 
-    `layout`: the frames are yuv420p planes of this layout (Renderer.frame_layout), not BGR."""
+    `layout`: the frames are yuv420p planes of this layout (Renderer.frame_layout), not BGR; or
+    NativeFrames: BGR, and each result is the frame's own picture with the swap composed in."""
+    native = isinstance(layout, NativeFrames)
+    planes = None if native else layout
+    first_field = layout.first_field if native else None
     pipeline = renderer.pipeline
     pipeline.timer = timer
     pipeline.start_job()
@@ -259,7 +293,16 @@ def run_frames(
 
         def process(batch: Batch):
             t0 = time.perf_counter()
-            result = pipeline(kernels, [frame.image for frame in batch.items], layout, seq=batch.seq)
+            images = [frame.image for frame in batch.items]
+            pictures = images if first_field is None else split_fields(images, first_field)
+            result = pipeline(kernels, pictures, planes, seq=batch.seq, matte=matte_sink is not None)
+            if first_field is not None:
+                result = woven(result, images, pictures, first_field)
+            if matte_sink is not None:
+                result.mattes = matte_pictures(result.mattes or {}, images)
+            if native:
+                with timer.stage("compose"):
+                    compose_native(batch.items, result)
             return result, time.perf_counter() - t0
 
         return process
@@ -267,20 +310,67 @@ def run_frames(
     policy = settings.batch_policy
     stream = batches(frames, settings.batch_size, settings.batch_window_ms, frames_for=policy.frames_for)
     try:
-        _consume(stream, make_worker, sink, settings, report, timer, on_progress)
+        _consume(stream, make_worker, sink, settings, report, timer, on_progress, matte_sink)
     except BaseException:
         pipeline.abort()
         raise
     report.tracking = pipeline.tracking()
 
 
-def _consume(stream, make_worker, sink, settings, report, timer, on_progress) -> None:
+def compose_native(frames: list[Frame], result: BatchResult) -> None:
+    """Replace each result by its frame's native picture with the change the swap made composed
+    in (video/native.py); frames without a native picture (a replaced frame before the first
+    good one) stay BGR, which the writer converts."""
+    rects: dict[int, list] = {}
+    for rect in result.painted:
+        rects.setdefault(rect[0], []).append(rect)
+    for i, frame in enumerate(frames):
+        if frame.native is not None and not frame.warmup:
+            result.frames[i] = compose(frame.native, frame.image, result.frames[i], rects.get(i, []))
+
+
+def woven(result: BatchResult, images: list[np.ndarray], fields: list[np.ndarray], first: int) -> BatchResult:
+    """A batch swapped as fields (video/fields.py) back as frames: the fields' changes woven in,
+    per-frame counts summed over each frame's two fields (face counts stay per field)."""
+    frames, painted, mattes = weave_fields(
+        images, fields, result.frames, result.painted, first, result.mattes
+    )
+    found = result.found_per_frame.reshape(-1, 2).sum(axis=1)
+    swapped = result.swapped_per_frame.reshape(-1, 2).sum(axis=1)
+    return replace(
+        result,
+        frames=frames,
+        painted=painted,
+        mattes=mattes,
+        found_per_frame=found,
+        swapped_per_frame=swapped,
+        frames_with_faces=int(np.count_nonzero(swapped)),
+    )
+
+
+def matte_pictures(mattes: dict[int, np.ndarray], images: list[np.ndarray]) -> dict[int, np.ndarray]:
+    """Every frame's matte as uint8 0–255: 0 exactly where nothing was pasted (a weight too small
+    to round to 1 still counts: it may have moved a pixel by a level)."""
+    out = {}
+    for i, image in enumerate(images):
+        alpha = mattes.get(i)
+        height, width = image.shape[:2]
+        if alpha is None:
+            out[i] = np.zeros((height, width), np.uint8)
+        else:
+            out[i] = np.clip(np.ceil(alpha * 255 - 1e-3), 0, 255).astype(np.uint8)
+    return out
+
+
+def _consume(stream, make_worker, sink, settings, report, timer, on_progress, matte_sink=None) -> None:
     for batch, (result, latency) in run_ordered(stream, workers=settings.workers, make_worker=make_worker):
         written = np.array([not frame.warmup for frame in batch.items])
         with timer.stage("write"):
-            for frame, image in zip(batch.items, result.frames, strict=True):
+            for i, (frame, image) in enumerate(zip(batch.items, result.frames, strict=True)):
                 if not frame.warmup:  # warm-up frames only feed the face tracks
                     sink(frame, image)
+                    if matte_sink is not None:
+                        matte_sink(frame, result.mattes[i])
         n = int(written.sum())
         report.frames_in += n
         report.frames_out += n
@@ -313,7 +403,9 @@ def count_not_swapped(report: RenderReport, result: BatchResult, written: np.nda
             report.faces_not_swapped[reason] = report.faces_not_swapped.get(reason, 0) + n
 
 
-def pixel_format_of(layout: PlaneLayout | None) -> str:
+def pixel_format_of(layout: PlaneLayout | NativeFrames | None) -> str:
+    if isinstance(layout, NativeFrames):
+        return NATIVE
     return BGR24 if layout is None else YUV420P
 
 
@@ -322,7 +414,7 @@ def read_ranges(
     info: VideoInfo,
     ranges: list[tuple[int, int]],
     index=None,
-    layout: PlaneLayout | None = None,
+    layout: PlaneLayout | NativeFrames | None = None,
     warmup: int = 0,
 ) -> Iterator[Frame]:
     """The frames of several ranges of one input, one reader per run of adjacent ranges; each run
@@ -379,14 +471,23 @@ def render_into(
     report: RenderReport,
     timer: StageTimer,
     on_progress,
-    layout: PlaneLayout | None,
+    layout: PlaneLayout | NativeFrames | None,
     what: str,
     check: Callable[[], None] | None = None,
+    matte=None,
 ) -> None:
-    """Swap every frame of `reader` into `writer`. The writer is closed (its file renamed into
-    place) only when everything, `check()` included, went well; otherwise it is aborted and its
-    temporary file removed. `what` names the output in the interrupt message."""
+    """Swap every frame of `reader` into `writer` (and, given a `matte` writer, each frame's paste
+    alpha into it). The writers are closed (their files renamed into place) only when everything,
+    `check()` included, went well; otherwise they are aborted and their temporary files removed.
+    `what` names the output in the interrupt message."""
     faces_before = report.faces_swapped
+    writers = [writer] if matte is None else [writer, matte]
+    matte_sink = None
+    if matte is not None:
+
+        def matte_sink(frame: Frame, alpha: np.ndarray) -> None:
+            matte.write(matte_picture(alpha), frame.pts, frame.time_base)
+
     try:
         run_frames(
             renderer,
@@ -397,17 +498,21 @@ def render_into(
             timer,
             on_progress,
             layout,
+            matte_sink,
         )
         if check is not None:
             check()
         check_faces_swapped(settings, report.faces_swapped - faces_before, report.faces_found, what)
         with timer.stage("finish"):
-            writer.close()
+            for each in writers:
+                each.close()
     except KeyboardInterrupt:
-        writer.abort()
+        for each in writers:
+            each.abort()
         raise Interrupted(f"interrupted (SIGINT); the partial {what} was removed") from None
     except BaseException:
-        writer.abort()
+        for each in writers:
+            each.abort()
         raise
     finally:
         reader.close()

@@ -20,10 +20,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from facefusion_batch.errors import InputError
 from facefusion_batch.faces.detect import YuNetDetector
 from facefusion_batch.faces.table import FaceTable
 from facefusion_batch.faces.track import FaceTracker, InOrder, TrackStage, thumbnails
-from facefusion_batch.kernels.base import Frames, Kernels
+from facefusion_batch.kernels.base import Frames, Kernels, Rect
 from facefusion_batch.timing import StageTimer
 
 
@@ -43,6 +44,8 @@ class BatchResult:
     swapped_per_frame: np.ndarray | None = None  # [B] faces swapped in each frame
     # reason -> [B] faces of each frame a stage dropped for that reason (stage.drop_reason)
     dropped_per_frame: dict[str, np.ndarray] = field(default_factory=dict)
+    painted: list[Rect] = field(default_factory=list)  # (frame, x, y, w, h): what may have changed
+    mattes: dict[int, np.ndarray] | None = None  # matte=True: {frame: the paste alpha, 0–1}
 
 
 def drop_reason(stage: Stage) -> str:
@@ -125,11 +128,19 @@ class FacePipeline:
         return table, table.counts_per_frame(frames.count)
 
     def __call__(
-        self, k: Kernels, images: list[np.ndarray], planes: Any = None, seq: int | None = None
+        self,
+        k: Kernels,
+        images: list[np.ndarray],
+        planes: Any = None,
+        seq: int | None = None,
+        matte: bool = False,
     ) -> BatchResult:
         """Swap a batch of BGR frames, or of packed yuv420p frames of layout `planes` (returned in
         the same form; only where `k.accepts_planes`). `seq`: the batch's number in its job, for
-        the ordered track stage (None: a batch on its own, tracked from scratch)."""
+        the ordered track stage (None: a batch on its own, tracked from scratch). `matte`: keep
+        the paste alpha of every painted frame (`BatchResult.mattes`; the host kernel set)."""
+        if matte and k.name != "host":
+            raise InputError("--matte-output is recorded by the host kernel set: render with --backend cpu")
         if not images:
             return BatchResult(frames=[], faces_found=0, faces_swapped=0, frames_with_faces=0)
         passed = seq is None
@@ -137,6 +148,8 @@ class FacePipeline:
             with k.scope():
                 with self._timer.stage("upload"):
                     frames = k.upload(images, planes)
+                if matte:
+                    frames.mattes = {}
                 table, found_per_frame = self._detect(k, frames)
                 found = int(found_per_frame.sum())
                 dropped: dict[str, np.ndarray] = {}
@@ -153,6 +166,7 @@ class FacePipeline:
                         dropped[reason] = dropped.get(reason, 0) + lost
                 with self._timer.stage("download"):
                     out = k.download(frames)
+                painted = list(frames.painted)
         finally:
             if not passed:  # failed before its turn: the batches after it must not wait for it
                 self.order.done(seq)
@@ -165,4 +179,6 @@ class FacePipeline:
             found_per_frame=found_per_frame,
             swapped_per_frame=swapped,
             dropped_per_frame=dropped,
+            painted=painted,
+            mattes=frames.mattes,
         )

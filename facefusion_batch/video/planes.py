@@ -23,7 +23,9 @@ from facefusion_batch.video.probe import VideoInfo
 
 BGR24 = "bgr24"
 YUV420P = "yuv420p"
-PIXEL_FORMATS = (BGR24, YUV420P)
+# 8-bit BGR for the face stages, plus the decoder's own planes at full precision (video/native.py)
+NATIVE = "native"
+PIXEL_FORMATS = (BGR24, YUV420P, NATIVE)
 
 # AVColorSpace → matrix; 2 (unspecified) is decoded and encoded as BT.601, as FFmpeg does
 COLORSPACE_MATRICES = {1: "bt709", 2: "bt601", 5: "bt601", 6: "bt601", 9: "bt2020", 10: "bt2020"}
@@ -51,6 +53,8 @@ def plane_layout_for(info: VideoInfo, output_pix_fmt: str) -> tuple[PlaneLayout 
         return None, f"the output is {output_pix_fmt}"
     if info.rotation:
         return None, f"the input is rotated by {info.rotation} degrees"
+    if info.interlaced or info.field_order >= 2:
+        return None, "the input is interlaced (swapped per field on the host)"
     if info.width % 2 or info.height % 2:
         return None, f"the input's size {info.width}x{info.height} is odd"
     if info.color_range == 2:

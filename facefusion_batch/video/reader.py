@@ -59,7 +59,8 @@ import numpy as np
 
 from facefusion_batch.errors import FfbatchError, InputError
 from facefusion_batch.video.hwaccel import HWACCELS
-from facefusion_batch.video.planes import BGR24, PIXEL_FORMATS, YUV420P, blank_picture
+from facefusion_batch.video.native import NativePicture
+from facefusion_batch.video.planes import BGR24, NATIVE, PIXEL_FORMATS, YUV420P, blank_picture
 from facefusion_batch.video.probe import VideoInfo, open_input, probe
 from facefusion_batch.video.segments import FrameIndex, frame_index, gives_frame
 from facefusion_batch.video.timing import DisplayTimes
@@ -89,6 +90,7 @@ class Frame:
     image: np.ndarray  # H x W x 3 uint8 BGR, C-contiguous, upright (yuv420p: [H*3/2, W] planes)
     replaced: bool = False  # on_decode_error="skip": not decoded, a copy of the last good picture
     warmup: bool = False  # before a segment's first frame: analysed (face tracks) but not written
+    native: NativePicture | None = None  # pixel_format="native": the picture at its own precision
 
 
 class _End:
@@ -140,6 +142,8 @@ class FrameReader:
         seeking to the keyframe before `start` when the stream's timestamps allow it (`index`,
         computed here when not given); frames keep their absolute `index` and pts.
         `pixel_format="yuv420p"`: frames as planes, for inputs `plane_layout_for` accepts.
+        `pixel_format="native"`: BGR frames, each with its decoded picture in `Frame.native`
+        (for inputs `native_reason` accepts).
         `hwaccel="cuda"`: decoded by NVDEC (frames come back to host memory as nv12; a stream
         NVDEC cannot decode falls back to the software decoder)."""
         if hwaccel not in HWACCELS:
@@ -175,8 +179,10 @@ class FrameReader:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._iterated = False
-        self._warned_depth = False
+        self._warned_depth = pixel_format == NATIVE  # the native path keeps the depth
         self._warned_size = False
+        self._native: NativePicture | None = None  # the last picture decoded (native path)
+        self._spare: NativePicture | None = None  # on_decode_error="skip": its untouched copy
 
     # -- consumer side -------------------------------------------------------------------------
 
@@ -300,6 +306,11 @@ class FrameReader:
     # -- decode thread -------------------------------------------------------------------------
 
     def _put(self, item) -> bool:
+        if self.pixel_format == NATIVE and isinstance(item, Frame):
+            # each frame its own picture (composition changes it in place): a replaced frame gets
+            # a copy of the last one as it was decoded
+            spare = self._spare
+            item.native = (spare.copy() if spare is not None else None) if item.replaced else self._native
         while not self._stop.is_set():
             try:
                 self._queue.put(item, timeout=_POLL_S)
@@ -541,6 +552,10 @@ class FrameReader:
             if kwargs or av_frame.format.name != YUV420P:
                 av_frame = av_frame.reformat(format=YUV420P, **kwargs)
             return av_frame.to_ndarray()
+        if self.pixel_format == NATIVE:
+            self._native = NativePicture.from_av(av_frame, info.pix_fmt, info.coded_width, info.coded_height)
+            if self.on_decode_error == "skip":  # kept apart for the frames that may replace it later
+                self._spare = self._native.copy()
         # Honour the frame's own colour tags: the matrix (BT.601/709/2020) and the range
         # (limited/full); untagged frames get FFmpeg's defaults, as a player would use.
         image = av_frame.to_ndarray(format="bgr24", src_color_range=int(av_frame.color_range), **kwargs)

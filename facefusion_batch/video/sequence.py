@@ -21,7 +21,8 @@ import av.error
 import numpy as np
 
 from facefusion_batch.errors import FfbatchError, InputError, OutputError
-from facefusion_batch.video.planes import BGR24, YUV420P, picture_shape
+from facefusion_batch.video.native import NativePicture
+from facefusion_batch.video.planes import BGR24, NATIVE, YUV420P, picture_shape
 from facefusion_batch.video.probe import VideoInfo, sequence_numbers
 
 log = logging.getLogger("ffbatch")
@@ -34,6 +35,8 @@ SEQUENCE_CODECS = {
     ".dpx": ("dpx", "rgb24"),
     ".exr": ("exr", "gbrpf32le"),
 }
+# the default for an input deeper than 8 bits (written at its precision, video/native.py)
+SEQUENCE_DEEP = {".png": "rgb48be", ".tif": "rgb48le", ".tiff": "rgb48le", ".dpx": "rgb48le"}
 DEFAULT_START_NUMBER = 1001
 _PATTERN = re.compile(r"%(0\d+)?d")
 
@@ -53,8 +56,9 @@ def frame_path(pattern: Path, number: int) -> Path:
     return pattern.parent / (pattern.name % number)
 
 
-def sequence_codec(pattern: Path, pix_fmt: str | None) -> tuple[str, str]:
-    """(encoder, pixel format) for the pattern's extension; InputError when it cannot be written."""
+def sequence_codec(pattern: Path, pix_fmt: str | None, bits: int = 8) -> tuple[str, str]:
+    """(encoder, pixel format) for the pattern's extension (16-bit RGB by default for an input of
+    more than 8 `bits`); InputError when it cannot be written."""
     name = pattern.name
     if len(_PATTERN.findall(name)) != 1 or name.count("%") != 1:
         raise InputError(f"output {pattern}: an image sequence needs exactly one frame number such as %06d")
@@ -68,7 +72,7 @@ def sequence_codec(pattern: Path, pix_fmt: str | None) -> tuple[str, str]:
         formats = [f.name for f in av.Codec(codec, "w").video_formats or ()]
     except (av.codec.codec.UnknownCodecError, ValueError, av.error.FFmpegError):
         raise InputError(f"output {pattern}: this FFmpeg build cannot write {suffix} images") from None
-    chosen = pix_fmt or default
+    chosen = pix_fmt or (SEQUENCE_DEEP.get(suffix, default) if bits > 8 else default)
     if chosen not in formats:
         raise InputError(
             f"--pix-fmt {chosen!r} cannot be written as {suffix} images; choose one of: {', '.join(formats)}"
@@ -109,7 +113,7 @@ class SequenceWriter:
     ) -> None:
         self.output = Path(pattern)
         self.info = info
-        self.codec, self.pix_fmt = sequence_codec(self.output, pix_fmt)
+        self.codec, self.pix_fmt = sequence_codec(self.output, pix_fmt, info.bit_depth)
         self.start_number = start_number
         self.pixel_format = pixel_format
         self.frames_written = 0
@@ -129,7 +133,9 @@ class SequenceWriter:
         if self._state != "open":
             raise FfbatchError(f"SequenceWriter for {self.output} is already {self._state}")
         expected = picture_shape(self.pixel_format, self.info.height, self.info.width)
-        if image.shape != expected or image.dtype != np.uint8:
+        if isinstance(image, NativePicture) and self.pixel_format == NATIVE:
+            pass  # the input's own picture (VideoWriter's check_native)
+        elif image.shape != expected or image.dtype != np.uint8:
             raise FfbatchError(f"SequenceWriter for {self.output} expects {expected} uint8 frames")
         final = frame_path(self.output, self.start_number + self.frames_written)
         temp = final.parent / f".{final.name}.partial"
@@ -141,8 +147,12 @@ class SequenceWriter:
         self._temps.append((temp, final))
         self.frames_written += 1
 
-    def _encode(self, image: np.ndarray) -> bytes:
-        if self.pixel_format == YUV420P:
+    def _encode(self, image: np.ndarray | NativePicture) -> bytes:
+        deep = False
+        if isinstance(image, NativePicture):
+            frame = image.to_av()
+            deep = max(c.bits for c in frame.format.components) > 8
+        elif self.pixel_format == YUV420P:
             frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(image), format=YUV420P)
             if self.info.color_space in (1, 5, 6, 9):
                 frame.colorspace = self.info.color_space
@@ -151,7 +161,8 @@ class SequenceWriter:
             frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(image), format="bgr24")
         if self.pix_fmt == "gbrpf32le":
             # exactly code / 255 (swscale's float path puts white at 0.996)
-            rgb = frame.to_ndarray(format="rgb24").astype(np.float32) / np.float32(255)
+            rgb = frame.to_ndarray(format="rgb48le" if deep else "rgb24").astype(np.float32)
+            rgb /= np.float32(65535 if deep else 255)
             frame = av.VideoFrame.from_ndarray(rgb, format="gbrpf32le")
         else:
             frame = frame.reformat(format=self.pix_fmt)

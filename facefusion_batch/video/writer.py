@@ -18,7 +18,11 @@ its SAR, language and timecode tags), so colours round-trip. With 4:2:0/4:2:2
 pixel formats an odd width or height is padded to even by repeating the last
 column/row (logged once): the output is then one pixel wider/taller than the
 input. With `pixel_format="yuv420p"` the frames arrive as planes in the input's
-own encoding (video/planes.py) and go to the encoder unconverted.
+own encoding (video/planes.py) and go to the encoder unconverted. With
+`pixel_format="native"` they arrive as `NativePicture`s (video/native.py: the input's
+own pixel format and precision, changed only where faces were painted) and go to the
+encoder as they are, or converted by swscale at full precision when the output's pixel
+format differs (10-bit 4:2:0 into ProRes 4:2:2, say).
 
 Quality: `crf` 0-51 (x264/x265 CRF; NVENC constant-quality `cq`, where 0 means
 "automatic" and is raised to 1). `quality` 0-100 (100 best) is the alternative,
@@ -49,6 +53,7 @@ import numpy as np
 from facefusion_batch.errors import FfbatchError, InputError, OutputError
 from facefusion_batch.fsutil import AtomicFile, ffmpeg_path
 from facefusion_batch.video.audio import AudioMuxer
+from facefusion_batch.video.fields import field_reason
 from facefusion_batch.video.formats import (
     CONTAINERS,
     ENCODER_TABLE,
@@ -62,7 +67,8 @@ from facefusion_batch.video.formats import (
     container_format_for,
     encoder_spec,
 )
-from facefusion_batch.video.planes import BGR24, PIXEL_FORMATS, YUV420P, picture_shape
+from facefusion_batch.video.native import NativePicture, native_reason
+from facefusion_batch.video.planes import BGR24, NATIVE, PIXEL_FORMATS, YUV420P, picture_shape
 from facefusion_batch.video.probe import VideoInfo
 from facefusion_batch.video.sequence import is_sequence_pattern, sequence_codec
 from facefusion_batch.video.timing import shift_ticks
@@ -318,17 +324,58 @@ def output_pix_fmt(settings: EncoderSettings, info: VideoInfo) -> str:
     fallback = formats[0] if spec.profiles else spec.default_pix_fmt
     if spec.profiles:
         return fallback  # ProRes / DNxHR: the profile decides
-    for candidate in (info.pix_fmt, _same_chroma_8bit(info.pix_fmt)):
-        # keep the family: an RGB encoder (libx264rgb) is not fed YUV, nor the other way round
-        if candidate in formats and candidate.startswith("yuv") == fallback.startswith("yuv"):
-            return candidate
+    if info.pix_fmt in formats and (info.bit_depth > PIPELINE_BITS or not native_layout(info, info.pix_fmt)):
+        return info.pix_fmt  # the input's own pictures go out as they came (video/native.py)
+    deep = _deep_match(info.pix_fmt, formats)
+    if deep is not None:
+        return deep  # all the input's bits, in its own family (a 16-bit PNG's rgb48be → rgb48le)
+    candidate = _same_chroma_8bit(info.pix_fmt)
+    # keep the family: an RGB encoder (libx264rgb) is not fed YUV, nor the other way round
+    if candidate in formats and candidate.startswith("yuv") == fallback.startswith("yuv"):
+        return candidate
     return fallback
 
 
+def _is_rgb(pix_fmt: str) -> bool:
+    return not pix_fmt.startswith(("yuv", "nv", "gray", "ya"))
+
+
+def _deep_match(pix_fmt: str, formats: tuple[str, ...]) -> str | None:
+    """For an input deeper than 8 bits: the encoder's format of the same family and chroma with
+    the fewest bits that still hold the input's (a big-endian 16-bit PNG's rgb48be → rgb48le)."""
+    try:
+        depth, chroma, alpha = _depth(pix_fmt), _chroma(pix_fmt), _has_alpha(pix_fmt)
+    except ValueError:
+        return None
+    if depth <= PIPELINE_BITS:
+        return None
+    fits = []
+    for name in formats:
+        try:
+            if (_is_rgb(name), _chroma(name), _has_alpha(name)) != (_is_rgb(pix_fmt), chroma, alpha):
+                continue
+            if _depth(name) >= depth and av.VideoFormat(name).name.endswith("le"):
+                fits.append((_depth(name), name))
+        except ValueError:
+            continue
+    return min(fits)[1] if fits else None
+
+
+def _has_alpha(pix_fmt: str) -> bool:
+    return any(c.is_alpha for c in av.VideoFormat(pix_fmt).components)
+
+
 def reduction_problems(info: VideoInfo, pix_fmt: str) -> list[str]:
-    """What writing `info`'s frames as `pix_fmt`, after the pipeline's 8 bits, loses."""
+    """What writing `info`'s frames as `pix_fmt` loses: bits the output cannot hold (frames on the
+    native path keep the input's precision, video/native.py; others go through 8 bits) or chroma."""
     problems = []
-    if info.bit_depth > PIPELINE_BITS:
+    native = not native_layout(info, pix_fmt)
+    if native and _depth(pix_fmt) < info.bit_depth:
+        problems.append(
+            f"the input is {info.bit_depth}-bit ({info.pix_fmt}) and the {pix_fmt} output holds "
+            f"{_depth(pix_fmt)} bits"
+        )
+    elif not native and info.bit_depth > PIPELINE_BITS:
         problems.append(
             f"the input is {info.bit_depth}-bit ({info.pix_fmt}) and ffbatch processes frames at "
             f"{PIPELINE_BITS} bits, so the output holds {PIPELINE_BITS}-bit precision"
@@ -348,16 +395,21 @@ def check_output(settings: EncoderSettings, info: VideoInfo, output: Path) -> li
     sequence = is_sequence_pattern(output)
     if not sequence:
         check_fits(settings.codec, output)
-    if info.interlaced or info.field_order >= 2:
-        order = _FIELD_ORDERS.get(info.field_order, "interlaced")
-        raise InputError(
-            f"input {info.path} is interlaced ({order}); ffbatch swaps whole progressive frames and would "
-            "mix the two fields. Deinterlace it first (e.g. ffmpeg -vf bwdif) and render that"
-        )
     if sequence:
-        pix_fmt = sequence_codec(output, settings.pix_fmt)[1]
+        pix_fmt = sequence_codec(output, settings.pix_fmt, info.bit_depth)[1]
     else:
         pix_fmt = output_pix_fmt(settings, info)
+    if info.interlaced or info.field_order >= 2:
+        order = _FIELD_ORDERS.get(info.field_order, "interlaced")
+        why_not = native_layout(info, pix_fmt) or field_reason(info.field_order, info.interlaced, info.height)
+        if sequence:
+            why_not = "an image sequence holds progressive frames"
+        if why_not:
+            raise InputError(
+                f"input {info.path} is interlaced ({order}) and cannot be swapped per field here "
+                f"({why_not}); swapping whole frames would mix the two fields. Deinterlace it first "
+                "(e.g. ffmpeg -vf bwdif) and render that"
+            )
     width, height = _even_dims(info.width, info.height, pix_fmt)
     reason = (
         None
@@ -382,8 +434,9 @@ def check_output(settings: EncoderSettings, info: VideoInfo, output: Path) -> li
             )
         warnings.extend(problems)
     hdr = _HDR_TRANSFERS.get(info.color_trc)
+    native = not native_layout(info, pix_fmt)
     if hdr is not None:
-        if not settings.allow_reduce:
+        if not settings.allow_reduce and not native:
             raise InputError(
                 f"input {info.path} is HDR ({hdr}); ffbatch processes 8 bits per channel, which bands HDR "
                 f"gradients. Pass --allow-reduce to render it anyway (the output keeps its {hdr} tags)"
@@ -393,7 +446,8 @@ def check_output(settings: EncoderSettings, info: VideoInfo, output: Path) -> li
                 f"input {info.path} is HDR ({hdr}): a {_depth(pix_fmt)}-bit {pix_fmt} output would carry HDR "
                 "in 8 bits; choose a 10-bit --pix-fmt such as yuv420p10le, or a ProRes profile"
             )
-        warnings.append(f"the HDR ({hdr}) input is processed at {PIPELINE_BITS} bits (--allow-reduce)")
+        if not native:
+            warnings.append(f"the HDR ({hdr}) input is processed at {PIPELINE_BITS} bits (--allow-reduce)")
     wants_audio = settings.audio and info.audio_streams
     if wants_audio and settings.audio_codec == "pcm" and output.suffix.lower() in (".mp4", ".m4v"):
         raise InputError(
@@ -468,6 +522,8 @@ class VideoWriter:
         self._pad = (self.height - info.height, self.width - info.width)
         if pixel_format == YUV420P and (any(self._pad) or self.pix_fmt != YUV420P):
             raise ValueError("yuv420p frames need even sides and a yuv420p output (see plane_layout_for)")
+        if pixel_format == NATIVE and any(self._pad):
+            raise ValueError("native frames need an output of the input's size (see native_layout)")
         if any(self._pad):
             log.warning(
                 "%s: %s needs even dimensions; padding %dx%d to %dx%d by repeating the last row/column",
@@ -575,6 +631,8 @@ class VideoWriter:
                 stream.metadata[key] = value
         if info.timecode:
             stream.metadata["timecode"] = info.timecode
+        if info.field_order >= 2:
+            ctx.field_order = info.field_order  # the container's flag (mov fiel, Matroska FieldOrder)
         self._rgb = not self.pix_fmt.startswith(("yuv", "nv", "gray"))
         self._colorspace = info.color_space if info.color_space in _CONVERTIBLE_COLORSPACES else None
         # the input's range is kept (a full-range source stays full range); untagged means limited
@@ -657,7 +715,9 @@ class VideoWriter:
             raise FfbatchError(f"VideoWriter for {self.output} is already {self._state}")
         self._raise_if_failed()
         expected = picture_shape(self.pixel_format, self.info.height, self.info.width)
-        if not isinstance(image, np.ndarray) or image.dtype != np.uint8 or image.shape != expected:
+        if isinstance(image, NativePicture) and self.pixel_format == NATIVE:
+            check_native(image, self.info, self.output)
+        elif not isinstance(image, np.ndarray) or image.dtype != np.uint8 or image.shape != expected:
             got = f"{image.shape} {image.dtype}" if isinstance(image, np.ndarray) else type(image).__name__
             raise FfbatchError(f"VideoWriter for {self.output} expects {expected} uint8 frames, got {got}")
         item = _Item(
@@ -797,7 +857,9 @@ class VideoWriter:
         image = item.image
         if any(self._pad):
             image = np.pad(image, ((0, self._pad[0]), (0, self._pad[1]), (0, 0)), mode="edge")
-        if self.pixel_format == YUV420P:
+        if isinstance(image, NativePicture):
+            frame = self._from_native(image)
+        elif self.pixel_format == YUV420P:
             frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(image), format=YUV420P)
             if self._colorspace is not None:
                 frame.colorspace = self._colorspace
@@ -822,6 +884,22 @@ class VideoWriter:
         if previous is not None:
             previous.duration = pts - previous.pts
             self._encode(previous)
+
+    def _from_native(self, picture: NativePicture) -> av.VideoFrame:
+        """The picture as it is when the output takes its pixel format, else converted at full
+        precision into the output's (same matrix, the output's range)."""
+        frame = picture.to_av()
+        if frame.format.name == self.pix_fmt:
+            return frame
+        if self._rgb:
+            return frame.reformat(format=self.pix_fmt, dst_color_range=2)
+        return frame.reformat(
+            format=self.pix_fmt,
+            src_colorspace=self._colorspace,
+            dst_colorspace=self._colorspace,
+            src_color_range=2 if picture.color_range == 2 else 1,
+            dst_color_range=self._range,
+        )
 
     def _encode(self, frame: av.VideoFrame | None) -> None:
         try:
@@ -895,6 +973,26 @@ def carried_tags(tags: tuple[tuple[str, str], ...], output_format: str) -> dict[
     if output_format in ("mp4", "mov"):
         kept = {k: v for k, v in kept.items() if k.lower() in _ISO_TAGS}
     return kept
+
+
+def check_native(picture: NativePicture, info: VideoInfo, output: Path) -> None:
+    """A NativePicture handed to a writer must be a picture of the input it was opened for."""
+    if (picture.pix_fmt, picture.width, picture.height) != (info.pix_fmt, info.width, info.height):
+        raise FfbatchError(
+            f"the writer for {output} expects {info.width}x{info.height} {info.pix_fmt} pictures, got "
+            f"{picture.width}x{picture.height} {picture.pix_fmt}"
+        )
+
+
+def native_layout(info: VideoInfo, pix_fmt: str) -> str:
+    """'' when frames of `info` can travel at their own precision into a `pix_fmt` output
+    (video/native.py), else why not."""
+    reason = native_reason(info)
+    if reason:
+        return reason
+    if _even_dims(info.width, info.height, pix_fmt) != (info.width, info.height):
+        return f"the {pix_fmt} output pads the input's odd size"
+    return ""
 
 
 def _same_file(a: Path, b: Path) -> bool:
