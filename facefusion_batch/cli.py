@@ -205,6 +205,14 @@ EmbeddingConventionOpt = Annotated[
         "facefusion reproduces FaceFusion 3.x's latent, --swapper-weight and several --source."
     ),
 ]
+VerboseOpt = Annotated[
+    bool,
+    typer.Option(
+        "--verbose",
+        "-v",
+        help="More detail on stderr: settings, decoder, encoder, stream map, batch timings.",
+    ),
+]
 MaskOpt = Annotated[
     str,
     typer.Option(
@@ -652,14 +660,7 @@ def render(
     ] = False,
     overwrite: Annotated[bool, typer.Option(help="Replace an existing output file.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar, warnings only.")] = False,
-    verbose: Annotated[
-        bool,
-        typer.Option(
-            "--verbose",
-            "-v",
-            help="More detail on stderr: settings, decoder, encoder, stream map, batch timings.",
-        ),
-    ] = False,
+    verbose: VerboseOpt = False,
     facefusion_job: Annotated[
         Path | None,
         typer.Option(
@@ -711,14 +712,7 @@ def concat(
         bool, typer.Option(help="Delete the segments (and their emptied work directory) once joined.")
     ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Warnings only.")] = False,
-    verbose: Annotated[
-        bool,
-        typer.Option(
-            "--verbose",
-            "-v",
-            help="More detail on stderr: settings, decoder, encoder, stream map, batch timings.",
-        ),
-    ] = False,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Join segments by stream copy (no re-encode) and mux the audio of --audio-from back in."""
     setup_logging(quiet, verbose)
