@@ -274,3 +274,51 @@ def test_report_says_whether_the_audio_was_copied(
     assert json.loads(report.read_text())["audio"] == expected
     with av.open(str(out)) as container:
         assert container.streams.audio[0].codec_context.name == ("aac" if expected != "copied" else audio)
+
+
+@pytest.fixture(scope="module")
+def concealed_clip(tmp_path_factory) -> Path:
+    """A 30-frame .mkv with a run of zeros inside a packet that the decoder gets through: every
+    frame comes out, but one or more are flagged as decoded from damaged data (concealed)."""
+    directory = tmp_path_factory.mktemp("concealed")
+    data = make_clip(directory / "good.mkv", frames=30, size=(128, 96), audio=None).read_bytes()
+    rng = np.random.default_rng(7)
+    for attempt in range(80):
+        damaged = bytearray(data)
+        at, n = int(rng.integers(len(data) // 4, len(data))), int(rng.integers(8, 400))
+        damaged[at : at + n] = bytes(n)
+        path = directory / f"bad{attempt}.mkv"
+        path.write_bytes(bytes(damaged))
+        try:
+            with av.open(str(path)) as container:
+                decoded = list(container.decode(video=0))
+        except av.error.FFmpegError:
+            continue
+        if len(decoded) == 30 and any(f.is_corrupt for f in decoded):
+            return path
+    pytest.fail("no damage in 80 tries left every frame decodable but concealed")
+
+
+def test_a_frame_the_decoder_concealed_is_exit_2_unless_skipped(tmp_path, concealed_clip, astronaut_path):
+    out = tmp_path / "out.mkv"
+    proc = ffbatch("render", concealed_clip, "-s", astronaut_path, "-o", out, "-q")
+    assert_usage_error(proc, "is damaged (the decoder concealed the damage", str(concealed_clip))
+    assert not out.exists() and leftovers(tmp_path) == []
+    report = tmp_path / "r.json"
+    proc = ffbatch(
+        "render",
+        concealed_clip,
+        "-s",
+        astronaut_path,
+        "-o",
+        out,
+        "--on-decode-error",
+        "skip",
+        "--report",
+        report,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "decoded from damaged data" in proc.stderr
+    assert len(decode_all(out)[0]) == 30  # every frame, as decoded
+    data = json.loads(report.read_text())
+    assert data["frames_concealed"] >= 1 and data["frames_replaced"] == 0

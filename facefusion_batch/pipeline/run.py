@@ -379,6 +379,7 @@ def _consume(stream, make_worker, sink, settings, report, timer, on_progress, ma
         report.frames_with_faces += int(np.count_nonzero(result.swapped_per_frame[written]))
         count_not_swapped(report, result, written)
         report.frames_replaced += sum(frame.replaced for frame in batch.items if not frame.warmup)
+        report.frames_concealed += sum(frame.concealed for frame in batch.items if not frame.warmup)
         report.batches += 1
         report.batch_sizes.append(len(batch.items))
         report.batch_latency_s.append(latency)

@@ -89,6 +89,7 @@ class Frame:
     time_base: Fraction
     image: np.ndarray  # H x W x 3 uint8 BGR, C-contiguous, upright (yuv420p: [H*3/2, W] planes)
     replaced: bool = False  # on_decode_error="skip": not decoded, a copy of the last good picture
+    concealed: bool = False  # on_decode_error="skip": decoded from damaged data, the damage concealed
     warmup: bool = False  # before a segment's first frame: analysed (face tracks) but not written
     native: NativePicture | None = None  # pixel_format="native": the picture at its own precision
 
@@ -170,6 +171,7 @@ class FrameReader:
         self.seeked = False  # whether the range was reached by seeking (for tests and logs)
         self.frames_read = 0
         self.frames_replaced = 0  # frames filled in by on_decode_error="skip"
+        self.frames_concealed = 0  # frames the decoder flagged damaged and concealed ("skip" keeps them)
         self.decode_errors = 0  # errors the decoder raised and "skip" stepped over
         self.frames_promised = 0  # video packets that should each give a frame (not hidden by an edit list)
         self._stream_end_s: float | None = None  # where the last of them ends, in seconds
@@ -217,11 +219,19 @@ class FrameReader:
                             self.frames_replaced,
                             self.decode_errors,
                         )
+                    if self.frames_concealed:
+                        log.warning(
+                            "%s: %d frame(s) were decoded from damaged data (the decoder concealed the "
+                            "damage); they are kept as decoded",
+                            self.path,
+                            self.frames_concealed,
+                        )
                     return
                 if isinstance(item, _Failure):
                     raise self._translate(item) from item.exc
                 self.frames_read += 1
                 self.frames_replaced += item.replaced
+                self.frames_concealed += item.concealed
                 yield item
         finally:
             self.close()
@@ -393,7 +403,8 @@ class FrameReader:
                 image = self._to_image(av_frame)
                 last = image
                 tb = Fraction(av_frame.time_base) if av_frame.time_base else time_base
-                if not self._put(Frame(index=number, pts=pts, time_base=tb, image=image)):
+                frame = Frame(number, pts, tb, image, concealed=bool(av_frame.is_corrupt))
+                if not self._put(frame):
                     return False
                 number += 1
             return True
@@ -468,6 +479,11 @@ class FrameReader:
         self._largest = max(self._largest, packet.size)
 
     def _emit(self, av_frame, number: int, pts: int | None, time_base: Fraction) -> bool:
+        if av_frame.is_corrupt:  # decoded from damaged data: its damage concealed, not repaired
+            raise InputError(
+                f"input video {self.path}: frame {number} is damaged (the decoder concealed the "
+                "damage with neighbouring pictures); --on-decode-error skip renders it as decoded, counted"
+            )
         tb = Fraction(av_frame.time_base) if av_frame.time_base else time_base
         image = self._to_image(av_frame)
         return self._put(Frame(index=number, pts=pts, time_base=tb, image=image))
