@@ -289,53 +289,74 @@ class ClassicalSwapper:
         if self.settings.shape > 0 and self.settings.eyes_mouth != "target":  # the target's eyes stay put
             sources = np.stack([self.sources[c].mesh for c in choice])
             geometry = shaped_meshes(table.mesh, sources, self.face_regions, self.settings.shape)
-        dst = geometry[:, :, :2] * scales[:, None, None]
-        depth = table.mesh[:, :, 2]
-        # faces with a mirror-filled source are rasterised twice more, in the same pass: the
-        # texture corners from the flipped photo, and which triangles take them; each map is
-        # upsampled on its own and the choice made at full resolution (interpolating between
-        # the two halves of the atlas would sample the space between them)
-        mirrored = np.flatnonzero([self.mirror_corners[c] is not None for c in choice])
-        corners = [self.own_corners[c] for c in choice]
-        corners += [self.mirror_corners[choice[f]] for f in mirrored]
-        corners += [self.mirror_labels[choice[f]] for f in mirrored]
-        twice = np.concatenate([np.arange(len(table)), mirrored, mirrored])
-        cov = rasterize(dst[twice], np.stack(corners), depth[twice], self.triangles, bounds[twice])
-        order = np.argsort(cov.face, kind="stable")
-        starts = np.searchsorted(cov.face[order], np.arange(len(twice) + 1))
-
-        def face_map(row: int, f: int) -> tuple[np.ndarray, np.ndarray, tuple[int, int]]:
-            rows = order[starts[row] : starts[row + 1]]
-            frame_hw = (int(shapes[f, 0]), int(shapes[f, 1]))
-            return warp_map(
-                cov.x[rows], cov.y[rows], cov.src_x[rows], cov.src_y[rows], float(scales[f]), frame_hw
-            )
-
+        maps = self.warp_maps(
+            choice, geometry[:, :, :2] * scales[:, None, None], table.mesh[:, :, 2], bounds, scales, shapes
+        )
         holds = np.zeros((len(table), 2))
         if self.settings.eyes_mouth == "eyes":  # closed eyes stay closed
             source_open = np.array([self.sources[c].eye_open for c in choice])
             holds = held_eyes(eye_openness(table.mesh, self.face_regions), source_open)
         out: list[FaceRegion] = []
-        for f in range(len(table)):
-            if starts[f + 1] - starts[f] < 16:
+        for f, face_maps in enumerate(maps):
+            if face_maps is None:
                 continue
-            map_x, map_y, (x0, y0) = face_map(f, f)
-            if f in mirrored:
-                j = int(np.searchsorted(mirrored, f))
-                mirror_x, mirror_y, _ = face_map(len(table) + j, f)
-                label, _, _ = face_map(len(table) + len(mirrored) + j, f)
-                use = label > 0.5
-                map_x, map_y = np.where(use, mirror_x, map_x), np.where(use, mirror_y, map_y)
+            map_x, map_y, (x0, y0) = face_maps
             iod = 0.7 * eye_frame(table.mesh[f])[1]
             sigma = max(1.0, self.settings.shading_scale * iod)
             hold = (float(holds[f, 0]), float(holds[f, 1]))
-            frame = int(table.frame_index[f])
             visible = None
             if occlusion is not None:
                 visible = crop_to_region(occlusion[0][f], occlusion[1][f], x0, y0, map_x.shape)
+            frame = int(table.frame_index[f])
             out.append(
                 FaceRegion(frame, int(x0), int(y0), map_x, map_y, int(choice[f]), sigma, hold, visible)
             )
+        return out
+
+    def warp_maps(
+        self,
+        choice: np.ndarray,
+        dst: np.ndarray,
+        depth: np.ndarray,
+        bounds: np.ndarray,
+        scales: np.ndarray,
+        shapes: np.ndarray,
+    ) -> list[tuple[np.ndarray, np.ndarray, tuple[int, int]] | None]:
+        """Per face, its full-resolution warp map and origin (None: too few pixels covered).
+
+        Faces with a mirror-filled source are rasterised twice more in the same pass: with the
+        texture corners from the flipped photo, and with which triangles take them. Each map
+        is upsampled on its own and the choice made at full resolution (interpolating between
+        the two halves of the atlas would sample the space between them)."""
+        faces = len(choice)
+        mirrored = np.flatnonzero([self.mirror_corners[c] is not None for c in choice])
+        corners = [self.own_corners[c] for c in choice]
+        corners += [self.mirror_corners[choice[f]] for f in mirrored]
+        corners += [self.mirror_labels[choice[f]] for f in mirrored]
+        rows = np.concatenate([np.arange(faces), mirrored, mirrored])
+        cov = rasterize(dst[rows], np.stack(corners), depth[rows], self.triangles, bounds[rows])
+        order = np.argsort(cov.face, kind="stable")
+        starts = np.searchsorted(cov.face[order], np.arange(len(rows) + 1))
+
+        def upsampled(row: int, f: int) -> tuple[np.ndarray, np.ndarray, tuple[int, int]]:
+            picked = order[starts[row] : starts[row + 1]]
+            frame_hw = (int(shapes[f, 0]), int(shapes[f, 1]))
+            return warp_map(
+                cov.x[picked], cov.y[picked], cov.src_x[picked], cov.src_y[picked], float(scales[f]), frame_hw
+            )
+
+        out: list = []
+        for f in range(faces):
+            if starts[f + 1] - starts[f] < 16:
+                out.append(None)
+                continue
+            map_x, map_y, origin = upsampled(f, f)
+            if f in mirrored:
+                j = int(np.searchsorted(mirrored, f))
+                mirror_x, mirror_y, _ = upsampled(faces + j, f)
+                use = upsampled(faces + len(mirrored) + j, f)[0] > 0.5
+                map_x, map_y = np.where(use, mirror_x, map_x), np.where(use, mirror_y, map_y)
+            out.append((map_x, map_y, origin))
         return out
 
     def textures_for(self, k: Kernels) -> Any:
