@@ -84,3 +84,12 @@ def test_the_script_writes_its_json_and_chart(tmp_path):
     assert report["cases"] == 1 and report["results"][0]["kind"] == "header_flip"
     assert sum(report["by_class"]["header_flip"].values()) == 1
     assert (tmp_path / "fuzz.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_damaged_audio_timestamps_blame_the_input_not_the_output(clips, tmp_path):
+    """Fuzz case 21 (a chunk of an MPEG-TS repeated) sends the copied audio's timestamps back; the
+    muxer's bare "Invalid argument" was reported as "cannot write out.mkv"."""
+    result = fuzz.run_case(21, clips, tmp_path, timeout=120)
+    assert result.outcome == "refused", result.detail
+    assert "audio stream #1 of" in result.detail and "timestamps go back or repeat" in result.detail
+    assert "cannot write" not in result.detail

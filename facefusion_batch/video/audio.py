@@ -122,6 +122,7 @@ class AudioMuxer:
             self._in.close()
             raise
         self._write = mux if mux is not None else output.mux
+        self._last_dts: dict[int, int] = {}  # per output stream: the last copied packet's dts
         self._cancel = cancel
 
     @property
@@ -319,7 +320,20 @@ class AudioMuxer:
             self._encode(track, self._decode(track, packet))
             return
         packet.stream = track.target
-        self._write(packet)
+        last, dts = self._last_dts.get(packet.stream.index), packet.dts
+        try:
+            self._write(packet)
+        except Exception:
+            if dts is not None and last is not None and dts <= last:
+                # a damaged stream (a repeated or misplaced chunk) that the muxer refuses with a
+                # bare "Invalid argument", which would blame the output
+                raise InputError(
+                    f"audio stream #{track.source.index} of {self.source} is damaged: its timestamps "
+                    f"go back or repeat ({last} then {dts}); --no-audio renders the video alone"
+                ) from None
+            raise
+        if dts is not None:
+            self._last_dts[packet.stream.index] = dts
         self.packets_copied += 1
 
     def _decode(self, track: _Track, packet: av.Packet | None) -> list:
