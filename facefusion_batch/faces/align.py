@@ -9,7 +9,10 @@ import cv2
 import numpy as np
 
 from facefusion_batch.kernels.base import Array, Frames, Kernels
+from facefusion_batch.models.facefusion import LearnedModel
 from facefusion_batch.models.templates import TEMPLATES, similarity_fit, template_points, template_to_template
+from facefusion_batch.runtime.batching import BatchPolicy
+from facefusion_batch.runtime.session import Session
 
 
 def alignment_affines(landmarks5: np.ndarray, template: str, size: int) -> np.ndarray:
@@ -40,6 +43,15 @@ def align_crops(
     and the affines [F,2,3] that made them."""
     affines = alignment_affines(landmarks5, template, size)
     return k.warp_crops(frames, frame_index, affines, size, "replicate"), affines
+
+
+def crop_model_input(session: Session, model: LearnedModel, policy: BatchPolicy) -> tuple[str, int]:
+    """(input name, items per call) of a model that reads aligned face crops: its input is
+    "input" where it has one of that name (FaceFusion's exports), else its first."""
+    names = [t.name for t in session.inputs]
+    return ("input" if "input" in names else names[0]), policy.items_per_call(
+        model.size, channels=64, budget_mb=512.0
+    )
 
 
 def transform_points(points: np.ndarray, affines: np.ndarray) -> np.ndarray:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from facefusion_batch.faces.align import align_crops
+from facefusion_batch.faces.align import align_crops, crop_model_input
 from facefusion_batch.faces.table import FaceTable
 from facefusion_batch.kernels.base import Frames, Kernels
 from facefusion_batch.models.facefusion import CLASSIFIER, MODELS, LearnedModel
@@ -56,9 +56,7 @@ class FaceClassifier:
     ) -> None:
         self.session = session
         self.model = model
-        names = [t.name for t in session.inputs]
-        self.input_name = "input" if "input" in names else names[0]
-        self.max_batch = policy.items_per_call(model.size, channels=64, budget_mb=512.0)
+        self.input_name, self.max_batch = crop_model_input(session, model, policy)
 
     def classify(self, k: Kernels, frames: Frames, table: FaceTable) -> FaceClasses:
         count = len(table)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from facefusion_batch.faces.align import align_crops
+from facefusion_batch.faces.align import align_crops, crop_model_input
 from facefusion_batch.faces.table import FaceTable
 from facefusion_batch.kernels.base import Frames, Kernels
 from facefusion_batch.models.facefusion import MODELS, RECOGNISER, LearnedModel
@@ -68,9 +68,7 @@ class Recogniser:
     ) -> None:
         self.session = session
         self.model = model
-        names = [t.name for t in session.inputs]
-        self.input_name = "input" if "input" in names else names[0]
-        self.max_batch = policy.items_per_call(model.size, channels=64, budget_mb=512.0)
+        self.input_name, self.max_batch = crop_model_input(session, model, policy)
 
     def embed(self, k: Kernels, frames: Frames, table: FaceTable) -> np.ndarray:
         if len(table) == 0:
