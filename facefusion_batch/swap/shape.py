@@ -8,10 +8,11 @@ corners, nose bridge, forehead, cheekbones). Then, inside the face:
 - brows and nose take the fitted source's positions (brow line, nose length and width);
 - each eye keeps the target's lids (its opening: blinks and winks stay the target's) but takes
   the fitted source eye's centre and width (eye spacing and size);
-- the outline (face oval) and the lips stay the target's: no second jaw or cheek edge, and the
-  target's inner mouth (teeth) stays where the target's lips are;
-- every other point moves by its neighbours' displacement, fading to zero toward the outline
-  and the lips.
+- the mouth keeps the target's opening (the inner lip line: speech, a smile's teeth) but takes
+  the fitted source's mouth width along the target's mouth line and the source's lip thickness
+  (each outer lip point at the source's offset from its inner partner: lip shape);
+- the outline (face oval) stays the target's: no second jaw or cheek edge;
+- every other point moves by its neighbours' displacement, fading to zero toward the outline.
 
 Pure numpy over the table's faces; the classical swap paints through the shaped mesh.
 """
@@ -30,7 +31,27 @@ NOSE = np.array(
     + [237, 238, 239, 240, 241, 242, 275, 278, 294, 326, 327, 331, 344, 358, 429, 438, 439, 440, 457]
     + [458, 459, 460, 461, 462]
 )
-FADE = 0.3  # eye spans from the outline and the lips over which the displacement fades in
+FADE = 0.3  # eye spans from the outline over which the displacement fades in
+# how far the mouth's width may follow the source's (a wider source mouth would otherwise cover
+# the target's teeth's corners with lip, a much narrower one show the target's lip corners)
+MOUTH_WIDTH_RANGE = (0.85, 1.2)
+
+
+def mouth_delta(tgt: np.ndarray, fitted: np.ndarray, outer: np.ndarray, inner: np.ndarray) -> np.ndarray:
+    """[len(outer)+len(inner), 2] displacements of the lip points (outer, then inner): the
+    target's inner lip line stretched along its mouth line to the source's mouth width, and
+    each outer lip point at its source offset from its inner partner (the loops run in step)."""
+    corners = inner[[0, len(inner) // 2]]
+    axis = tgt[corners[1], :2] - tgt[corners[0], :2]
+    width = np.linalg.norm(axis) + 1e-6
+    axis = axis / width
+    ratio = np.linalg.norm(fitted[corners[1], :2] - fitted[corners[0], :2]) / width
+    ratio = float(np.clip(ratio, *MOUTH_WIDTH_RANGE))
+    centre = tgt[inner, :2].mean(axis=0)
+    along = (tgt[inner, :2] - centre) @ axis
+    new_inner = tgt[inner, :2] + ((ratio - 1.0) * along)[:, None] * axis
+    new_outer = new_inner + (fitted[outer, :2] - fitted[inner, :2])
+    return np.concatenate([new_outer - tgt[outer, :2], new_inner - tgt[inner, :2]])
 
 
 def similarity_3d(src: np.ndarray, dst: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
@@ -55,7 +76,11 @@ def shaped_meshes(
     if strength <= 0 or not len(target):
         return out.astype(np.float32)
     eyes = [np.asarray(regions.left_eye), np.asarray(regions.right_eye)]
-    anchors = np.unique(np.concatenate([regions.face_oval, regions.lips_outer, regions.lips_inner]))
+    anchors = np.asarray(regions.face_oval)
+    lips = np.concatenate([regions.lips_outer, regions.lips_inner])
+    paired_lips = len(regions.lips_outer) == len(regions.lips_inner)
+    if not paired_lips:  # loops not in step (another topology): the lips stay the target's
+        anchors = np.unique(np.concatenate([anchors, lips]))
     brows = np.asarray(regions.brows)
     for f in range(len(target)):
         tgt = target[f].astype(np.float64)
@@ -70,6 +95,9 @@ def shaped_meshes(
             ratio = np.ptp(fitted[loop, 0]) / t_width
             delta[loop] = f_centre + (tgt[loop, :2] - t_centre) * ratio - tgt[loop, :2]
         moved = np.zeros(len(tgt), bool)
+        if paired_lips:
+            delta[lips] = mouth_delta(tgt, fitted, regions.lips_outer, regions.lips_inner)
+            moved[lips] = True
         moved[brows] = moved[NOSE] = True
         for loop in eyes:
             moved[loop] = True
@@ -80,7 +108,7 @@ def shaped_meshes(
         w = np.exp(-d2 / (2 * (0.25 * span) ** 2))
         spread = (w @ delta[moved]) / np.maximum(w.sum(axis=1, keepdims=True), 1e-9)
         delta = np.where(moved[:, None], delta, spread * np.clip(w.sum(axis=1, keepdims=True), 0, 1))
-        # fading to nothing at the outline and the lips
+        # fading to nothing at the outline
         to_anchor = np.sqrt(((tgt[:, None, :2] - tgt[None, anchors, :2]) ** 2).sum(axis=-1)).min(axis=1)
         fade = np.clip(to_anchor / (FADE * span), 0.0, 1.0)
         fade = fade * fade * (3 - 2 * fade)
