@@ -62,6 +62,8 @@ class ClassicalSettings:
     mirror_fill: bool = True
     # the source texture blurred to the target face's sharpness (a soft face stays soft)
     match_sharpness: bool = True
+    # the target's own grain carried onto a face smoother than it (a noisy shot stays noisy)
+    match_grain: bool = True
 
     def __post_init__(self) -> None:
         if self.colour not in COLOUR_MODES:
@@ -79,6 +81,7 @@ class ClassicalSettings:
             blend=self.blend,
             shading_limit=self.shading_limit,
             match_sharpness=self.match_sharpness,
+            match_grain=self.match_grain,
         )
 
 
