@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from facefusion_batch.swap.shape import shaped_meshes, similarity_3d
+from facefusion_batch.swap.shape import mouth_weight, shaped_meshes, similarity_3d
 
 
 def rotation(yaw: float) -> np.ndarray:
@@ -76,3 +76,14 @@ def test_a_source_mouth_brings_its_width_and_lip_thickness_but_the_target_keeps_
     assert (thickness[1:10] - t_thickness[1:10]).mean() > 1.2
     assert (thickness[12:19] - t_thickness[12:19]).mean() > 1.2
     np.testing.assert_allclose(out[regions.face_oval, :2], target[0, regions.face_oval, :2], atol=0.5)
+
+
+def test_a_turned_source_photo_keeps_its_mouth_shape_to_itself(t1_faces, models):
+    regions = models.regions
+    np.testing.assert_allclose(mouth_weight(np.array([0.0, -0.1, 0.225, -0.3, 0.45])), [1, 1, 0.5, 0, 0])
+    target = t1_faces.mesh[:1]
+    source = target.copy()
+    lips = np.concatenate([regions.lips_outer, regions.lips_inner])
+    source[0, lips, 0] *= 1.1
+    out = shaped_meshes(target, source, regions, mouth=np.array([0.0]))[0]
+    np.testing.assert_allclose(out[lips, :2], target[0, lips, :2], atol=0.6)

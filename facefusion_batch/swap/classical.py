@@ -31,7 +31,7 @@ from facefusion_batch.kernels.base import (
 from facefusion_batch.swap.masks import Occluder
 from facefusion_batch.swap.raster import rasterize
 from facefusion_batch.swap.regions import FaceRegions
-from facefusion_batch.swap.shape import shaped_meshes
+from facefusion_batch.swap.shape import mouth_weight, shaped_meshes
 from facefusion_batch.swap.symmetry import atlas, mirror_corners, symmetric_pair
 
 EYES_MOUTH_CHOICES = ("eyes", "target", "source")
@@ -291,7 +291,8 @@ class ClassicalSwapper:
         geometry = table.mesh
         if self.settings.shape > 0 and self.settings.eyes_mouth != "target":  # the target's eyes stay put
             sources = np.stack([self.sources[c].mesh for c in choice])
-            geometry = shaped_meshes(table.mesh, sources, self.face_regions, self.settings.shape)
+            mouth = mouth_weight(self.source_yaw[choice])
+            geometry = shaped_meshes(table.mesh, sources, self.face_regions, self.settings.shape, mouth)
         maps = self.warp_maps(
             choice, geometry[:, :, :2] * scales[:, None, None], table.mesh[:, :, 2], bounds, scales, shapes
         )

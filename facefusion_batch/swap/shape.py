@@ -35,6 +35,7 @@ FADE = 0.3  # eye spans from the outline over which the displacement fades in
 # how far the mouth's width may follow the source's (a wider source mouth would otherwise cover
 # the target's teeth's corners with lip, a much narrower one show the target's lip corners)
 MOUTH_WIDTH_RANGE = (0.85, 1.2)
+MOUTH_YAW = (0.15, 0.3)  # |source yaw| up to which the mouth shape goes fully, from which not at all
 
 
 def mouth_delta(tgt: np.ndarray, fitted: np.ndarray, outer: np.ndarray, inner: np.ndarray) -> np.ndarray:
@@ -67,11 +68,27 @@ def similarity_3d(src: np.ndarray, dst: np.ndarray) -> tuple[float, np.ndarray, 
     return scale, rotation, mu_d - scale * rotation @ mu_s
 
 
+def mouth_weight(source_yaw: np.ndarray) -> np.ndarray:
+    """How much of the source's mouth shape to take, from its photo's head turn (eye_frame's
+    yaw proxy): all of it from a frontal photo, none from a three-quarter or profile one,
+    whose far half of the mouth the mesh can only guess (measured: a profile source's mouth
+    cost identity, scripts/bench_quality.py)."""
+    t = np.clip(
+        (MOUTH_YAW[1] - np.abs(np.asarray(source_yaw, np.float64))) / (MOUTH_YAW[1] - MOUTH_YAW[0]), 0, 1
+    )
+    return t * t * (3 - 2 * t)
+
+
 def shaped_meshes(
-    target: np.ndarray, source: np.ndarray, regions: FaceRegions, strength: float = 1.0
+    target: np.ndarray,
+    source: np.ndarray,
+    regions: FaceRegions,
+    strength: float = 1.0,
+    mouth: np.ndarray | None = None,
 ) -> np.ndarray:
     """[F,468,3] target meshes moved toward each face's source mesh ([F,468,3], any frame of
-    reference: it is fitted first); `strength` 0 gives the target, 1 the full transfer."""
+    reference: it is fitted first); `strength` 0 gives the target, 1 the full transfer;
+    `mouth` [F] (default 1): how much of the mouth's width and lip shape goes with it."""
     out = target.astype(np.float64).copy()
     if strength <= 0 or not len(target):
         return out.astype(np.float32)
@@ -96,7 +113,8 @@ def shaped_meshes(
             delta[loop] = f_centre + (tgt[loop, :2] - t_centre) * ratio - tgt[loop, :2]
         moved = np.zeros(len(tgt), bool)
         if paired_lips:
-            delta[lips] = mouth_delta(tgt, fitted, regions.lips_outer, regions.lips_inner)
+            weight = 1.0 if mouth is None else float(mouth[f])
+            delta[lips] = weight * mouth_delta(tgt, fitted, regions.lips_outer, regions.lips_inner)
             moved[lips] = True
         moved[brows] = moved[NOSE] = True
         for loop in eyes:
