@@ -31,7 +31,7 @@ NOSE = np.array(
     + [237, 238, 239, 240, 241, 242, 275, 278, 294, 326, 327, 331, 344, 358, 429, 438, 439, 440, 457]
     + [458, 459, 460, 461, 462]
 )
-FADE = 0.3  # eye spans from the outline over which the displacement fades in
+FADE = 0.3  # eye spans from the anchors (outline, held lips) over which the displacement fades in
 # how far the mouth's width may follow the source's (a wider source mouth would otherwise cover
 # the target's teeth's corners with lip, a much narrower one show the target's lip corners)
 MOUTH_WIDTH_RANGE = (0.85, 1.2)
@@ -79,6 +79,41 @@ def mouth_weight(source_yaw: np.ndarray) -> np.ndarray:
     return t * t * (3 - 2 * t)
 
 
+def displacement(tgt: np.ndarray, fitted: np.ndarray, regions: FaceRegions, with_mouth: bool) -> np.ndarray:
+    """[468, 2] how far each target point moves toward the fitted source (see the module's
+    docstring); `with_mouth`: the lips take the source's shape, else they stay put and, like
+    the outline, anchor the fade."""
+    lips = np.concatenate([regions.lips_outer, regions.lips_inner])
+    anchors = (
+        np.asarray(regions.face_oval) if with_mouth else np.unique(np.concatenate([regions.face_oval, lips]))
+    )
+    brows = np.asarray(regions.brows)
+    delta = np.zeros((len(tgt), 2))
+    moved = np.zeros(len(tgt), bool)
+    if with_mouth:
+        delta[lips] = mouth_delta(tgt, fitted, regions.lips_outer, regions.lips_inner)
+        moved[lips] = True
+    delta[brows] = fitted[brows, :2] - tgt[brows, :2]
+    delta[NOSE] = fitted[NOSE, :2] - tgt[NOSE, :2]
+    moved[brows] = moved[NOSE] = True
+    for loop in (np.asarray(regions.left_eye), np.asarray(regions.right_eye)):
+        t_centre, f_centre = tgt[loop, :2].mean(axis=0), fitted[loop, :2].mean(axis=0)
+        ratio = np.ptp(fitted[loop, 0]) / (np.ptp(tgt[loop, 0]) + 1e-6)
+        delta[loop] = f_centre + (tgt[loop, :2] - t_centre) * ratio - tgt[loop, :2]
+        moved[loop] = True
+    moved[anchors] = False
+    span = np.linalg.norm(tgt[RIGHT_EYE_OUTER, :2] - tgt[LEFT_EYE_OUTER, :2]) + 1e-6
+    # the rest of the face follows its moved neighbours (Gaussian weights of 0.25 eye spans)
+    d2 = ((tgt[:, None, :2] - tgt[None, moved, :2]) ** 2).sum(axis=-1)
+    w = np.exp(-d2 / (2 * (0.25 * span) ** 2))
+    spread = (w @ delta[moved]) / np.maximum(w.sum(axis=1, keepdims=True), 1e-9)
+    delta = np.where(moved[:, None], delta, spread * np.clip(w.sum(axis=1, keepdims=True), 0, 1))
+    # fading to nothing at the anchors
+    to_anchor = np.sqrt(((tgt[:, None, :2] - tgt[None, anchors, :2]) ** 2).sum(axis=-1)).min(axis=1)
+    fade = np.clip(to_anchor / (FADE * span), 0.0, 1.0)
+    return (fade * fade * (3 - 2 * fade))[:, None] * delta
+
+
 def shaped_meshes(
     target: np.ndarray,
     source: np.ndarray,
@@ -92,43 +127,16 @@ def shaped_meshes(
     out = target.astype(np.float64).copy()
     if strength <= 0 or not len(target):
         return out.astype(np.float32)
-    eyes = [np.asarray(regions.left_eye), np.asarray(regions.right_eye)]
-    anchors = np.asarray(regions.face_oval)
-    lips = np.concatenate([regions.lips_outer, regions.lips_inner])
     paired_lips = len(regions.lips_outer) == len(regions.lips_inner)
-    if not paired_lips:  # loops not in step (another topology): the lips stay the target's
-        anchors = np.unique(np.concatenate([anchors, lips]))
-    brows = np.asarray(regions.brows)
     for f in range(len(target)):
         tgt = target[f].astype(np.float64)
         scale, rotation, shift = similarity_3d(source[f][STABLE].astype(np.float64), tgt[STABLE])
         fitted = scale * source[f].astype(np.float64) @ rotation.T + shift
-        delta = np.zeros((len(tgt), 2))
-        delta[brows] = fitted[brows, :2] - tgt[brows, :2]
-        delta[NOSE] = fitted[NOSE, :2] - tgt[NOSE, :2]
-        for loop in eyes:
-            t_centre, f_centre = tgt[loop, :2].mean(axis=0), fitted[loop, :2].mean(axis=0)
-            t_width = np.ptp(tgt[loop, 0]) + 1e-6
-            ratio = np.ptp(fitted[loop, 0]) / t_width
-            delta[loop] = f_centre + (tgt[loop, :2] - t_centre) * ratio - tgt[loop, :2]
-        moved = np.zeros(len(tgt), bool)
-        if paired_lips:
-            weight = 1.0 if mouth is None else float(mouth[f])
-            delta[lips] = weight * mouth_delta(tgt, fitted, regions.lips_outer, regions.lips_inner)
-            moved[lips] = True
-        moved[brows] = moved[NOSE] = True
-        for loop in eyes:
-            moved[loop] = True
-        moved[anchors] = False
-        span = np.linalg.norm(tgt[RIGHT_EYE_OUTER, :2] - tgt[LEFT_EYE_OUTER, :2]) + 1e-6
-        # the rest of the face follows its moved neighbours (Gaussian weights of 0.25 eye spans)
-        d2 = ((tgt[:, None, :2] - tgt[None, moved, :2]) ** 2).sum(axis=-1)
-        w = np.exp(-d2 / (2 * (0.25 * span) ** 2))
-        spread = (w @ delta[moved]) / np.maximum(w.sum(axis=1, keepdims=True), 1e-9)
-        delta = np.where(moved[:, None], delta, spread * np.clip(w.sum(axis=1, keepdims=True), 0, 1))
-        # fading to nothing at the outline
-        to_anchor = np.sqrt(((tgt[:, None, :2] - tgt[None, anchors, :2]) ** 2).sum(axis=-1)).min(axis=1)
-        fade = np.clip(to_anchor / (FADE * span), 0.0, 1.0)
-        fade = fade * fade * (3 - 2 * fade)
-        out[f, :, :2] = tgt[:, :2] + strength * fade[:, None] * delta
+        weight = 0.0 if not paired_lips else 1.0 if mouth is None else float(mouth[f])
+        delta = 0.0
+        if weight < 1:  # the lips held where the target has them (anchors of the fade)
+            delta = (1 - weight) * displacement(tgt, fitted, regions, with_mouth=False)
+        if weight > 0:  # the lips moved to the source's width and thickness
+            delta = delta + weight * displacement(tgt, fitted, regions, with_mouth=True)
+        out[f, :, :2] = tgt[:, :2] + strength * delta
     return out.astype(np.float32)
