@@ -10,7 +10,7 @@ import cv2
 import numpy as np
 import pytest
 
-from facefusion_batch.kernels.base import grain_gain
+from facefusion_batch.kernels.base import GRAIN_SLACK, grain_gain
 from facefusion_batch.kernels.host import HostKernels
 from facefusion_batch.pipeline.build import prepare_sources
 from facefusion_batch.swap.classical import ClassicalSettings, ClassicalSwapper
@@ -23,9 +23,10 @@ except ImportError:  # torch is a test extra
 HOST = HostKernels()
 
 
-def test_the_gain_adds_in_quadrature_and_never_below_zero():
-    gain = grain_gain(np.array([0.0, 3.0, 5.0, 7.0]), np.full(4, 5.0))
-    np.testing.assert_allclose(gain, [1.0, 0.8, 0.0, 0.0])
+def test_the_gain_adds_in_quadrature_past_the_slack_and_never_below_zero():
+    have = np.array([0.0, 3.0, 4.0, 5.0, 7.0]) / GRAIN_SLACK
+    gain = grain_gain(have, np.full(5, 5.0))
+    np.testing.assert_allclose(gain, [1.0, 0.8, 0.6, 0.0, 0.0])
 
 
 def fine(image: np.ndarray, mask: np.ndarray) -> float:
@@ -69,7 +70,7 @@ def test_a_noisy_shot_keeps_its_grain_on_the_swapped_skin(models, t1_path, noisy
     clean = fine(render(HOST, models, t1_path, image, table, False), skin)
     grained = fine(render(HOST, models, t1_path, image, table, True), skin)
     assert clean < 0.75 * goal, (clean, goal)  # without it, the face is visibly cleaner
-    assert 0.8 * goal < grained < 1.2 * goal, (grained, goal)
+    assert 0.75 * goal < grained < 1.2 * goal, (grained, goal)
 
 
 def test_a_clean_shot_gets_no_grain(models, astronaut_path, t1_image, t1_faces):

@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from facefusion_batch.kernels.base import (
     DETAIL_SIGMA,
     GRAIN_CLIP,
+    GRAIN_SLACK,
     SHARPNESS_SIGMAS,
     STD_RATIO_RANGE,
     sharpness_weights,
@@ -638,7 +639,7 @@ def match_sharpness(face: Tensor, target: Tensor, skin: Tensor) -> Tensor:
 def match_grain(face: Tensor, target: Tensor, skin: Tensor) -> Tensor:
     """kernels.host_ops.match_grain for [N,3,H,W] faces (base.grain_gain in tensors: no wait)."""
     goal, have = _detail(target, skin), _detail(face, skin)
-    gain = torch.sqrt(torch.clamp(goal**2 - have**2, min=0.0)) / goal.clamp(min=1e-6)
+    gain = torch.sqrt(torch.clamp(goal**2 - (GRAIN_SLACK * have) ** 2, min=0.0)) / goal.clamp(min=1e-6)
     gain = torch.where(skin.sum(dim=(1, 2)) >= 64, gain, torch.zeros_like(gain))
     limit = (GRAIN_CLIP * goal)[:, None, None, None]
     residual = target - gaussian_blur(target, DETAIL_SIGMA)
