@@ -58,6 +58,10 @@ class ClassicalSettings:
     # how far the target mesh moves toward the source's brows, nose, eye spacing and size
     # (swap/shape.py); 0 paints the source's texture on the target's own geometry
     shape: float = 1.0
+    # the mouth's width and lip thickness from a frontal source too (swap/shape.py); off: measured
+    # by scripts/bench_quality.py it cost identity (astronaut 84.0% → 75.6% transferred, width
+    # the larger part), the recogniser reading a reshaped mouth under the target's as neither
+    mouth_shape: bool = False
     # the squeezed side of a turned source face painted from its visible side (swap/symmetry.py)
     mirror_fill: bool = True
     # the source texture blurred to the target face's sharpness (a soft face stays soft)
@@ -291,7 +295,7 @@ class ClassicalSwapper:
         geometry = table.mesh
         if self.settings.shape > 0 and self.settings.eyes_mouth != "target":  # the target's eyes stay put
             sources = np.stack([self.sources[c].mesh for c in choice])
-            mouth = mouth_weight(self.source_yaw[choice])
+            mouth = mouth_weight(self.source_yaw[choice]) * float(self.settings.mouth_shape)
             geometry = shaped_meshes(table.mesh, sources, self.face_regions, self.settings.shape, mouth)
         maps = self.warp_maps(
             choice, geometry[:, :, :2] * scales[:, None, None], table.mesh[:, :, 2], bounds, scales, shapes
