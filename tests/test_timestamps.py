@@ -8,6 +8,7 @@ and the audio's time against each frame (A/V sync)."""
 
 from __future__ import annotations
 
+import json
 import logging
 from fractions import Fraction
 from pathlib import Path
@@ -20,12 +21,16 @@ from media import (
     make_clip,
     make_headless_h264,
     make_packed_avi,
+    make_spliced_ts,
     make_trimmed_mp4,
     make_wrapped_ts,
 )
 from test_cli import assert_usage_error, ffbatch, leftovers
 
-from facefusion_batch.errors import InputError
+from facefusion_batch.config import RenderSettings
+from facefusion_batch.errors import InputError, Interrupted
+from facefusion_batch.farm.jobs import render as render_job
+from facefusion_batch.pipeline.run import Renderer
 from facefusion_batch.video.reader import FrameReader
 from facefusion_batch.video.timing import display_order
 
@@ -113,6 +118,121 @@ def test_a_wrapping_mpegts_renders_the_same_in_chunks(tmp_path, wrapped_ts, astr
     assert decoded_times(chunked) == decoded_times(whole)
     assert decoded_times(whole)[1] == list(range(30))
     assert audio_times(chunked) == audio_times(whole)
+
+
+# -- MPEG-TS recordings spliced together: the clock jumps back and far forward mid-clip --------
+
+SPLICE_PARTS = (10, 10, 10)
+FRAME_S = Fraction(1, 25)
+
+
+@pytest.fixture(scope="module")
+def spliced_ts(tmp_path_factory) -> Path:
+    """Three recordings cut together: clocks at 10 h, then 1 h (a step back, which FFmpeg's wrap
+    guess turns into a step forward of 17.5 h), then 13.9 h (a step back)."""
+    path = tmp_path_factory.mktemp("splice") / "spliced.ts"
+    return make_spliced_ts(path, frames=SPLICE_PARTS, clocks_s=(36000, 3600, 50000), size=(128, 96))
+
+
+def parts_of(times: list[Fraction]) -> list[int]:
+    """Which recording each input time belongs to: a new part wherever the clock jumps."""
+    part, out = 0, []
+    for i, t in enumerate(times):
+        if i and not 0 < t - times[i - 1] < 1:
+            part += 1
+        out.append(part)
+    return out
+
+
+def assert_spliced_render(clip: Path, out: Path, tick: Fraction) -> None:
+    """Every frame in display order on one continuous timeline, every audio packet, and A/V sync
+    within each recording exactly as in the input."""
+    video_in, numbers_in = decoded_times(clip)
+    audio_in = audio_times(clip)
+    video_out, numbers_out = decoded_times(out)
+    audio_out = audio_times(out)
+    assert numbers_in == numbers_out == list(range(sum(SPLICE_PARTS)))  # every frame, in display order
+    steps = [b - a for a, b in zip(video_out, video_out[1:], strict=False)]
+    assert all(FRAME_S - tick <= step < 2 * FRAME_S for step in steps), steps  # no jump, no gap of a frame
+    assert len(audio_out) == len(audio_in)  # all the audio
+    assert all(b > a for a, b in zip(audio_out, audio_out[1:], strict=False))
+    video_part = parts_of(video_in)
+    assert video_part == [k for k, n in enumerate(SPLICE_PARTS) for _ in range(n)]
+    moved = {k: video_out[i] - video_in[i] for i, k in enumerate(video_part)}
+    for i, k in enumerate(video_part):  # each recording moved as a whole
+        assert abs(video_out[i] - video_in[i] - moved[k]) <= tick
+    # each audio packet moved with the recording it belongs to (the one whose frames it is nearest)
+    for a_in, a_out in zip(audio_in, audio_out, strict=True):
+        k = video_part[min(range(len(video_in)), key=lambda i: abs(video_in[i] - a_in))]
+        assert abs(a_out - a_in - moved[k]) <= tick, (a_in, a_out, k)
+
+
+@pytest.mark.parametrize("suffix", [".mp4", ".mkv"])
+def test_a_clock_that_jumps_mid_clip_keeps_every_frame_and_the_audio_in_sync(
+    tmp_path, spliced_ts, astronaut_path, suffix
+):
+    video_in, _ = decoded_times(spliced_ts)
+    assert any(b < a for a, b in zip(video_in, video_in[1:], strict=False))  # the input's clock steps back
+    assert any(b - a > 3600 for a, b in zip(video_in, video_in[1:], strict=False))  # ... and far forward
+    out, report = tmp_path / f"out{suffix}", tmp_path / "report.json"
+    proc = ffbatch(
+        "render", spliced_ts, "-s", astronaut_path, "-o", out, "--report", report, "--backend", "cpu"
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "its clock jumps 2 time(s) mid-clip" in proc.stderr
+    assert "not increasing" not in proc.stderr and "may be truncated" not in proc.stderr
+    assert_spliced_render(spliced_ts, out, Fraction(1, 1000) if suffix == ".mkv" else Fraction(1, 90000))
+    summary = json.loads(report.read_text())
+    assert summary["clock_discontinuities"] == 2 and summary["frames_out"] == 30
+
+
+@pytest.mark.slow
+def test_a_clock_that_jumps_renders_the_same_on_every_path(tmp_path, spliced_ts, astronaut_path):
+    """--frames A:B, --chunk-frames N (interrupted, then resumed) and concat of segments give the
+    frames, times and audio of the whole render."""
+    render = ("render", spliced_ts, "-s", astronaut_path, "--backend", "cpu")
+    whole = tmp_path / "whole.mp4"
+    assert ffbatch(*render, "-o", whole).returncode == 0
+    times, numbers = decoded_times(whole)
+    assert_spliced_render(spliced_ts, whole, Fraction(1, 90000))
+    for start, end in ((0, 13), (13, 30)):  # across a splice, one from the start, one to the end
+        seg = tmp_path / f"seg{start}.mkv"
+        proc = ffbatch(*render, "-o", seg, "--frames", f"{start}:{end}")
+        assert proc.returncode == 0, proc.stderr
+        seg_times, seg_numbers = decoded_times(seg)
+        assert seg_numbers == numbers[start:end]
+        assert close(seg_times, times[start:end], Fraction(1, 1000))
+    joined = tmp_path / "joined.mp4"
+    proc = ffbatch(
+        "concat", tmp_path / "seg0.mkv", tmp_path / "seg13.mkv", "-o", joined, "--audio-from", spliced_ts
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert decoded_times(joined)[1] == numbers
+    assert close(decoded_times(joined)[0], times, Fraction(1, 1000))
+    assert close(audio_times(joined), audio_times(whole), Fraction(1, 1000))
+    # chunks, interrupted after the second, then resumed (in this process: an exact stop)
+    settings = RenderSettings(
+        input=spliced_ts,
+        output=tmp_path / "chunked.mp4",
+        sources=(astronaut_path,),
+        chunk_frames=8,
+        quiet=True,
+    )
+    renderer = Renderer.load(settings)
+    seen = []
+
+    def stop_after_two_chunks(n: int) -> None:
+        seen.append(n)
+        if sum(seen) >= 16:
+            raise KeyboardInterrupt
+
+    with pytest.raises(Interrupted, match="resume"):
+        render_job(settings, renderer=renderer, on_progress=stop_after_two_chunks)
+    resumed = render_job(settings, renderer=renderer)
+    assert 1 <= resumed.segments["reused"] < resumed.segments["total"] == 4
+    assert resumed.clock_discontinuities == 2
+    assert decoded_times(settings.output) == (times, numbers)
+    assert audio_times(settings.output) == audio_times(whole)
 
 
 # -- AVI with packed B-frames (DivX/Xvid), timestamps by chunk only ----------------------------

@@ -187,6 +187,15 @@ def _render_claimed(settings, on_progress, on_start, renderer, output_tags, star
         timer.add("load", renderer.load_seconds)
     report = renderer.new_report(settings)
     report.reduced = reduced
+    report.clock_discontinuities = len(info.clock.discontinuities)
+    if info.clock:
+        log.warning(
+            "%s: its clock jumps %d time(s) mid-clip (%s; spliced recordings?); each part is moved to "
+            "follow the one before, video and audio by the same time",
+            settings.input,
+            len(info.clock.discontinuities),
+            info.clock.describe(),
+        )
     chunk = chunk_size_for(settings, info.frame_count)
     if settings.matte_output is not None and chunk and settings.chunk_frames is None:
         log.info("--matte-output: rendering %s whole, not in resumable chunks", settings.input)

@@ -410,9 +410,11 @@ class FrameReader:
             return True
 
         times: DisplayTimes[av.VideoFrame] = DisplayTimes()
+        rebaser = self.info.clock.rebaser()
         for packet in container.demux(stream):
             if self._stop.is_set():
                 return
+            rebaser.rebase(packet)
             self._note(packet)
             if packet.pts is not None and not packet.is_discard and packet.size:
                 heapq.heappush(pending, packet.pts)
@@ -453,9 +455,11 @@ class FrameReader:
         """Every decoded picture in the decoder's (display) order, with its display pts: the
         stream's pts in increasing order (video/timing.py), whatever order the demuxer guessed."""
         times: DisplayTimes[av.VideoFrame] = DisplayTimes()
+        rebaser = self.info.clock.rebaser()  # a clock that jumps: each part after the one before
         for packet in container.demux(stream):
             if self._stop.is_set():
                 return
+            rebaser.rebase(packet)
             self._note(packet)
             for av_frame in packet.decode():
                 yield from times.push(av_frame, av_frame.pts)

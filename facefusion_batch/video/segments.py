@@ -30,6 +30,7 @@ import av.error
 from facefusion_batch.errors import InputError
 from facefusion_batch.fsutil import ffmpeg_path
 from facefusion_batch.video.probe import pick_video_stream
+from facefusion_batch.video.timing import ClockScan, has_clock, shift_ticks
 
 TAG_FRAMES = "ffbatch_frames"
 TAG_FRAME_COUNT = "ffbatch_frame_count"
@@ -74,6 +75,9 @@ class FrameIndex:
     pts: tuple[int, ...]  # sorted: pts[n] is the pts of frame n (only when `exact`)
     keyframe_pts: tuple[int, ...]  # sorted
     exact: bool  # every packet had a pts and no two were equal: seeking is safe
+    # False where the clock jumps (video/timing.py): pts are on the moved timeline, which a seek
+    # (in the file's own clock) cannot address, so ranges are decoded from the start and counted
+    seekable: bool = True
 
     def resolve(self, start: int, end: int | None, option: str = "--frames") -> tuple[int, int]:
         """Check a range against the video; END None means the last frame."""
@@ -87,7 +91,7 @@ class FrameIndex:
 
     def seek_pts(self, start: int) -> int | None:
         """pts of the last keyframe at or before frame `start`; None to decode from the beginning."""
-        if not self.exact or start == 0:
+        if not self.exact or not self.seekable or start == 0:
             return None
         target = self.pts[start]
         i = bisect.bisect_right(self.keyframe_pts, target) - 1
@@ -116,9 +120,17 @@ def frame_index(path: str | Path, stream_index: int | None = None) -> FrameIndex
             stream = container.streams[stream_index]
         pts: list[int] = []
         keys: list[int] = []
+        positions: list[int | None] = []  # where each of `pts` is, for a clock that jumps
         missing = 0
+        # an MPEG-TS/PS clock may jump: the audio is read too (the same pass), to place each jump
+        clock = ClockScan(stream.index) if has_clock(container) else None
+        streams = [s for s in container.streams if s.type == "audio"] if clock is not None else []
         try:
-            for packet in container.demux(stream):
+            for packet in container.demux(stream, *streams):
+                if clock is not None:
+                    clock.add(packet)
+                if packet.stream.index != stream.index:
+                    continue
                 if packet.is_keyframe and packet.pts is not None and packet.size:
                     keys.append(packet.pts)  # a seek may land on a keyframe an edit list hides
                 if not gives_frame(packet):
@@ -127,11 +139,19 @@ def frame_index(path: str | Path, stream_index: int | None = None) -> FrameIndex
                     missing += 1
                     continue
                 pts.append(packet.pts)
+                positions.append(packet.pos)
         except (av.error.FFmpegError, OSError):
             pass  # a damaged tail: number the frames that are there, as the reader would decode them
         time_base = Fraction(stream.time_base) if stream.time_base else Fraction(1, 90000)
     finally:
         container.close()
+    jumps = clock.result() if clock is not None else None
+    if jumps:  # the frames on the timeline the reader gives them (each part after the one before)
+        rebaser = jumps.rebaser()
+        pts = [
+            p + shift_ticks(rebaser.shift(stream.index, pos), time_base)
+            for p, pos in zip(pts, positions, strict=True)
+        ]
     ordered = sorted(pts)
     # Without timestamps (or with repeated ones) a frame's number is its decode count: the
     # reader then decodes from the beginning and counts instead of seeking.
@@ -144,6 +164,7 @@ def frame_index(path: str | Path, stream_index: int | None = None) -> FrameIndex
         pts=tuple(ordered) if exact else (),
         keyframe_pts=tuple(sorted(keys)),
         exact=exact,
+        seekable=not jumps,
     )
 
 
