@@ -32,6 +32,7 @@ from facefusion_batch.errors import InputError, Interrupted
 from facefusion_batch.farm.jobs import render as render_job
 from facefusion_batch.pipeline.run import Renderer
 from facefusion_batch.video.reader import FrameReader
+from facefusion_batch.video.stream_end import declared_size
 from facefusion_batch.video.timing import display_order
 
 
@@ -350,6 +351,60 @@ def test_a_demuxer_that_gives_up_inside_a_file_is_exit_2(tmp_path):
     with pytest.raises(InputError, match="is damaged: its video stops at"):
         with FrameReader(damaged) as reader:
             list(reader)
+
+
+def _last_video_packet(path: Path) -> tuple[int, int]:
+    with av.open(str(path)) as container:
+        return [(p.pos, p.size) for p in container.demux(video=0) if p.size][-1]
+
+
+def test_damage_near_the_end_is_exit_2_and_only_a_file_whose_bytes_end_is_a_cut(
+    tmp_path, astronaut_path, caplog
+):
+    """The rule is exact, not "within the last 2 % of the file": a video that stops before the end
+    its container declares, in a file holding every byte the container declares, is damaged."""
+    good = make_clip(tmp_path / "good.mkv", frames=20, size=(128, 96))
+    data = good.read_bytes()
+    pos, size = _last_video_packet(good)
+    assert len(data) - (pos + size) < len(data) // 50  # the last frame sits in the last 2 % of the file
+    damaged, cut = tmp_path / "damaged.mkv", tmp_path / "cut.mkv"
+    damaged.write_bytes(data[: pos - 40] + np.random.default_rng(3).bytes(size + 40) + data[pos + size :])
+    cut.write_bytes(data[: pos + size // 2])  # the bytes end inside the last frame
+    for path in (damaged, cut):
+        with av.open(str(path)) as container:  # the reference decode: the last frame is gone
+            assert sum(1 for _ in container.decode(video=0)) == 19
+    assert declared_size(damaged) == len(data) == declared_size(good) and declared_size(cut) > len(data) // 2
+    with pytest.raises(
+        InputError, match="is damaged: its video stops at 0.760 s .* bytes the container declares"
+    ):
+        with FrameReader(damaged) as reader:
+            list(reader)
+    out = tmp_path / "out.mp4"
+    for args in [(), ("--chunk-frames", "8"), ("--frames", "0:8")]:  # every path: exit 2, nothing written
+        proc = ffbatch("render", damaged, "-s", astronaut_path, "-o", out, *args, "--backend", "cpu")
+        assert_usage_error(proc, str(damaged), "is damaged")
+        assert not out.exists() and leftovers(tmp_path) == []
+    caplog.set_level(logging.WARNING, logger="ffbatch")
+    with FrameReader(cut) as reader:  # cut short: the complete frames, and a warning
+        assert [frame_number(f.image) for f in reader] == list(range(19))
+    assert any("may be truncated" in r.getMessage() for r in caplog.records)
+    proc = ffbatch("render", cut, "-s", astronaut_path, "-o", out, "--backend", "cpu")
+    assert proc.returncode == 0 and "may be truncated" in proc.stderr, proc.stderr
+    assert decoded_times(out)[1] == list(range(19))
+
+
+def test_declared_size_reads_the_containers_own_size_fields(tmp_path):
+    clips = [
+        make_clip(tmp_path / f"c{suffix}", frames=5, size=(64, 64)) for suffix in (".mkv", ".mp4", ".mov")
+    ]
+    clips.append(make_packed_avi(tmp_path / "c.avi", frames=10))
+    for clip in clips:
+        data = clip.read_bytes()
+        assert declared_size(clip) == len(data), clip
+        cut = tmp_path / f"cut{clip.suffix}"
+        cut.write_bytes(data[: len(data) * 8 // 10])
+        assert declared_size(cut) > len(data) * 8 // 10, clip
+    assert declared_size(make_wrapped_ts(tmp_path / "c.ts", frames=5, size=(64, 64))) is None  # declares none
 
 
 def _complete_files(directory: Path) -> dict[str, Path]:

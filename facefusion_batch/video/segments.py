@@ -20,7 +20,7 @@ can check them and a re-run can recognise finished work: `ffbatch_frames`
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 
@@ -30,6 +30,7 @@ import av.error
 from facefusion_batch.errors import InputError
 from facefusion_batch.fsutil import ffmpeg_path
 from facefusion_batch.video.probe import pick_video_stream
+from facefusion_batch.video.stream_end import PacketEnd
 from facefusion_batch.video.timing import ClockScan, has_clock, shift_ticks
 
 TAG_FRAMES = "ffbatch_frames"
@@ -78,6 +79,7 @@ class FrameIndex:
     # False where the clock jumps (video/timing.py): pts are on the moved timeline, which a seek
     # (in the file's own clock) cannot address, so ranges are decoded from the start and counted
     seekable: bool = True
+    end: PacketEnd | None = field(default=None, compare=False)  # where the packets stop (a damaged tail)
 
     def resolve(self, start: int, end: int | None, option: str = "--frames") -> tuple[int, int]:
         """Check a range against the video; END None means the last frame."""
@@ -122,6 +124,7 @@ def frame_index(path: str | Path, stream_index: int | None = None) -> FrameIndex
         keys: list[int] = []
         positions: list[int | None] = []  # where each of `pts` is, for a clock that jumps
         missing = 0
+        end = PacketEnd()
         # an MPEG-TS/PS clock may jump: the audio is read too (the same pass), to place each jump
         clock = ClockScan(stream.index) if has_clock(container) else None
         streams = [s for s in container.streams if s.type == "audio"] if clock is not None else []
@@ -135,6 +138,7 @@ def frame_index(path: str | Path, stream_index: int | None = None) -> FrameIndex
                     keys.append(packet.pts)  # a seek may land on a keyframe an edit list hides
                 if not gives_frame(packet):
                     continue
+                end.note(packet)
                 if packet.pts is None:
                     missing += 1
                     continue
@@ -165,6 +169,7 @@ def frame_index(path: str | Path, stream_index: int | None = None) -> FrameIndex
         keyframe_pts=tuple(sorted(keys)),
         exact=exact,
         seekable=not jumps,
+        end=end,
     )
 
 
