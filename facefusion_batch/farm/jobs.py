@@ -63,7 +63,13 @@ from facefusion_batch.video.sequence import (
     default_start_number,
     is_sequence_pattern,
 )
-from facefusion_batch.video.stills import IMAGE_SUFFIXES, is_still_image, read_image, write_image_atomically
+from facefusion_batch.video.stills import (
+    IMAGE_SUFFIXES,
+    is_still_image,
+    read_image,
+    still_stream_map,
+    write_image_atomically,
+)
 from facefusion_batch.video.writer import VideoWriter, check_output, encoder_parameters
 
 log = logging.getLogger("ffbatch")
@@ -311,6 +317,7 @@ def render_still(settings: RenderSettings, renderer: Renderer | None, started: f
     report.batch_sizes.append(1)
     report.audio = "none"
     report.encoder = "image"
+    report.streams = still_stream_map(settings.input, settings.output)
     report.stage_seconds = dict(timer.seconds)
     report.wall_seconds = time.perf_counter() - started
     report.peak_rss_mb = peak_rss_mb()
