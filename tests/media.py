@@ -366,6 +366,58 @@ def make_packed_avi(
     return path
 
 
+def make_dropped_frames_avi(
+    path: str | Path,
+    *,
+    frames: int = 20,
+    dropped_after: tuple[int, ...] = (5, 11),
+    size: tuple[int, int] = (128, 96),
+) -> Path:
+    """An Xvid-style AVI at 25 fps (MPEG-4 part 2, no B-frames, mp3 audio) whose encoder dropped
+    a frame after each frame in `dropped_after`: an N-VOP chunk ("the previous picture again")
+    stands in its place, so the stream holds `frames + len(dropped_after)` chunks and a decoder
+    returns `frames` pictures, each at its own chunk's time. The frames are numbered as in
+    `synthetic_frame`."""
+    path = Path(path)
+    rate = Fraction(25)
+    encoder = av.CodecContext.create("mpeg4", "w")
+    encoder.width, encoder.height = size
+    encoder.pix_fmt = "yuv420p"
+    encoder.time_base = 1 / rate
+    encoder.framerate = rate
+    encoder.max_b_frames = 0
+    encoder.gop_size = 12
+    encoder.open()
+    packets = []
+    for i in range(frames):
+        picture = av.VideoFrame.from_ndarray(synthetic_frame(i, size), format="bgr24").reformat(
+            format="yuv420p"
+        )
+        picture.pts = i
+        packets += encoder.encode(picture)
+    packets += encoder.encode(None)
+    chunks = []
+    for i, packet in enumerate(packets):
+        chunks.append((bytes(packet), packet.is_keyframe))
+        if i in dropped_after:
+            chunks.append((_not_coded_vop(5), False))  # a time base of 1/25: 5 bits of increment
+    with av.open(str(path), mode="w", format="avi") as out:
+        stream = out.add_stream("mpeg4", rate=rate)
+        stream.width, stream.height = size
+        stream.pix_fmt = "yuv420p"
+        stream.codec_context.codec_tag = "XVID"
+        audio_stream = out.add_stream("mp3", rate=AUDIO_RATE, layout="stereo")
+        for n, (chunk, keyframe) in enumerate(chunks):
+            packet = av.Packet(chunk)
+            packet.stream = stream
+            packet.pts = packet.dts = n
+            packet.time_base = 1 / rate
+            packet.is_keyframe = keyframe
+            out.mux(packet)
+        _write_tone(out, audio_stream, float(len(chunks) / rate))
+    return path
+
+
 def make_trimmed_mp4(path: str | Path, *, frames: int = 40, lead: int = 5, fps: int = 25) -> Path:
     """An .mp4 whose edit list hides its first `lead` frames and the audio under them: `make_clip`'s
     packets (H.264 + AAC) remuxed `lead` frames earlier, so they start below 0. A decoder returns

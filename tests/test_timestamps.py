@@ -19,6 +19,7 @@ import pytest
 from media import (
     frame_number,
     make_clip,
+    make_dropped_frames_avi,
     make_headless_h264,
     make_packed_avi,
     make_spliced_ts,
@@ -32,6 +33,7 @@ from facefusion_batch.errors import InputError, Interrupted
 from facefusion_batch.farm.jobs import render as render_job
 from facefusion_batch.pipeline.run import Renderer
 from facefusion_batch.video.reader import FrameReader
+from facefusion_batch.video.segments import frame_index
 from facefusion_batch.video.stream_end import declared_size
 from facefusion_batch.video.timing import display_order
 
@@ -290,6 +292,35 @@ def test_frame_ranges_and_chunks_of_a_packed_avi_agree_with_the_whole_render(
     assert proc.returncode == 0, proc.stderr
     assert decoded_times(chunked) == (times, numbers)
     assert audio_times(chunked) == audio_times(whole)
+
+
+# -- Xvid AVI whose encoder dropped frames (N-VOPs: packets that give no picture) --------------
+
+
+def test_frames_an_xvid_encoder_dropped_are_no_damage_on_any_path(tmp_path, astronaut_path):
+    """22 chunks, 20 pictures: the two N-VOPs give none (a decoder shows the frame before them
+    longer). The frame index counts pictures, not packets, so no path calls the file damaged and
+    every path gives the reference decode's frames at their times."""
+    avi = make_dropped_frames_avi(tmp_path / "xvid.avi", frames=20, dropped_after=(5, 11))
+    with av.open(str(avi)) as container:
+        assert sum(1 for p in container.demux(video=0) if p.size) == 22
+    times, numbers = decoded_times(avi)  # the reference decode
+    assert numbers == list(range(20)) and len(times) == 20
+    assert times[6] - times[5] == times[12] - times[11] == Fraction(2, 25)  # each gap: one dropped frame
+    assert frame_index(avi).count == 20
+    whole, part, chunked = tmp_path / "whole.mp4", tmp_path / "part.mkv", tmp_path / "chunked.mp4"
+    runs = [("-o", whole), ("-o", part, "--frames", "4:14"), ("-o", chunked, "--chunk-frames", "8")]
+    for args in runs:
+        proc = ffbatch("render", avi, "-s", astronaut_path, *args, "--backend", "cpu")
+        assert proc.returncode == 0, proc.stderr
+        assert "dropped" not in proc.stderr and "damaged" not in proc.stderr
+    assert decoded_times(whole) == decoded_times(chunked) == (times, numbers)
+    part_times, part_numbers = decoded_times(part)
+    assert part_numbers == numbers[4:14] and close(part_times, times[4:14], Fraction(1, 1000))
+    assert len(audio_times(whole)) == len(audio_times(avi))
+    with FrameReader(avi, on_decode_error="skip") as reader:  # nothing to fill in either
+        assert [frame_number(f.image) for f in reader] == numbers
+    assert reader.frames_replaced == 0
 
 
 # -- an edit list hiding the first frames (and the audio under them) ---------------------------

@@ -64,7 +64,7 @@ from facefusion_batch.video.hwaccel import HWACCELS
 from facefusion_batch.video.native import NativePicture
 from facefusion_batch.video.planes import BGR24, NATIVE, PIXEL_FORMATS, YUV420P, blank_picture
 from facefusion_batch.video.probe import VideoInfo, open_input, probe
-from facefusion_batch.video.segments import FrameIndex, frame_index, gives_frame
+from facefusion_batch.video.segments import FrameIndex, FramePackets, frame_index
 from facefusion_batch.video.stream_end import PacketEnd, judge_end
 from facefusion_batch.video.timing import DisplayTimes
 
@@ -388,12 +388,14 @@ class FrameReader:
 
         times: DisplayTimes[av.VideoFrame] = DisplayTimes()
         rebaser = self.info.clock.rebaser()
+        counts = FramePackets(stream)
         for packet in container.demux(stream):
             if self._stop.is_set():
                 return
             rebaser.rebase(packet)
-            self._note(packet)
-            if packet.pts is not None and not packet.is_discard and packet.size:
+            gives = counts(packet)
+            self._note(packet, gives)
+            if gives and packet.pts is not None:
                 heapq.heappush(pending, packet.pts)
             try:
                 av_frames = packet.decode()
@@ -433,11 +435,12 @@ class FrameReader:
         stream's pts in increasing order (video/timing.py), whatever order the demuxer guessed."""
         times: DisplayTimes[av.VideoFrame] = DisplayTimes()
         rebaser = self.info.clock.rebaser()  # a clock that jumps: each part after the one before
+        counts = FramePackets(stream)
         for packet in container.demux(stream):
             if self._stop.is_set():
                 return
             rebaser.rebase(packet)
-            self._note(packet)
+            self._note(packet, counts(packet))
             for av_frame in packet.decode():
                 yield from times.push(av_frame, av_frame.pts)
         yield from times.finish()
@@ -446,9 +449,9 @@ class FrameReader:
                 "%s: %d frame timestamps were out of display order; reordered", self.path, times.reordered
             )
 
-    def _note(self, packet: av.Packet) -> None:
+    def _note(self, packet: av.Packet, gives_frame: bool) -> None:
         """Count a demuxed packet that stands for a frame, and where it ends (time, byte)."""
-        if not gives_frame(packet):
+        if not gives_frame:
             return
         self.frames_promised += 1
         self._end.note(packet)

@@ -29,6 +29,7 @@ import av.error
 
 from facefusion_batch.errors import InputError
 from facefusion_batch.fsutil import ffmpeg_path
+from facefusion_batch.video.mpeg4 import NotCodedVops
 from facefusion_batch.video.probe import pick_video_stream
 from facefusion_batch.video.stream_end import PacketEnd
 from facefusion_batch.video.timing import ClockScan, has_clock, shift_ticks
@@ -106,6 +107,21 @@ def gives_frame(packet: av.Packet) -> bool:
     return bool(packet.size) and not packet.is_discard
 
 
+class FramePackets:
+    """Which demuxed video packets of `stream` stand for a frame, asked in decode order: those
+    `gives_frame` accepts, less MPEG-4 Part 2 not-coded VOPs (video/mpeg4.py), which a decoder
+    shows no picture for."""
+
+    def __init__(self, stream) -> None:
+        ctx = stream.codec_context
+        self._vops = NotCodedVops(ctx.extradata) if ctx is not None and ctx.name == "mpeg4" else None
+
+    def __call__(self, packet: av.Packet) -> bool:
+        if not gives_frame(packet):
+            return False
+        return self._vops is None or self._vops.gives_frame(bytes(packet))
+
+
 def frame_index(path: str | Path, stream_index: int | None = None) -> FrameIndex:
     """Demux (not decode) the video stream once and number its frames."""
     path = Path(path)
@@ -125,6 +141,7 @@ def frame_index(path: str | Path, stream_index: int | None = None) -> FrameIndex
         positions: list[int | None] = []  # where each of `pts` is, for a clock that jumps
         missing = 0
         end = PacketEnd()
+        counts = FramePackets(stream)
         # an MPEG-TS/PS clock may jump: the audio is read too (the same pass), to place each jump
         clock = ClockScan(stream.index) if has_clock(container) else None
         streams = [s for s in container.streams if s.type == "audio"] if clock is not None else []
@@ -136,7 +153,7 @@ def frame_index(path: str | Path, stream_index: int | None = None) -> FrameIndex
                     continue
                 if packet.is_keyframe and packet.pts is not None and packet.size:
                     keys.append(packet.pts)  # a seek may land on a keyframe an edit list hides
-                if not gives_frame(packet):
+                if not counts(packet):
                     continue
                 end.note(packet)
                 if packet.pts is None:
