@@ -12,6 +12,7 @@ import json
 import logging
 from fractions import Fraction
 from pathlib import Path
+from types import SimpleNamespace
 
 import av
 import numpy as np
@@ -35,7 +36,7 @@ from facefusion_batch.pipeline.run import Renderer
 from facefusion_batch.video.reader import FrameReader
 from facefusion_batch.video.segments import frame_index
 from facefusion_batch.video.stream_end import declared_size
-from facefusion_batch.video.timing import display_order
+from facefusion_batch.video.timing import ClockMap, ClockScan, display_order
 
 
 def decoded_times(path: Path) -> tuple[list[Fraction | None], list[int]]:
@@ -168,6 +169,34 @@ def assert_spliced_render(clip: Path, out: Path, tick: Fraction) -> None:
     for a_in, a_out in zip(audio_in, audio_out, strict=True):
         k = video_part[min(range(len(video_in)), key=lambda i: abs(video_in[i] - a_in))]
         assert abs(a_out - a_in - moved[k]) <= tick, (a_in, a_out, k)
+
+
+def _scan(jump_video: int, jump_audio: int, at: int = 15) -> ClockMap:
+    """30 frames (3600 ticks) and 56 audio packets (1920 ticks) interleaved; from frame `at` on
+    the video's clock is moved by `jump_video` ticks and, from the matching audio packet, the
+    audio's by `jump_audio`."""
+    scan = ClockScan(0)
+    video, audio = SimpleNamespace(index=0, type="video"), SimpleNamespace(index=1, type="audio")
+    events = [(i * 3600, video, 3600, jump_video if i >= at else 0) for i in range(30)]
+    events += [(j * 1920, audio, 1920, jump_audio if j * 1920 >= at * 3600 else 0) for j in range(56)]
+    for pos, (t, stream, duration, jump) in enumerate(sorted(events, key=lambda e: e[0])):
+        t += jump
+        scan.add(SimpleNamespace(stream=stream, size=99, time_base=Fraction(1, 90000), pts=t, dts=t,
+                                 duration=duration, pos=pos * 188))  # fmt: skip
+    return scan.result()
+
+
+def test_only_a_jump_of_the_video_clock_with_the_audio_is_a_discontinuity():
+    back = _scan(-90000 * 3600, -90000 * 3600 - 500)  # a splice: both clocks back 1 h
+    assert len(back.discontinuities) == 1 and back.discontinuities[0][1] < -3599
+    assert back.discontinuities[0][0] == pytest.approx(15 * 0.04, abs=0.03)  # where it sits, moved
+    rebase = back.rebaser()
+    assert (
+        rebase.shift(0, 10**6) == rebase.shift(1, 10**6) != 0 == rebase.shift(0, 0)
+    )  # after it: both by one time
+    assert not _scan(0, 90000 * 15)  # a gap of 15 s in the audio alone: not moved
+    assert not _scan(90000 * 5, 90000 * 5)  # 5 s forward: a gap, not a jump (FFmpeg's 10 s)
+    assert _scan(90000 * 11, 90000 * 11)  # 11 s forward: a jump
 
 
 @pytest.mark.parametrize("suffix", [".mp4", ".mkv"])
