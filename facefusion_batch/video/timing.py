@@ -115,20 +115,25 @@ def has_clock(container) -> bool:
 
 @dataclass
 class _Part:
-    """What one stream holds between two jumps of its clock (seconds)."""
+    """What one stream holds between two jumps of its clock (in its time base's ticks)."""
 
     first_pos: int
-    start: Fraction  # the smallest pts
-    end: Fraction  # the largest pts + duration
-    jump: Fraction = Fraction(0)  # how far its clock jumped into this part (0 for the first part)
+    start: int  # the smallest pts
+    end: int  # the largest pts + duration
+    jump: int = 0  # how far its clock jumped into this part (0 for the first part)
 
 
 @dataclass
 class _Track:
-    kind: str
+    time_base: Fraction
+    jump: int  # JUMP_S in ticks
+    second: int  # 1 s in ticks
     parts: list[_Part] = field(default_factory=list)
-    last: Fraction | None = None  # the last decode time seen
-    step: Fraction = Fraction(0)  # the last forward step (a duration when packets carry none)
+    last: int | None = None  # the last decode time seen
+    step: int = 0  # the last forward step (a duration when packets carry none)
+
+    def seconds(self, ticks: int) -> Fraction:
+        return ticks * self.time_base
 
 
 @dataclass(frozen=True)
@@ -216,32 +221,39 @@ class ClockScan:
         self._tracks: dict[int, _Track] = {}
 
     def add(self, packet) -> None:
+        """Take in one packet (integer arithmetic: this runs for every packet of the file)."""
         stream = packet.stream
-        if not packet.size or packet.time_base is None or stream is None:
+        if not packet.size or stream is None:
             return
-        if stream.index != self._video and stream.type != "audio":
+        track = self._tracks.get(stream.index)
+        if track is None:
+            if (stream.index != self._video and stream.type != "audio") or packet.time_base is None:
+                return
+            tb = Fraction(packet.time_base)
+            track = self._tracks[stream.index] = _Track(tb, int(JUMP_S / tb), max(1, int(1 / tb)))
+        dts, pts = packet.dts, packet.pts
+        when = dts if dts is not None else pts
+        if when is None:
             return
-        decode = packet.dts if packet.dts is not None else packet.pts
-        if decode is None:
-            return
-        tb = Fraction(packet.time_base)
-        when = decode * tb
-        shown = packet.pts * tb if packet.pts is not None else when
-        track = self._tracks.setdefault(stream.index, _Track(stream.type))
+        shown = pts if pts is not None else when
         pos = packet.pos if packet.pos is not None else -1
-        if track.last is None:
+        last = track.last
+        if last is None:
             track.parts.append(_Part(pos, shown, shown))
         else:
-            step = when - track.last
+            step = when - last
             # a decode clock never steps back (pts alone may, by a few frames of reordering)
-            back = step < 0 if packet.dts is not None else step < -1
-            if back or step > JUMP_S:
+            back = step < 0 if dts is not None else step < -track.second
+            if back or step > track.jump:
                 track.parts.append(_Part(pos, shown, shown, jump=step))
             elif step > 0:
                 track.step = step
         part = track.parts[-1]
-        part.start = min(part.start, shown)
-        part.end = max(part.end, shown + (packet.duration * tb if packet.duration else track.step))
+        if shown < part.start:
+            part.start = shown
+        end = shown + (packet.duration or track.step)
+        if end > part.end:
+            part.end = end
         track.last = when
 
     def result(self) -> ClockMap:
@@ -253,13 +265,14 @@ class ClockScan:
         numbered: dict[int, list[tuple[int, _Part]]] = {self._video: list(enumerate(video.parts))}
         for index, track in self._tracks.items():
             if index != self._video:
-                numbered[index] = _match_splices(track.parts, video.parts)
+                numbered[index] = _match_splices(track, video)
         shift = [Fraction(0)] * (splices + 1)
         for k in range(1, splices + 1):
             needed = []
-            for parts in numbered.values():
-                before = [p.end for n, p in parts if n == k - 1]
-                after = [p.start for n, p in parts if n == k]
+            for index, parts in numbered.items():
+                seconds = self._tracks[index].seconds
+                before = [seconds(p.end) for n, p in parts if n == k - 1]
+                after = [seconds(p.start) for n, p in parts if n == k]
                 if before and after:
                     needed.append(max(before) + shift[k - 1] - min(after))
             shift[k] = max(needed)
@@ -267,23 +280,24 @@ class ClockScan:
             (index, tuple((p.first_pos, shift[n]) for n, p in parts))
             for index, parts in sorted(numbered.items())
         )
+        at = video.seconds
         found = tuple(
-            (float(video.parts[k].start + shift[k]), float(video.parts[k].jump))
+            (float(at(video.parts[k].start) + shift[k]), float(at(video.parts[k].jump)))
             for k in range(1, splices + 1)
         )
-        span = float(video.parts[-1].end + shift[-1] - video.parts[0].start)
+        span = float(at(video.parts[-1].end) + shift[-1] - at(video.parts[0].start))
         return ClockMap(video_stream=self._video, shifts=shifts, discontinuities=found, video_span_s=span)
 
 
-def _match_splices(parts: list[_Part], video: list[_Part]) -> list[tuple[int, _Part]]:
+def _match_splices(track: _Track, video: _Track) -> list[tuple[int, _Part]]:
     """Number another stream's parts by the video splice each follows: a jump of about the size
     of the video's next one is that splice; any other jump (a gap in the audio alone) is not."""
     out: list[tuple[int, _Part]] = []
     splice = 0
-    for i, part in enumerate(parts):
+    for i, part in enumerate(track.parts):
         if i:
-            for k in range(splice + 1, len(video)):
-                if abs(part.jump - video[k].jump) <= _SAME_SPLICE_S:
+            for k in range(splice + 1, len(video.parts)):
+                if abs(track.seconds(part.jump) - video.seconds(video.parts[k].jump)) <= _SAME_SPLICE_S:
                     splice = k
                     break
         out.append((splice, part))
