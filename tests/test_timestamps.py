@@ -350,6 +350,15 @@ def test_frames_an_xvid_encoder_dropped_are_no_damage_on_any_path(tmp_path, astr
     with FrameReader(avi, on_decode_error="skip") as reader:  # nothing to fill in either
         assert [frame_number(f.image) for f in reader] == numbers
     assert reader.frames_replaced == 0
+    # an N-VOP as the last chunk: the decoder hands over the picture it repeats when flushed
+    last = make_dropped_frames_avi(tmp_path / "last.avi", frames=20, dropped_after=(19,))
+    last_times, last_numbers = decoded_times(last)
+    assert last_numbers == [*range(20), 19]  # the reference decode
+    with FrameReader(last) as reader:  # every frame, and no early end (nor damage)
+        assert [(frame_number(f.image), f.pts * f.time_base) for f in reader] == list(
+            zip(last_numbers, last_times, strict=True)
+        )
+    assert frame_index(last).count == 21
 
 
 # -- an edit list hiding the first frames (and the audio under them) ---------------------------

@@ -406,6 +406,10 @@ class FrameReader:
             for av_frame in av_frames:
                 if not show(times.push(av_frame, av_frame.pts)):
                     return
+        if counts.at_end():  # a last N-VOP: its picture comes with the flush
+            self.frames_promised += 1
+            if counts.held is not None:
+                heapq.heappush(pending, counts.held)
         if show(times.finish()) and fill(None):
             self._put(_END)
 
@@ -443,6 +447,8 @@ class FrameReader:
             self._note(packet, counts(packet))
             for av_frame in packet.decode():
                 yield from times.push(av_frame, av_frame.pts)
+        if counts.at_end():  # a last N-VOP: its picture comes with the flush
+            self.frames_promised += 1
         yield from times.finish()
         if times.reordered:
             log.debug(
@@ -450,11 +456,12 @@ class FrameReader:
             )
 
     def _note(self, packet: av.Packet, gives_frame: bool) -> None:
-        """Count a demuxed packet that stands for a frame, and where it ends (time, byte)."""
-        if not gives_frame:
-            return
-        self.frames_promised += 1
-        self._end.note(packet)
+        """Count a demuxed packet that stands for a frame; note where the stream's data ends (time,
+        byte), N-VOPs included (an encoder's dropped last frame is no early end)."""
+        if gives_frame:
+            self.frames_promised += 1
+        if packet.size and not packet.is_discard:
+            self._end.note(packet)
 
     def _emit(self, av_frame, number: int, pts: int | None, time_base: Fraction) -> bool:
         if av_frame.is_corrupt:  # decoded from damaged data: its damage concealed, not repaired

@@ -115,11 +115,20 @@ class FramePackets:
     def __init__(self, stream) -> None:
         ctx = stream.codec_context
         self._vops = NotCodedVops(ctx.extradata) if ctx is not None and ctx.name == "mpeg4" else None
+        self.held: int | None = None  # pts of a last packet that gave no frame yet (see `at_end`)
+        self._held = False
 
     def __call__(self, packet: av.Packet) -> bool:
         if not gives_frame(packet):
             return False
-        return self._vops is None or self._vops.gives_frame(bytes(packet))
+        gives = self._vops is None or self._vops.gives_frame(bytes(packet))
+        self._held, self.held = not gives, (None if gives else packet.pts)
+        return gives
+
+    def at_end(self) -> bool:
+        """Whether the stream's last packet, an N-VOP, gives a frame after all: the decoder hands
+        over the picture it repeats when it is flushed (FFmpeg's mpeg4 decoder does)."""
+        return self._held
 
 
 def frame_index(path: str | Path, stream_index: int | None = None) -> FrameIndex:
@@ -153,9 +162,10 @@ def frame_index(path: str | Path, stream_index: int | None = None) -> FrameIndex
                     continue
                 if packet.is_keyframe and packet.pts is not None and packet.size:
                     keys.append(packet.pts)  # a seek may land on a keyframe an edit list hides
+                if gives_frame(packet):
+                    end.note(packet)  # where the stream's data ends, N-VOPs included
                 if not counts(packet):
                     continue
-                end.note(packet)
                 if packet.pts is None:
                     missing += 1
                     continue
@@ -163,6 +173,12 @@ def frame_index(path: str | Path, stream_index: int | None = None) -> FrameIndex
                 positions.append(packet.pos)
         except (av.error.FFmpegError, OSError):
             pass  # a damaged tail: number the frames that are there, as the reader would decode them
+        if counts.at_end():
+            if counts.held is None:
+                missing += 1
+            else:
+                pts.append(counts.held)
+                positions.append(None)
         time_base = Fraction(stream.time_base) if stream.time_base else Fraction(1, 90000)
     finally:
         container.close()
