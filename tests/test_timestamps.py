@@ -218,6 +218,16 @@ def test_a_clock_that_jumps_mid_clip_keeps_every_frame_and_the_audio_in_sync(
     assert summary["clock_discontinuities"] == 2 and summary["frames_out"] == 30
 
 
+def test_ranges_of_a_clock_that_jumps_seek_by_byte_position_to_the_same_frames(spliced_ts):
+    with FrameReader(spliced_ts) as reader:
+        whole = [(f.pts, frame_number(f.image)) for f in reader]
+    assert [n for _, n in whole] == list(range(30))
+    for start, end in ((12, 18), (22, 30), (0, 5)):
+        with FrameReader(spliced_ts, frames=(start, end)) as reader:
+            assert [(f.pts, frame_number(f.image)) for f in reader] == whole[start:end]
+        assert reader.seeked == (start > 0)  # to the keyframe before, by its place in the file
+
+
 @pytest.mark.slow
 def test_a_clock_that_jumps_renders_the_same_on_every_path(tmp_path, spliced_ts, astronaut_path):
     """--frames A:B, --chunk-frames N (interrupted, then resumed) and concat of segments give the

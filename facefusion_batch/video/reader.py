@@ -417,8 +417,12 @@ class FrameReader:
         """Deliver frames start..end-1 exactly."""
         start, end = self.frames
         seek = self.index.seek_pts(start) if self.index is not None else None
-        if seek is not None:
-            container.seek(seek, stream=stream, backward=True, any_frame=False)
+        byte = self.index.seek_byte(start) if self.index is not None else None
+        if seek is not None or byte is not None:
+            if byte is not None:  # a clock that jumps: the keyframe by its place in the file
+                container.seek(byte, unsupported_byte_offset=True)
+            else:
+                container.seek(seek, stream=stream, backward=True, any_frame=False)
             if self._decode_range_by_pts(container, stream, time_base):
                 self.seeked = True
                 return

@@ -32,7 +32,7 @@ from facefusion_batch.fsutil import ffmpeg_path
 from facefusion_batch.video.mpeg4 import NotCodedVops
 from facefusion_batch.video.probe import pick_video_stream
 from facefusion_batch.video.stream_end import PacketEnd
-from facefusion_batch.video.timing import ClockScan, has_clock, shift_ticks
+from facefusion_batch.video.timing import ClockMap, ClockScan, has_clock, shift_ticks
 
 TAG_FRAMES = "ffbatch_frames"
 TAG_FRAME_COUNT = "ffbatch_frame_count"
@@ -77,9 +77,10 @@ class FrameIndex:
     pts: tuple[int, ...]  # sorted: pts[n] is the pts of frame n (only when `exact`)
     keyframe_pts: tuple[int, ...]  # sorted
     exact: bool  # every packet had a pts and no two were equal: seeking is safe
-    # False where the clock jumps (video/timing.py): pts are on the moved timeline, which a seek
-    # (in the file's own clock) cannot address, so ranges are decoded from the start and counted
-    seekable: bool = True
+    # where the clock jumps (video/timing.py): pts are on the moved timeline, which a seek in the
+    # file's own clock cannot address, so ranges seek to a keyframe by its byte position
+    # (parallel to `keyframe_pts`); () for every other input
+    keyframe_pos: tuple[int, ...] = ()
     end: PacketEnd | None = field(default=None, compare=False)  # where the packets stop (a damaged tail)
 
     def resolve(self, start: int, end: int | None, option: str = "--frames") -> tuple[int, int]:
@@ -94,11 +95,21 @@ class FrameIndex:
 
     def seek_pts(self, start: int) -> int | None:
         """pts of the last keyframe at or before frame `start`; None to decode from the beginning."""
-        if not self.exact or not self.seekable or start == 0:
+        if not self.exact or self.keyframe_pos or start == 0:
             return None
-        target = self.pts[start]
-        i = bisect.bisect_right(self.keyframe_pts, target) - 1
+        i = self._keyframe_before(start)
         return self.keyframe_pts[i] if i >= 0 else None
+
+    def seek_byte(self, start: int) -> int | None:
+        """Where the clock jumps: the byte position of the last keyframe at or before frame
+        `start`; None to decode from the beginning (or to seek by `seek_pts`)."""
+        if not self.exact or not self.keyframe_pos or start == 0:
+            return None
+        i = self._keyframe_before(start)
+        return self.keyframe_pos[i] if i >= 0 else None
+
+    def _keyframe_before(self, start: int) -> int:
+        return bisect.bisect_right(self.keyframe_pts, self.pts[start]) - 1
 
 
 def gives_frame(packet: av.Packet) -> bool:
@@ -148,6 +159,7 @@ def frame_index(path: str | Path, stream_index: int | None = None) -> FrameIndex
         pts: list[int] = []
         keys: list[int] = []
         positions: list[int | None] = []  # where each of `pts` is, for a clock that jumps
+        key_positions: list[int | None] = []  # and each of `keys`
         missing = 0
         end = PacketEnd()
         counts = FramePackets(stream)
@@ -162,6 +174,7 @@ def frame_index(path: str | Path, stream_index: int | None = None) -> FrameIndex
                     continue
                 if packet.is_keyframe and packet.pts is not None and packet.size:
                     keys.append(packet.pts)  # a seek may land on a keyframe an edit list hides
+                    key_positions.append(packet.pos)
                 if gives_frame(packet):
                     end.note(packet)  # where the stream's data ends, N-VOPs included
                 if not counts(packet):
@@ -183,12 +196,13 @@ def frame_index(path: str | Path, stream_index: int | None = None) -> FrameIndex
     finally:
         container.close()
     jumps = clock.result() if clock is not None else None
+    key_pos: tuple[int, ...] = ()
     if jumps:  # the frames on the timeline the reader gives them (each part after the one before)
-        rebaser = jumps.rebaser()
-        pts = [
-            p + shift_ticks(rebaser.shift(stream.index, pos), time_base)
-            for p, pos in zip(pts, positions, strict=True)
-        ]
+        pts = _moved(jumps, stream.index, pts, positions, time_base)
+        placed = [(k, p) for k, p in zip(keys, key_positions, strict=True) if p is not None and p >= 0]
+        moved = _moved(jumps, stream.index, [k for k, _ in placed], [p for _, p in placed], time_base)
+        pairs = sorted(zip(moved, (p for _, p in placed), strict=True))
+        keys, key_pos = [k for k, _ in pairs], tuple(p for _, p in pairs)
     ordered = sorted(pts)
     # Without timestamps (or with repeated ones) a frame's number is its decode count: the
     # reader then decodes from the beginning and counts instead of seeking.
@@ -201,9 +215,17 @@ def frame_index(path: str | Path, stream_index: int | None = None) -> FrameIndex
         pts=tuple(ordered) if exact else (),
         keyframe_pts=tuple(sorted(keys)),
         exact=exact,
-        seekable=not jumps,
+        keyframe_pos=key_pos,
         end=end,
     )
+
+
+def _moved(clock: ClockMap, stream: int, pts: list[int], positions: list, time_base: Fraction) -> list[int]:
+    """`pts` of packets at `positions` (in demux order) on the clock map's moved timeline."""
+    rebaser = clock.rebaser()
+    return [
+        p + shift_ticks(rebaser.shift(stream, pos), time_base) for p, pos in zip(pts, positions, strict=True)
+    ]
 
 
 def video_packet_count(path: str | Path) -> int | None:
