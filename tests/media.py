@@ -130,8 +130,10 @@ def make_clip(
     pix_fmt: str | None = None,
     crf: int = 12,
     bt709: bool = False,
+    first: int = 0,
 ) -> Path:
-    """Write a deterministic clip to `path` (container from its extension); returns the path."""
+    """Write a deterministic clip to `path` (container from its extension); returns the path.
+    `first`: the number drawn into the first frame (synthetic content)."""
     path = Path(path)
     if rotation % 90:
         raise ValueError("rotation must be a multiple of 90")
@@ -167,7 +169,7 @@ def make_clip(
         pictures = (
             _pan_frames(image, size, frames, pan)
             if image is not None
-            else (synthetic_frame(i, size, seed) for i in range(frames))
+            else (synthetic_frame(first + i, size, seed) for i in range(frames))
         )
         rotate_ccw = {90: cv2.ROTATE_90_COUNTERCLOCKWISE, 180: cv2.ROTATE_180, 270: cv2.ROTATE_90_CLOCKWISE}
         for pts, picture in zip(pts_list, pictures, strict=True):
@@ -251,10 +253,38 @@ def make_wrapped_ts(path: str | Path, *, frames: int = 30, before_wrap_s: float 
     """An MPEG-TS (H.264 + AAC, 25 fps) whose 33-bit 90 kHz clock wraps `before_wrap_s` seconds
     into the clip: `make_clip`'s packets remuxed with every timestamp moved to just below 2**33.
     FFmpeg's demuxer unwraps it into timestamps that start below 0 and rise through it."""
+    return _clip_as_ts(path, 2**33 - round(before_wrap_s * 90000), frames=frames, **clip)
+
+
+def make_spliced_ts(
+    path: str | Path,
+    *,
+    frames: tuple[int, ...] = (10, 10, 10),
+    clocks_s: tuple[float, ...] = (36000, 3600, 50000),
+    **clip,
+) -> Path:
+    """MPEG-TS recordings spliced byte for byte (as a broadcast capture cut together): part k holds
+    `frames[k]` frames (numbered on from the part before) on a clock that starts at `clocks_s[k]`
+    seconds, so the clock jumps back or far forward at each splice (a discontinuity, not a wrap)."""
+    path = Path(path)
+    data = b""
+    first = 0
+    for k, (count, clock) in enumerate(zip(frames, clocks_s, strict=True)):
+        part = _clip_as_ts(
+            path.with_suffix(f".part{k}.ts"), round(clock * 90000), frames=count, first=first, **clip
+        )
+        data += part.read_bytes()
+        part.unlink()
+        first += count
+    path.write_bytes(data)
+    return path
+
+
+def _clip_as_ts(path: str | Path, offset: int, *, frames: int, **clip) -> Path:
+    """`make_clip`'s packets remuxed into MPEG-TS with every timestamp moved by `offset` 90 kHz ticks."""
     path = Path(path)
     source = make_clip(path.with_suffix(".src.mkv"), frames=frames, **clip)
     ts = Fraction(1, 90000)
-    offset = 2**33 - round(before_wrap_s / ts)
     with av.open(str(source)) as inp, av.open(str(path), mode="w", format="mpegts") as out:
         streams = {s.index: out.add_stream_from_template(s) for s in inp.streams}
         for packet in inp.demux():
@@ -333,6 +363,58 @@ def make_packed_avi(
             out.mux(packet)
         if audio_stream is not None:
             _write_tone(out, audio_stream, float(frames / rate))
+    return path
+
+
+def make_dropped_frames_avi(
+    path: str | Path,
+    *,
+    frames: int = 20,
+    dropped_after: tuple[int, ...] = (5, 11),
+    size: tuple[int, int] = (128, 96),
+) -> Path:
+    """An Xvid-style AVI at 25 fps (MPEG-4 part 2, no B-frames, mp3 audio) whose encoder dropped
+    a frame after each frame in `dropped_after`: an N-VOP chunk ("the previous picture again")
+    stands in its place, so the stream holds `frames + len(dropped_after)` chunks and a decoder
+    returns `frames` pictures, each at its own chunk's time. The frames are numbered as in
+    `synthetic_frame`."""
+    path = Path(path)
+    rate = Fraction(25)
+    encoder = av.CodecContext.create("mpeg4", "w")
+    encoder.width, encoder.height = size
+    encoder.pix_fmt = "yuv420p"
+    encoder.time_base = 1 / rate
+    encoder.framerate = rate
+    encoder.max_b_frames = 0
+    encoder.gop_size = 12
+    encoder.open()
+    packets = []
+    for i in range(frames):
+        picture = av.VideoFrame.from_ndarray(synthetic_frame(i, size), format="bgr24").reformat(
+            format="yuv420p"
+        )
+        picture.pts = i
+        packets += encoder.encode(picture)
+    packets += encoder.encode(None)
+    chunks = []
+    for i, packet in enumerate(packets):
+        chunks.append((bytes(packet), packet.is_keyframe))
+        if i in dropped_after:
+            chunks.append((_not_coded_vop(5), False))  # a time base of 1/25: 5 bits of increment
+    with av.open(str(path), mode="w", format="avi") as out:
+        stream = out.add_stream("mpeg4", rate=rate)
+        stream.width, stream.height = size
+        stream.pix_fmt = "yuv420p"
+        stream.codec_context.codec_tag = "XVID"
+        audio_stream = out.add_stream("mp3", rate=AUDIO_RATE, layout="stereo")
+        for n, (chunk, keyframe) in enumerate(chunks):
+            packet = av.Packet(chunk)
+            packet.stream = stream
+            packet.pts = packet.dts = n
+            packet.time_base = 1 / rate
+            packet.is_keyframe = keyframe
+            out.mux(packet)
+        _write_tone(out, audio_stream, float(len(chunks) / rate))
     return path
 
 

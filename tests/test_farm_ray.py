@@ -70,9 +70,14 @@ def test_ray_renders_like_a_local_render_and_retries_a_dead_worker(work, clip, s
     from facefusion_batch.farm.ray_runner import render_with_ray
 
     settings = RenderSettings(
-        input=clip, output=work / "local.mp4", sources=(source,), encoder=EncoderSettings(crf=0), quiet=True
+        input=clip,
+        output=work / "local.mp4",
+        sources=(source,),
+        encoder=EncoderSettings(crf=0),
+        quiet=True,
+        faces="one",  # the other faces of the group photo are counted as not swapped
     )
-    render(settings)
+    local = render(settings)
     out = work / "ray out.mp4"
     report = work / "ray.json"
     killed = []
@@ -94,6 +99,12 @@ def test_ray_renders_like_a_local_render_and_retries_a_dead_worker(work, clip, s
     assert job["status"] == "ok" and job["retries"] == 1 and killed
     assert job["segments"] == {"total": 2, "reused": 0, "rendered": 2}
     assert len(job["workers"]) == 1  # the survivor rendered both segments
+    # faces not swapped, by reason, as the local render counts them (the killed segment once)
+    assert (
+        job["faces_not_swapped"] == local.faces_not_swapped
+        and local.faces_not_swapped["not_the_largest_face"] > 0
+    )
+    assert job["faces_found"] - job["faces_swapped"] == sum(job["faces_not_swapped"].values())
     got, ref = decode_all(out)[0], decode_all(settings.output)[0]
     assert len(got) == len(ref) == 16 and [p for p, _ in got] == [p for p, _ in ref]
     assert all(np.array_equal(a, b) for (_, a), (_, b) in zip(got, ref, strict=True))

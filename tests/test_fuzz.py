@@ -86,10 +86,39 @@ def test_the_script_writes_its_json_and_chart(tmp_path):
     assert (tmp_path / "fuzz.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_damaged_audio_timestamps_blame_the_input_not_the_output(clips, tmp_path):
-    """Fuzz case 21 (a chunk of an MPEG-TS repeated) sends the copied audio's timestamps back; the
-    muxer's bare "Invalid argument" was reported as "cannot write out.mkv"."""
+def test_a_repeated_mpegts_chunk_is_a_splice_and_keeps_every_frame(clips, tmp_path):
+    """Fuzz case 21 (a chunk of an MPEG-TS repeated): the clock steps back where the copy starts,
+    as at a splice of two recordings, so the copy is moved after what precedes it (video/timing.py):
+    every frame a reference decode gives, the audio with it, exit 0."""
     result = fuzz.run_case(21, clips, tmp_path, timeout=120)
-    assert result.outcome == "refused", result.detail
-    assert "audio stream #1 of" in result.detail and "timestamps go back or repeat" in result.detail
-    assert "cannot write" not in result.detail
+    assert (result.kind, result.clip, result.outcome) == ("duplicate", "ts", "ok"), result.detail
+
+
+def _with_audio_repeated(ts: bytes, pid: int) -> bytes:
+    """`ts` with three PES packets of the audio (and nothing else) repeated later on: its clock
+    steps back where the video's does not."""
+    packets = [ts[i : i + 188] for i in range(0, len(ts), 188)]
+    audio = [i for i, p in enumerate(packets) if ((p[1] & 0x1F) << 8 | p[2]) == pid]
+    starts = [i for i in audio if packets[i][1] & 0x40]  # payload_unit_start: a PES begins
+    copy = [packets[i] for i in audio if starts[2] <= i < starts[5]]
+    at = starts[12]
+    return b"".join(packets[:at] + copy + packets[at:])
+
+
+def test_damaged_audio_timestamps_blame_the_input_not_the_output(clips, tmp_path):
+    """Audio whose timestamps go back while the video's run on (no splice): the muxer's bare
+    "Invalid argument" was reported as "cannot write out.mkv"."""
+    with fuzz.av.open(str(clips["ts"])) as container:
+        pid = container.streams.audio[0].id
+    damaged = tmp_path / "audio back.ts"
+    damaged.write_bytes(_with_audio_repeated(clips["ts"].read_bytes(), pid))
+    out = tmp_path / "out.mkv"
+    proc = fuzz.subprocess.run(
+        [sys.executable, "-m", "facefusion_batch", "render", damaged, "-s", fuzz.asset_path("astronaut.png"),
+         "-o", out, "--backend", "cpu", "--quiet"],
+        capture_output=True, text=True, timeout=120, env=fuzz.this_checkout_env(),
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert "audio stream #1 of" in proc.stderr and "timestamps go back or repeat" in proc.stderr
+    assert "cannot write" not in proc.stderr and "Traceback" not in proc.stderr
+    assert not out.exists()

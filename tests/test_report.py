@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 
 import av
+import cv2
 import hostk
 import numpy as np
 import pytest
 from media import audio_packets, decode_all, make_clip
 from test_cli import ffbatch
+from test_integrity import with_exif_orientation
 
 FRAMES = 3
 
@@ -133,3 +135,45 @@ def test_a_chunked_render_reports_its_encoder_and_streams_too(tmp_path, astronau
     assert audio["action"] == report["audio"] == "copied"
     assert len(decode_all(tmp_path / "out.mp4")[0]) == 4
     assert [p for _, p in audio_packets(tmp_path / "out.mp4")] == [p for _, p in audio_packets(clip)]
+
+
+def test_a_still_image_render_reports_its_stream_map(tmp_path, t1_small, astronaut_path):
+    """A photo as the target: the report's stream map says what the picture was (from its header),
+    what it became, the EXIF orientation applied and the EXIF block not carried."""
+    height, width = t1_small.shape[:2]
+    sideways = cv2.rotate(t1_small, cv2.ROTATE_90_COUNTERCLOCKWISE)  # stored as a phone stores it
+    photo = tmp_path / "photo.jpg"
+    photo.write_bytes(with_exif_orientation(cv2.imencode(".jpg", sideways)[1].tobytes(), 6))
+    out = tmp_path / "out.png"
+    report = render_report(photo, astronaut_path, out)
+    assert report["streams"] == [
+        {
+            "input": 0,
+            "kind": "image",
+            "codec": "jpeg",
+            "size": f"{height}x{width}",  # as stored: sideways
+            "output": 0,
+            "action": "re-encoded to png (EXIF orientation 6 applied)",
+        },
+        {
+            "input": 0,
+            "kind": "metadata",
+            "codec": "exif",
+            "action": "dropped",
+            "reason": "the output image holds the pixels only",
+        },
+    ]
+    assert cv2.imread(str(out)).shape[:2] == (height, width)  # upright
+    assert report["faces_swapped"] > 0
+    plain = tmp_path / "plain.png"
+    cv2.imwrite(str(plain), t1_small)
+    assert render_report(plain, astronaut_path, tmp_path / "out.jpg")["streams"] == [
+        {
+            "input": 0,
+            "kind": "image",
+            "codec": "png",
+            "size": f"{width}x{height}",
+            "output": 0,
+            "action": "re-encoded to jpeg",
+        }
+    ]

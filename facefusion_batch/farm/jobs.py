@@ -63,7 +63,13 @@ from facefusion_batch.video.sequence import (
     default_start_number,
     is_sequence_pattern,
 )
-from facefusion_batch.video.stills import IMAGE_SUFFIXES, is_still_image, read_image, write_image_atomically
+from facefusion_batch.video.stills import (
+    IMAGE_SUFFIXES,
+    is_still_image,
+    read_image,
+    still_stream_map,
+    write_image_atomically,
+)
 from facefusion_batch.video.writer import VideoWriter, check_output, encoder_parameters
 
 log = logging.getLogger("ffbatch")
@@ -187,6 +193,15 @@ def _render_claimed(settings, on_progress, on_start, renderer, output_tags, star
         timer.add("load", renderer.load_seconds)
     report = renderer.new_report(settings)
     report.reduced = reduced
+    report.clock_discontinuities = len(info.clock.discontinuities)
+    if info.clock:
+        log.warning(
+            "%s: its clock jumps %d time(s) mid-clip (%s; spliced recordings?); each part is moved to "
+            "follow the one before, video and audio by the same time",
+            settings.input,
+            len(info.clock.discontinuities),
+            info.clock.describe(),
+        )
     chunk = chunk_size_for(settings, info.frame_count)
     if settings.matte_output is not None and chunk and settings.chunk_frames is None:
         log.info("--matte-output: rendering %s whole, not in resumable chunks", settings.input)
@@ -302,6 +317,7 @@ def render_still(settings: RenderSettings, renderer: Renderer | None, started: f
     report.batch_sizes.append(1)
     report.audio = "none"
     report.encoder = "image"
+    report.streams = still_stream_map(settings.input, settings.output)
     report.stage_seconds = dict(timer.seconds)
     report.wall_seconds = time.perf_counter() - started
     report.peak_rss_mb = peak_rss_mb()

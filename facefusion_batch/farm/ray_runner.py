@@ -119,6 +119,7 @@ class SegmentWorker:
             "faces_swapped": report.faces_swapped,
             "faces_found": report.faces_found,
             "frames_with_faces": report.frames_with_faces,
+            "faces_not_swapped": dict(report.faces_not_swapped),
             "seconds": time.perf_counter() - started,
             "worker": self.where(),
             "stage_seconds": dict(timer.seconds),
@@ -150,6 +151,7 @@ class InputJob:
     faces_swapped: int = 0
     faces_found: int = 0
     frames_with_faces: int = 0
+    faces_not_swapped: dict[str, int] = field(default_factory=dict)  # by reason, summed over segments
     started: float = 0.0
     join_seconds: float = 0.0
     retries: int = 0
@@ -168,6 +170,8 @@ class InputJob:
             "faces_found": self.faces_found,
             "faces_swapped": self.faces_swapped,
             "frames_with_faces": self.frames_with_faces,
+            "faces_not_swapped": dict(sorted(self.faces_not_swapped.items())),
+            "clock_discontinuities": len(self.info.clock.discontinuities) if self.info is not None else 0,
             "segments": {
                 "total": self.total,
                 "reused": self.reused,
@@ -404,6 +408,8 @@ def _schedule(ray, actors, tasks: deque, entries: list[InputJob], progress, on_d
         entry.faces_swapped += result["faces_swapped"]
         entry.faces_found += result["faces_found"]
         entry.frames_with_faces += result["frames_with_faces"]
+        for reason, count in result["faces_not_swapped"].items():
+            entry.faces_not_swapped[reason] = entry.faces_not_swapped.get(reason, 0) + count
         entry.workers.add(result["worker"])
         progress.update(result["frames"])
         log.info(

@@ -46,6 +46,7 @@ from facefusion_batch.video.planes import BGR24
 from facefusion_batch.video.probe import VideoInfo
 from facefusion_batch.video.reader import Frame
 from facefusion_batch.video.segments import FrameIndex, frame_index, split_frames
+from facefusion_batch.video.stream_end import judge_end
 from facefusion_batch.video.writer import VideoWriter
 
 log = logging.getLogger("ffbatch")
@@ -151,6 +152,8 @@ def render_chunked(
 ) -> None:
     output = Path(settings.output)
     index = frame_index(settings.input, info.video_stream_index)
+    if index.end is not None:  # a demuxer that gave up at damage: exit 2 before any work dir
+        judge_end(info, index.end, index.count, fail=True, warn=False)
     digest = settings_digest(settings)
     work = work_dir_for(output)
     with job_lock(work, output):

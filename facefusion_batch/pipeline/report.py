@@ -32,6 +32,7 @@ class RenderReport:
     faces_not_swapped: dict[str, int] = field(default_factory=dict)
     frames_replaced: int = 0  # --on-decode-error skip: frames not decoded, filled with the last good one
     frames_concealed: int = 0  # --on-decode-error skip: frames decoded from damaged data, kept as decoded
+    clock_discontinuities: int = 0  # MPEG-TS/PS clock jumps mid-clip, each part moved after the one before
     batches: int = 0
     batch_sizes: list[int] = field(default_factory=list)
     batch_latency_s: list[float] = field(default_factory=list)

@@ -31,8 +31,8 @@ import av.error
 
 from facefusion_batch.errors import InputError
 from facefusion_batch.fsutil import ffmpeg_path
-from facefusion_batch.video.probe import check_readable_file
-from facefusion_batch.video.timing import shift_ticks, timeline_shift
+from facefusion_batch.video.probe import check_readable_file, pick_video_stream
+from facefusion_batch.video.timing import ClockMap, has_clock, scan_clock, shift_ticks, timeline_shift
 
 log = logging.getLogger("ffbatch")
 
@@ -86,11 +86,13 @@ class AudioMuxer:
         bitrate: str | None = None,
         subtitles: bool = True,
         audio: bool = True,
+        clock: ClockMap | None = None,
     ) -> None:
         """`mux` writes one packet to `output` (default `output.mux`); the writer passes its own
         so that write failures are reported the same way for audio and video. Setting `cancel`
         stops a running `mux_until`/`finish` early. `codec`: copy (where the container holds it),
-        pcm or aac (every track re-encoded); `bitrate` the AAC rate ("256k")."""
+        pcm or aac (every track re-encoded); `bitrate` the AAC rate ("256k"). `clock`: the source's
+        clock map when the caller has it (`VideoInfo.clock`), else read here (MPEG-TS/PS only)."""
         self.source = Path(source)
         self.codec = codec
         self.bitrate = bitrate
@@ -104,6 +106,9 @@ class AudioMuxer:
             raise InputError(f"audio source {self.source} cannot be opened: {exc}") from None
         # the source's timeline moved so that nothing starts before 0, as the video is (timing.py)
         self.shift = timeline_shift(self._in)
+        if clock is None:
+            clock = self._read_clock() if has_clock(self._in) else ClockMap()
+        self._rebaser = clock.rebaser()  # a clock that jumps: each part moved as the video's is
         self._tracks: dict[int, _Track] = {}
         self._subtitles: dict[int, av.stream.Stream] = {}
         self._subtitle_targets: dict[int, av.stream.Stream] = {}
@@ -124,6 +129,14 @@ class AudioMuxer:
         self._write = mux if mux is not None else output.mux
         self._last_dts: dict[int, int] = {}  # per output stream: the last copied packet's dts
         self._cancel = cancel
+
+    def _read_clock(self) -> ClockMap:
+        try:
+            with av.open(ffmpeg_path(self.source), mode="r") as container:
+                video = pick_video_stream(container)
+                return scan_clock(container, video.index if video is not None else -1)
+        except (av.error.FFmpegError, OSError):
+            return ClockMap()
 
     @property
     def tracks(self) -> int:
@@ -274,7 +287,9 @@ class AudioMuxer:
         if self._exhausted:
             return None
         try:
-            return next(self._packets)
+            packet = next(self._packets)
+            self._rebaser.rebase(packet)
+            return packet
         except StopIteration:
             self._exhausted = True
             return None

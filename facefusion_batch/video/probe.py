@@ -20,7 +20,7 @@ import av.error
 
 from facefusion_batch.errors import InputError
 from facefusion_batch.fsutil import ffmpeg_path
-from facefusion_batch.video.timing import timeline_shift
+from facefusion_batch.video.timing import ClockMap, has_clock, scan_clock, timeline_shift
 
 
 @dataclass(frozen=True)
@@ -81,6 +81,9 @@ class VideoInfo:
     # track's DURATION tag, else the stream's start + duration); None: it does not say.
     # Packets that stop well before it mean the file was cut short.
     declared_end_s: float | None = None
+    # an MPEG-TS/PS whose clock jumps mid-clip (spliced recordings): where, and the time each part
+    # is moved by so that it follows the one before (video/timing.py); empty for almost every input
+    clock: ClockMap = ClockMap()
 
     @property
     def timecode(self) -> str | None:
@@ -188,9 +191,26 @@ def probe(path: str | Path, *, fps: float | Fraction | None = None) -> VideoInfo
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise InputError(f"input video {path} cannot be opened: {exc}") from None
     try:
-        return _probe_open(path, container)
+        info = _probe_open(path, container)
+        clocked = has_clock(container)
     finally:
         container.close()
+    return _with_clock(info) if clocked else info
+
+
+def _with_clock(info: VideoInfo) -> VideoInfo:
+    """`info` with the clock map of its MPEG-TS/PS file (one demux pass, no decoding). Where the
+    clock jumps, the container's duration spans clocks, not the video: the span of the parts put
+    end to end replaces it, and no end is declared."""
+    with av.open(ffmpeg_path(info.path), mode="r") as container:
+        clock = scan_clock(container, info.video_stream_index)
+    if not clock:
+        return info
+    duration = clock.video_span_s
+    count, estimated = info.frame_count, info.frame_count_estimated
+    if estimated and duration is not None and info.average_rate:
+        count = max(1, int(math.floor(duration * float(info.average_rate) + 0.5)))
+    return dataclasses.replace(info, clock=clock, duration_s=duration, frame_count=count, declared_end_s=None)
 
 
 def sequence_rate(fps: float | Fraction | None) -> Fraction:

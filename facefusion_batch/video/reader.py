@@ -23,11 +23,13 @@ A file cut short does *not* raise: FFmpeg's demuxers treat an early end of file
 as the end of the stream, so the reader yields the frames that were complete and
 stops cleanly, logging a warning when the packets stop well before the end the
 container declares for the video (`VideoInfo.declared_end_s`; files that declare
-none, such as MPEG-TS, cannot tell). A stream that stops early with much of the
-file still unread was not cut short: the demuxer gave up at damage, which is an
-`InputError`. (An .mp4/.mov cut short before its index, the `moov` box, is
-refused earlier, by `probe`.) Other damage inside a file either raises the
-`InputError` above or is concealed by the decoder, depending on where it is.
+none, such as MPEG-TS, cannot tell). A stream that stops early in a file that holds
+every byte its container declares (video/stream_end.py) was not cut short: the
+demuxer gave up at damage, which is an `InputError` (containers that declare no
+size: when much of the file is left after the last video packet). (An .mp4/.mov
+cut short before its index, the `moov` box, is refused earlier, by `probe`.) Other
+damage inside a file either raises the `InputError` above or is concealed by the
+decoder, depending on where it is.
 
 `on_decode_error="skip"` (whole-file reads only, not `frames=` ranges) keeps going
 past damage instead: an error from the decoder is logged and decoding continues
@@ -62,7 +64,8 @@ from facefusion_batch.video.hwaccel import HWACCELS
 from facefusion_batch.video.native import NativePicture
 from facefusion_batch.video.planes import BGR24, NATIVE, PIXEL_FORMATS, YUV420P, blank_picture
 from facefusion_batch.video.probe import VideoInfo, open_input, probe
-from facefusion_batch.video.segments import FrameIndex, frame_index, gives_frame
+from facefusion_batch.video.segments import FrameIndex, FramePackets, frame_index
+from facefusion_batch.video.stream_end import PacketEnd, judge_end
 from facefusion_batch.video.timing import DisplayTimes
 
 log = logging.getLogger("ffbatch")
@@ -74,10 +77,6 @@ _ROTATE_CODES = {
 }
 
 _POLL_S = 0.05
-# what a container may keep after the last video packet (Matroska cues and tags, an AVI index):
-# a stream that stops early with more than this (or 2 % of the file, or two of its largest
-# packets) left was not cut short
-_TRAILER_BYTES = 4096
 
 
 @dataclass
@@ -168,15 +167,16 @@ class FrameReader:
             self.index = frame_index(self.path, self.info.video_stream_index)
         if frames is not None:
             self.frames = self.index.resolve(frames[0], frames[1])
+            if self.index.end is not None:  # a range of a file whose demuxer gave up: as a whole read
+                last = self.frames[1] == self.index.count
+                judge_end(self.info, self.index.end, self.index.count, fail=True, warn=last)
         self.seeked = False  # whether the range was reached by seeking (for tests and logs)
         self.frames_read = 0
         self.frames_replaced = 0  # frames filled in by on_decode_error="skip"
         self.frames_concealed = 0  # frames the decoder flagged damaged and concealed ("skip" keeps them)
         self.decode_errors = 0  # errors the decoder raised and "skip" stepped over
         self.frames_promised = 0  # video packets that should each give a frame (not hidden by an edit list)
-        self._stream_end_s: float | None = None  # where the last of them ends, in seconds
-        self._last_byte = 0  # where in the file the last of them ends
-        self._largest = 0  # bytes of the largest of them
+        self._end = PacketEnd()  # where they stop (video/stream_end.py)
         self._queue: queue.Queue = queue.Queue(maxsize=queue_size)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -260,30 +260,7 @@ class FrameReader:
                 f"{self.frames_promised} the stream holds ({dropped} undecodable or damaged, dropped "
                 "without an error); --on-decode-error skip renders it with those frames replaced"
             )
-        declared, end = self.info.declared_end_s, self._stream_end_s
-        rate = self.info.average_rate
-        frame_s = float(1 / rate) if rate else 0.04
-        if declared is None or end is None or end >= declared - 1.5 * frame_s:
-            return
-        size = self.path.stat().st_size if self.path.is_file() else 0
-        remaining = size - self._last_byte if self._last_byte else 0
-        # a file cut short ends inside (or just after) a packet, its index and tags lost with it
-        cut_short = remaining <= max(_TRAILER_BYTES, size // 50, 2 * self._largest)
-        if not cut_short and self.on_decode_error == "fail":
-            # the demuxer gave up inside the file, at damage it cannot step over
-            raise InputError(
-                f"input video {self.path} is damaged: its video stops at {end:.3f} s ({self.frames_read} "
-                f"frames), {remaining} bytes before the end of the file, but the container says it runs "
-                f"to {declared:.3f} s"
-            )
-        log.warning(
-            "%s: the video stops at %.3f s but the container says it runs to %.3f s; the file "
-            "may be truncated or damaged (%d frames decoded)",
-            self.path,
-            end,
-            declared,
-            self.frames_read,
-        )
+        judge_end(self.info, self._end, self.frames_read, fail=self.on_decode_error == "fail")
 
     def close(self) -> None:
         """Stop the decode thread (promptly, even mid-stream) and release the file."""
@@ -410,11 +387,15 @@ class FrameReader:
             return True
 
         times: DisplayTimes[av.VideoFrame] = DisplayTimes()
+        rebaser = self.info.clock.rebaser()
+        counts = FramePackets(stream)
         for packet in container.demux(stream):
             if self._stop.is_set():
                 return
-            self._note(packet)
-            if packet.pts is not None and not packet.is_discard and packet.size:
+            rebaser.rebase(packet)
+            gives = counts(packet)
+            self._note(packet, gives)
+            if gives and packet.pts is not None:
                 heapq.heappush(pending, packet.pts)
             try:
                 av_frames = packet.decode()
@@ -425,6 +406,10 @@ class FrameReader:
             for av_frame in av_frames:
                 if not show(times.push(av_frame, av_frame.pts)):
                     return
+        if counts.at_end():  # a last N-VOP: its picture comes with the flush
+            self.frames_promised += 1
+            if counts.held is not None:
+                heapq.heappush(pending, counts.held)
         if show(times.finish()) and fill(None):
             self._put(_END)
 
@@ -432,8 +417,12 @@ class FrameReader:
         """Deliver frames start..end-1 exactly."""
         start, end = self.frames
         seek = self.index.seek_pts(start) if self.index is not None else None
-        if seek is not None:
-            container.seek(seek, stream=stream, backward=True, any_frame=False)
+        byte = self.index.seek_byte(start) if self.index is not None else None
+        if seek is not None or byte is not None:
+            if byte is not None:  # a clock that jumps: the keyframe by its place in the file
+                container.seek(byte, unsupported_byte_offset=True)
+            else:
+                container.seek(seek, stream=stream, backward=True, any_frame=False)
             if self._decode_range_by_pts(container, stream, time_base):
                 self.seeked = True
                 return
@@ -453,30 +442,30 @@ class FrameReader:
         """Every decoded picture in the decoder's (display) order, with its display pts: the
         stream's pts in increasing order (video/timing.py), whatever order the demuxer guessed."""
         times: DisplayTimes[av.VideoFrame] = DisplayTimes()
+        rebaser = self.info.clock.rebaser()  # a clock that jumps: each part after the one before
+        counts = FramePackets(stream)
         for packet in container.demux(stream):
             if self._stop.is_set():
                 return
-            self._note(packet)
+            rebaser.rebase(packet)
+            self._note(packet, counts(packet))
             for av_frame in packet.decode():
                 yield from times.push(av_frame, av_frame.pts)
+        if counts.at_end():  # a last N-VOP: its picture comes with the flush
+            self.frames_promised += 1
         yield from times.finish()
         if times.reordered:
             log.debug(
                 "%s: %d frame timestamps were out of display order; reordered", self.path, times.reordered
             )
 
-    def _note(self, packet: av.Packet) -> None:
-        """Count a demuxed packet that stands for a frame, and where it ends (time, byte)."""
-        if not gives_frame(packet):
-            return
-        self.frames_promised += 1
-        end = packet.pts if packet.pts is not None else packet.dts
-        if end is not None and packet.time_base is not None:
-            end_s = float((end + (packet.duration or 0)) * packet.time_base)
-            self._stream_end_s = max(self._stream_end_s or end_s, end_s)
-        if packet.pos is not None and packet.pos >= 0:
-            self._last_byte = max(self._last_byte, packet.pos + packet.size)
-        self._largest = max(self._largest, packet.size)
+    def _note(self, packet: av.Packet, gives_frame: bool) -> None:
+        """Count a demuxed packet that stands for a frame; note where the stream's data ends (time,
+        byte), N-VOPs included (an encoder's dropped last frame is no early end)."""
+        if gives_frame:
+            self.frames_promised += 1
+        if packet.size and not packet.is_discard:
+            self._end.note(packet)
 
     def _emit(self, av_frame, number: int, pts: int | None, time_base: Fraction) -> bool:
         if av_frame.is_corrupt:  # decoded from damaged data: its damage concealed, not repaired

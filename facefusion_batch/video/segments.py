@@ -20,7 +20,7 @@ can check them and a re-run can recognise finished work: `ffbatch_frames`
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 
@@ -29,7 +29,10 @@ import av.error
 
 from facefusion_batch.errors import InputError
 from facefusion_batch.fsutil import ffmpeg_path
+from facefusion_batch.video.mpeg4 import NotCodedVops
 from facefusion_batch.video.probe import pick_video_stream
+from facefusion_batch.video.stream_end import PacketEnd
+from facefusion_batch.video.timing import ClockMap, ClockScan, has_clock, shift_ticks
 
 TAG_FRAMES = "ffbatch_frames"
 TAG_FRAME_COUNT = "ffbatch_frame_count"
@@ -74,6 +77,11 @@ class FrameIndex:
     pts: tuple[int, ...]  # sorted: pts[n] is the pts of frame n (only when `exact`)
     keyframe_pts: tuple[int, ...]  # sorted
     exact: bool  # every packet had a pts and no two were equal: seeking is safe
+    # where the clock jumps (video/timing.py): pts are on the moved timeline, which a seek in the
+    # file's own clock cannot address, so ranges seek to a keyframe by its byte position
+    # (parallel to `keyframe_pts`); () for every other input
+    keyframe_pos: tuple[int, ...] = ()
+    end: PacketEnd | None = field(default=None, compare=False)  # where the packets stop (a damaged tail)
 
     def resolve(self, start: int, end: int | None, option: str = "--frames") -> tuple[int, int]:
         """Check a range against the video; END None means the last frame."""
@@ -87,17 +95,51 @@ class FrameIndex:
 
     def seek_pts(self, start: int) -> int | None:
         """pts of the last keyframe at or before frame `start`; None to decode from the beginning."""
-        if not self.exact or start == 0:
+        if not self.exact or self.keyframe_pos or start == 0:
             return None
-        target = self.pts[start]
-        i = bisect.bisect_right(self.keyframe_pts, target) - 1
+        i = self._keyframe_before(start)
         return self.keyframe_pts[i] if i >= 0 else None
+
+    def seek_byte(self, start: int) -> int | None:
+        """Where the clock jumps: the byte position of the last keyframe at or before frame
+        `start`; None to decode from the beginning (or to seek by `seek_pts`)."""
+        if not self.exact or not self.keyframe_pos or start == 0:
+            return None
+        i = self._keyframe_before(start)
+        return self.keyframe_pos[i] if i >= 0 else None
+
+    def _keyframe_before(self, start: int) -> int:
+        return bisect.bisect_right(self.keyframe_pts, self.pts[start]) - 1
 
 
 def gives_frame(packet: av.Packet) -> bool:
     """Whether a demuxed video packet stands for a frame: it holds data (not the end-of-stream
     flush) and no edit list hides it (such packets are decoded for reference, never shown)."""
     return bool(packet.size) and not packet.is_discard
+
+
+class FramePackets:
+    """Which demuxed video packets of `stream` stand for a frame, asked in decode order: those
+    `gives_frame` accepts, less MPEG-4 Part 2 not-coded VOPs (video/mpeg4.py), which a decoder
+    shows no picture for."""
+
+    def __init__(self, stream) -> None:
+        ctx = stream.codec_context
+        self._vops = NotCodedVops(ctx.extradata) if ctx is not None and ctx.name == "mpeg4" else None
+        self.held: int | None = None  # pts of a last packet that gave no frame yet (see `at_end`)
+        self._held = False
+
+    def __call__(self, packet: av.Packet) -> bool:
+        if not gives_frame(packet):
+            return False
+        gives = self._vops is None or self._vops.gives_frame(bytes(packet))
+        self._held, self.held = not gives, (None if gives else packet.pts)
+        return gives
+
+    def at_end(self) -> bool:
+        """Whether the stream's last packet, an N-VOP, gives a frame after all: the decoder hands
+        over the picture it repeats when it is flushed (FFmpeg's mpeg4 decoder does)."""
+        return self._held
 
 
 def frame_index(path: str | Path, stream_index: int | None = None) -> FrameIndex:
@@ -116,22 +158,51 @@ def frame_index(path: str | Path, stream_index: int | None = None) -> FrameIndex
             stream = container.streams[stream_index]
         pts: list[int] = []
         keys: list[int] = []
+        positions: list[int | None] = []  # where each of `pts` is, for a clock that jumps
+        key_positions: list[int | None] = []  # and each of `keys`
         missing = 0
+        end = PacketEnd()
+        counts = FramePackets(stream)
+        # an MPEG-TS/PS clock may jump: the audio is read too (the same pass), to place each jump
+        clock = ClockScan(stream.index) if has_clock(container) else None
+        streams = [s for s in container.streams if s.type == "audio"] if clock is not None else []
         try:
-            for packet in container.demux(stream):
+            for packet in container.demux(stream, *streams):
+                if clock is not None:
+                    clock.add(packet)
+                if packet.stream.index != stream.index:
+                    continue
                 if packet.is_keyframe and packet.pts is not None and packet.size:
                     keys.append(packet.pts)  # a seek may land on a keyframe an edit list hides
-                if not gives_frame(packet):
+                    key_positions.append(packet.pos)
+                if gives_frame(packet):
+                    end.note(packet)  # where the stream's data ends, N-VOPs included
+                if not counts(packet):
                     continue
                 if packet.pts is None:
                     missing += 1
                     continue
                 pts.append(packet.pts)
+                positions.append(packet.pos)
         except (av.error.FFmpegError, OSError):
             pass  # a damaged tail: number the frames that are there, as the reader would decode them
+        if counts.at_end():
+            if counts.held is None:
+                missing += 1
+            else:
+                pts.append(counts.held)
+                positions.append(None)
         time_base = Fraction(stream.time_base) if stream.time_base else Fraction(1, 90000)
     finally:
         container.close()
+    jumps = clock.result() if clock is not None else None
+    key_pos: tuple[int, ...] = ()
+    if jumps:  # the frames on the timeline the reader gives them (each part after the one before)
+        pts = _moved(jumps, stream.index, pts, positions, time_base)
+        placed = [(k, p) for k, p in zip(keys, key_positions, strict=True) if p is not None and p >= 0]
+        moved = _moved(jumps, stream.index, [k for k, _ in placed], [p for _, p in placed], time_base)
+        pairs = sorted(zip(moved, (p for _, p in placed), strict=True))
+        keys, key_pos = [k for k, _ in pairs], tuple(p for _, p in pairs)
     ordered = sorted(pts)
     # Without timestamps (or with repeated ones) a frame's number is its decode count: the
     # reader then decodes from the beginning and counts instead of seeking.
@@ -144,7 +215,17 @@ def frame_index(path: str | Path, stream_index: int | None = None) -> FrameIndex
         pts=tuple(ordered) if exact else (),
         keyframe_pts=tuple(sorted(keys)),
         exact=exact,
+        keyframe_pos=key_pos,
+        end=end,
     )
+
+
+def _moved(clock: ClockMap, stream: int, pts: list[int], positions: list, time_base: Fraction) -> list[int]:
+    """`pts` of packets at `positions` (in demux order) on the clock map's moved timeline."""
+    rebaser = clock.rebaser()
+    return [
+        p + shift_ticks(rebaser.shift(stream, pos), time_base) for p, pos in zip(pts, positions, strict=True)
+    ]
 
 
 def video_packet_count(path: str | Path) -> int | None:

@@ -62,6 +62,44 @@ def write_image_atomically(path: Path, image: np.ndarray) -> None:
     write_bytes_atomically(path, data.tobytes(), make_parent=False)
 
 
+_SUFFIX_FORMATS = {".jpg": "jpeg", ".jpeg": "jpeg", ".png": "png", ".bmp": "bmp", ".webp": "webp"}
+_SUFFIX_FORMATS |= {".tif": "tiff", ".tiff": "tiff"}
+
+
+def still_stream_map(source: Path, output: Path) -> list[dict[str, object]]:
+    """The report's stream map of a still-image render: the one picture, what it was (from its
+    header, whatever its name says) and what it became; its EXIF block is not carried."""
+    with open(source, "rb") as fh:
+        head = fh.read(1 << 20)
+    size = image_size(head)
+    entry: dict[str, object] = {"input": 0, "kind": "image", "codec": image_format(head)}
+    if size is not None:
+        entry["size"] = f"{size[0]}x{size[1]}"
+    turned = exif_orientation(head)
+    action = f"re-encoded to {_SUFFIX_FORMATS.get(output.suffix.lower(), output.suffix.lower().lstrip('.'))}"
+    entry |= {"output": 0, "action": action + (f" (EXIF orientation {turned} applied)" if turned > 1 else "")}
+    streams = [entry]
+    if _has_exif(head):
+        streams.append({"input": 0, "kind": "metadata", "codec": "exif", "action": "dropped",
+                        "reason": "the output image holds the pixels only"})  # fmt: skip
+    return streams
+
+
+def image_format(data: bytes) -> str:
+    """png, jpeg, bmp, webp or tiff from the first bytes of an image; "unknown" otherwise."""
+    if data[:8] == b"\x89PNG\r\n\x1a\n":
+        return "png"
+    if data[:2] == b"\xff\xd8":
+        return "jpeg"
+    if data[:2] == b"BM":
+        return "bmp"
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "webp"
+    if data[:4] in (b"II*\x00", b"MM\x00*"):
+        return "tiff"
+    return "unknown"
+
+
 # --- headers: size and EXIF orientation without decoding ------------------------------------
 
 
@@ -145,26 +183,37 @@ def _tiff_tags(tiff: bytes, wanted: tuple[int, ...]) -> dict[int, int]:
 def exif_orientation(data: bytes) -> int:
     """The EXIF orientation (1-8) of a JPEG, PNG (eXIf), WebP or TIFF; 1 when absent or unreadable."""
     try:
-        tiff = None
-        if data[:2] == b"\xff\xd8":
-            for marker, payload in _jpeg_segments(data):
-                if marker == 0xE1 and payload[:6] == b"Exif\x00\x00":
-                    tiff = payload[6:]
-                    break
-        elif data[:8] == b"\x89PNG\r\n\x1a\n":
-            tiff = _chunk(data, 8, b"eXIf", ">", b"IDAT")
-        elif data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-            tiff = _chunk(data, 12, b"EXIF", "<", None)
-            if tiff is not None and tiff[:6] == b"Exif\x00\x00":
-                tiff = tiff[6:]
-        elif data[:4] in (b"II*\x00", b"MM\x00*"):
-            tiff = data
+        tiff = _exif_block(data)
         if not tiff:
             return 1
         value = _tiff_tags(tiff, (0x0112,)).get(0x0112, 1)
         return value if 1 <= value <= 8 else 1
     except (struct.error, IndexError, ValueError):
         return 1
+
+
+def _has_exif(data: bytes) -> bool:
+    try:
+        return bool(_exif_block(data)) and data[:4] not in (b"II*\x00", b"MM\x00*")  # TIFF: its own tags
+    except (struct.error, IndexError, ValueError):
+        return False
+
+
+def _exif_block(data: bytes) -> bytes | None:
+    """The EXIF block (TIFF-structured) of a JPEG (APP1), PNG (eXIf), WebP (EXIF) or a TIFF itself."""
+    if data[:2] == b"\xff\xd8":
+        for marker, payload in _jpeg_segments(data):
+            if marker == 0xE1 and payload[:6] == b"Exif\x00\x00":
+                return payload[6:]
+        return None
+    if data[:8] == b"\x89PNG\r\n\x1a\n":
+        return _chunk(data, 8, b"eXIf", ">", b"IDAT")
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        tiff = _chunk(data, 12, b"EXIF", "<", None)
+        return tiff[6:] if tiff is not None and tiff[:6] == b"Exif\x00\x00" else tiff
+    if data[:4] in (b"II*\x00", b"MM\x00*"):
+        return data
+    return None
 
 
 def _chunk(data: bytes, start: int, name: bytes, order: str, stop: bytes | None) -> bytes | None:

@@ -680,6 +680,7 @@ class VideoWriter:
                 codec=settings.audio_codec,
                 bitrate=settings.audio_bitrate,
                 audio=settings.audio,
+                clock=info.clock if Path(audio_from) == info.path else None,  # read once, by probe
             )
             self.dropped.extend(self._audio.dropped)
             if self._audio.tracks:

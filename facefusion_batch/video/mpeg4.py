@@ -1,0 +1,105 @@
+"""MPEG-4 Part 2 (DivX/Xvid) packets that give no picture: not-coded VOPs.
+
+An Xvid or DivX encoder that drops a frame (rate control, a capture that fell behind) writes an
+N-VOP in its place: a VOP header with `vop_coded` 0, "the previous picture again". FFmpeg's
+decoder returns no frame for it, without an error, so counting packets would call a valid file
+damaged (and number its frames wrongly). In a *packed* stream (DivX packed B-frames) the N-VOP
+after a chunk holding two VOPs is the placeholder at which the decoder hands over the delayed
+picture: that one gives a frame. Reading `vop_coded` needs the time-increment width, from the
+Video Object Layer header (ISO/IEC 14496-2 6.2.3) in the extradata or the first keyframe.
+"""
+
+from __future__ import annotations
+
+_VOP = b"\x00\x00\x01\xb6"
+_VOL_FIRST, _VOL_LAST = 0x20, 0x2F  # video_object_layer_start_code 00 00 01 2x
+_GRAYSCALE = 3
+
+
+class _Bits:
+    def __init__(self, data: bytes, start: int) -> None:
+        self._data = data
+        self._pos = start * 8
+
+    def read(self, count: int) -> int:
+        value = 0
+        for _ in range(count):
+            byte = self._pos >> 3
+            if byte >= len(self._data):
+                raise EOFError
+            value = (value << 1) | ((self._data[byte] >> (7 - (self._pos & 7))) & 1)
+            self._pos += 1
+        return value
+
+
+def increment_bits(data: bytes | None) -> int | None:
+    """The width of `vop_time_increment` from the first VOL header in `data`; None if none."""
+    if not data:
+        return None
+    at = data.find(b"\x00\x00\x01")
+    while at >= 0:
+        if at + 3 < len(data) and _VOL_FIRST <= data[at + 3] <= _VOL_LAST:
+            try:
+                return _vol_increment_bits(_Bits(data, at + 4))
+            except EOFError:
+                return None
+        at = data.find(b"\x00\x00\x01", at + 3)
+    return None
+
+
+def _vol_increment_bits(bits: _Bits) -> int | None:
+    bits.read(1 + 8)  # random_accessible_vol, video_object_type_indication
+    verid = 1
+    if bits.read(1):  # is_object_layer_identifier
+        verid = bits.read(4)
+        bits.read(3)  # priority
+    if bits.read(4) == 0xF:  # aspect_ratio_info: extended PAR
+        bits.read(16)
+    if bits.read(1):  # vol_control_parameters
+        bits.read(2 + 1)  # chroma_format, low_delay
+        if bits.read(1):  # vbv_parameters
+            bits.read(79)
+    shape = bits.read(2)
+    if shape == _GRAYSCALE and verid != 1:
+        bits.read(4)
+    if not bits.read(1):  # marker
+        return None
+    resolution = bits.read(16)
+    if not resolution or not bits.read(1):
+        return None
+    return max(1, (resolution - 1).bit_length())
+
+
+def vop_coded(data: bytes, at: int, width: int) -> bool:
+    """Whether the VOP whose start code is at `data[at]` is coded (False: an N-VOP)."""
+    bits = _Bits(data, at + 4)
+    try:
+        bits.read(2)  # vop_coding_type
+        while bits.read(1):  # modulo_time_base
+            pass
+        if not bits.read(1):
+            return True  # no marker: not a header we can read, so not a placeholder we know
+        bits.read(width)
+        if not bits.read(1):
+            return True
+        return bool(bits.read(1))
+    except EOFError:
+        return True
+
+
+class NotCodedVops:
+    """Says, packet by packet in decode order, whether an MPEG-4 Part 2 packet gives a picture."""
+
+    def __init__(self, extradata: bytes | None) -> None:
+        self._width = increment_bits(extradata)
+        self._after_pair = False  # the packet before held two VOPs (a packed P+B chunk)
+
+    def gives_frame(self, data: bytes) -> bool:
+        if self._width is None:
+            self._width = increment_bits(data)  # the VOL header sits in the first keyframe
+        vops = data.count(_VOP)
+        if vops == 1 and self._width is not None and not vop_coded(data, data.find(_VOP), self._width):
+            gives, self._after_pair = self._after_pair, False
+            return gives
+        self._after_pair = vops >= 2
+        return True
