@@ -344,7 +344,7 @@ def test_matte_refused_where_it_is_not_written_yet(face_clip, astronaut_path, tm
         (("--matte-output", tmp_path / "m.mkv", "--frames", "0:4"), "whole renders only"),
         (("--matte-output", tmp_path / "m.mp4"), "FFV1 in .mkv or .avi"),
         (("--matte-output", tmp_path / "m.%04d.exr"), "a matte sequence is written as"),
-        (("--matte-output", tmp_path / "m.mkv", "--ray", "auto"), "not yet with --ray"),
+        (("--matte-output", tmp_path / "m.mkv", "--ray", "auto"), "not yet written with --ray"),
     ):
         proc = ffbatch(*base, *extra)
         assert proc.returncode == 2 and words in proc.stderr and "Traceback" not in proc.stderr, proc.stderr

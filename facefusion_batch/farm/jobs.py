@@ -28,6 +28,8 @@ from facefusion_batch import __version__
 from facefusion_batch.config import (
     RenderSettings,
     check_writes,
+    compositing_outputs,
+    compositing_start_number,
     files_read,
     settings_record,
     validate,
@@ -52,8 +54,8 @@ from facefusion_batch.pipeline.run import (
 )
 from facefusion_batch.progress import Progress
 from facefusion_batch.timing import StageTimer
+from facefusion_batch.video.compositing import open_compositing_writers
 from facefusion_batch.video.hwaccel import hwaccel_problem
-from facefusion_batch.video.matte import open_matte_writer
 from facefusion_batch.video.probe import probe
 from facefusion_batch.video.reader import FrameReader
 from facefusion_batch.video.segments import parse_range
@@ -188,8 +190,9 @@ def _render_claimed(settings, on_progress, on_start, renderer, output_tags, star
     report = renderer.new_report(settings)
     report.reduced = reduced
     chunk = chunk_size_for(settings, info.frame_count)
-    if settings.matte_output is not None and chunk and settings.chunk_frames is None:
-        log.info("--matte-output: rendering %s whole, not in resumable chunks", settings.input)
+    videos = [o for o, p in compositing_outputs(settings) if not is_sequence_pattern(p)]
+    if videos and chunk and settings.chunk_frames is None:
+        log.info("%s as a video: rendering %s whole, not in resumable chunks", videos[0], settings.input)
         chunk = 0
     if settings.on_decode_error == "skip" and chunk and settings.chunk_frames is None:
         log.info("--on-decode-error skip: rendering %s whole, not in resumable chunks", settings.input)
@@ -343,14 +346,16 @@ def _render_plain(renderer, settings, info, report, timer, on_progress, on_start
             metadata=output_tags,
             pixel_format=pixel_format_of(layout),
         )
-    matte = None
-    if settings.matte_output is not None:
-        try:
-            matte = open_matte_writer(Path(settings.matte_output), info, settings.encoder.start_number)
-        except BaseException:
-            writer.abort()
-            raise
-    render_into(renderer, reader, writer, settings, report, timer, on_progress, layout, "output", matte=matte)
+    try:
+        compositing = open_compositing_writers(
+            settings.matte_output, settings.face_only_output, info, compositing_start_number(settings)
+        )
+    except BaseException:
+        writer.abort()
+        raise
+    render_into(
+        renderer, reader, writer, settings, report, timer, on_progress, layout, "output", None, compositing
+    )
     report.audio = writer.audio_summary
     report.dropped = list(writer.dropped)
     report.streams = list(getattr(writer, "streams", []))

@@ -7,6 +7,11 @@ manifest (`farm/manifest.py`). One continuous decode → batch → swap stream
 feeds them all (batches run across chunk boundaries), so chunking costs a
 keyframe per chunk and the final stream copy, nothing more.
 
+Image sequences of `--matte-output` / `--face-only-output` are written per chunk into the
+work directory too (`compositing/matte/`, `compositing/face-only/`) and kept with the chunk's
+segment: a chunk counts as done only when its segment and all its frames there are. After the
+join they are moved to their own names.
+
 When every segment exists they are joined with the input's audio into the
 output (atomically) and the work directory is removed. Interrupted (Ctrl-C,
 SIGTERM, SIGKILL, a crash), the finished segments stay: the same command
@@ -19,7 +24,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from facefusion_batch.config import RenderSettings
+from facefusion_batch.config import RenderSettings, compositing_outputs, compositing_start_number
 from facefusion_batch.errors import FfbatchError, Interrupted
 from facefusion_batch.farm.concat import join_segments
 from facefusion_batch.farm.manifest import (
@@ -32,7 +37,7 @@ from facefusion_batch.farm.manifest import (
     settings_digest,
     work_dir_for,
 )
-from facefusion_batch.farm.segment import is_up_to_date, segment_tags
+from facefusion_batch.farm.segment import compositing_complete, is_up_to_date, segment_tags
 from facefusion_batch.pipeline.run import (
     JobReport,
     check_faces_swapped,
@@ -41,6 +46,7 @@ from facefusion_batch.pipeline.run import (
     read_ranges,
     run_frames,
 )
+from facefusion_batch.video.compositing import open_compositing_writers, publish_sequence
 from facefusion_batch.video.formats import segment_suffix
 from facefusion_batch.video.planes import BGR24
 from facefusion_batch.video.probe import VideoInfo
@@ -131,11 +137,37 @@ def plan_segments(
             if candidate.is_file() and is_up_to_date(candidate, digest, start, end):
                 manifest.record(start, end, candidate)
                 path = candidate
+        if path is not None and not compositing_complete(
+            settings, (start, end), lambda option, p: staged(manifest.work_dir, option, p)
+        ):
+            log.info("segment %d:%d is done but not its compositing frames; rendering it again", start, end)
+            path = None
         if path is None:
             missing.append((start, end))
         else:
             done[(start, end)] = path
     return done, missing
+
+
+def staged(work: Path, option: str, path: Path) -> Path:
+    """Where a chunked render keeps a compositing sequence's frames until the join."""
+    return work / "compositing" / option.removeprefix("--").removesuffix("-output") / path.name
+
+
+def open_staged_compositing(settings: RenderSettings, work: Path, info: VideoInfo):
+    """The compositing writers of a chunked render, writing into the work directory."""
+    patterns = {}
+    for option, path in compositing_outputs(settings):
+        patterns[option] = staged(work, option, path)
+        patterns[option].parent.mkdir(parents=True, exist_ok=True)
+        for stale in patterns[option].parent.glob(".*.partial"):  # a killed run's frame
+            stale.unlink(missing_ok=True)
+    return open_compositing_writers(
+        patterns.get("--matte-output"),
+        patterns.get("--face-only-output"),
+        info,
+        compositing_start_number(settings),
+    )
 
 
 def render_chunked(
@@ -168,7 +200,11 @@ def render_chunked(
         if on_start:
             on_start(todo)
 
+        compositing = None
+
         def finished(start: int, end: int, path: Path) -> None:
+            if compositing is not None:
+                compositing.commit()  # the chunk's frames, written before its last frame's segment
             manifest.record(start, end, path)
             done[(start, end)] = path
             log.debug("segment %d:%d done", start, end)
@@ -185,19 +221,20 @@ def render_chunked(
                 pixel_format_of(layout),
             )
             try:
+                compositing = open_staged_compositing(settings, work, info)
                 frames = read_ranges(settings, info, missing, index, layout, warmup=settings.tracking.memory)
-                run_frames(renderer, frames, sink, settings, report, timer, on_progress, layout)
+                run_frames(renderer, frames, sink, settings, report, timer, on_progress, layout, compositing)
                 sink.check_finished()
             except KeyboardInterrupt:
-                sink.abort()
+                _abort(sink, compositing)
                 raise Interrupted(f"interrupted (SIGINT); {_resume_hint(done, total, work)}") from None
             except Interrupted as exc:
-                sink.abort()
+                _abort(sink, compositing)
                 raise Interrupted(
                     f"{exc}; {_resume_hint(done, total, work)}", exit_code=exc.exit_code
                 ) from None
             except BaseException:
-                sink.abort()
+                _abort(sink, compositing)
                 raise
         if not report.segments["reused"]:  # faces of reused segments were counted by their own run
             try:
@@ -216,7 +253,17 @@ def render_chunked(
                 audio_codec=settings.encoder.audio_codec,
                 audio_bitrate=settings.encoder.audio_bitrate,
             )
+            for option, path in compositing_outputs(settings):
+                publish_sequence(
+                    staged(work, option, path), path, compositing_start_number(settings), index.count
+                )
         remove_work_dir(work)
+
+
+def _abort(sink: SegmentSink, compositing) -> None:
+    sink.abort()
+    if compositing is not None:
+        compositing.abort()
 
 
 def _resume_hint(done: dict, total: int, work: Path) -> str:

@@ -46,6 +46,7 @@ class BatchResult:
     dropped_per_frame: dict[str, np.ndarray] = field(default_factory=dict)
     painted: list[Rect] = field(default_factory=list)  # (frame, x, y, w, h): what may have changed
     mattes: dict[int, np.ndarray] | None = None  # matte=True: {frame: the paste alpha, 0–1}
+    layers: dict[int, np.ndarray] | None = None  # --face-only-output: {frame: straight RGBA layer}
 
 
 def drop_reason(stage: Stage) -> str:
@@ -140,7 +141,10 @@ class FacePipeline:
         the ordered track stage (None: a batch on its own, tracked from scratch). `matte`: keep
         the paste alpha of every painted frame (`BatchResult.mattes`; the host kernel set)."""
         if matte and k.name != "host":
-            raise InputError("--matte-output is recorded by the host kernel set: render with --backend cpu")
+            raise InputError(
+                "--matte-output and --face-only-output are recorded by the host kernel set: "
+                "render with --backend cpu"
+            )
         if not images:
             return BatchResult(frames=[], faces_found=0, faces_swapped=0, frames_with_faces=0)
         passed = seq is None
