@@ -13,7 +13,7 @@ import logging
 from pathlib import Path
 
 from facefusion_batch.config import RenderSettings, compositing_outputs, compositing_start_number
-from facefusion_batch.errors import FfbatchError, OutputError
+from facefusion_batch.errors import FfbatchError, InputError, OutputError
 from facefusion_batch.farm.manifest import settings_digest
 from facefusion_batch.pipeline.run import JobReport, log_start, pixel_format_of, read_ranges, render_into
 from facefusion_batch.video.compositing import open_compositing_writers, sequence_complete
@@ -73,8 +73,10 @@ def prepare_segment_job(settings: RenderSettings) -> JobReport | None:
     if end is None:  # to the end: the tags hold the frame count (is_up_to_date checked it)
         end = int(read_tags(out)[TAG_FRAME_COUNT])
     if not compositing_complete(settings, (start, end)):
-        log.info("%s is up to date but not its compositing frames; rendering it again", out)
-        return None
+        raise InputError(
+            f"{out} is up to date but frames {start}:{end} of its compositing sequences are not all there "
+            "(removed since?); pass --force to render the segment and its frames again"
+        )
     log.info(
         "%s is up to date (frames %s:%s of %s); nothing to render", out, start, end or "", settings.input
     )

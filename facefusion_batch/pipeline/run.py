@@ -497,7 +497,9 @@ def render_into(
     `check()` included, went well; otherwise they are aborted and their temporary files removed.
     `what` names the output in the interrupt message."""
     faces_before = report.faces_swapped
-    writers = [writer, *(compositing.writers if compositing is not None else ())]
+    # the compositing outputs close first: a job stopped in between leaves no finished main output
+    # (the mark a rerun of a segment goes by) without its frames
+    writers = [*(compositing.writers if compositing is not None else ()), writer]
     try:
         run_frames(
             renderer,
