@@ -313,6 +313,9 @@ def test_impossible_compositing_outputs_are_exit_2_before_decoding(tmp_path, cli
         proc = ffbatch(*base, *extra)
         assert proc.returncode == 2 and words in proc.stderr, proc.stderr
         assert "Traceback" not in proc.stderr and "broken.mkv" not in proc.stderr, proc.stderr
+    still = ("render", asset_path("t1.jpg"), "-s", asset_path("astronaut.png"), "-o", out / "o.png")
+    proc = ffbatch(*still, "--face-only-output", out / "f.%04d.png")
+    assert proc.returncode == 2 and "is written for videos only" in proc.stderr, proc.stderr
     assert list(out.iterdir()) == []
 
 

@@ -286,6 +286,8 @@ def render_still(settings: RenderSettings, renderer: Renderer | None, started: f
         )
     if settings.frames is not None or settings.chunk_frames:
         raise InputError(f"input {settings.input} is a still image: --frames and --chunk-frames need a video")
+    for option, _ in compositing_outputs(settings):
+        raise InputError(f"input {settings.input} is a still image: {option} is written for videos only")
     image = read_image(settings.input, what="input")
     timer = StageTimer()
     if renderer is None:
