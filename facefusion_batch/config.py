@@ -268,15 +268,16 @@ def compositing_outputs(settings: RenderSettings) -> list[tuple[str, Path]]:
 
 def check_compositing_outputs(settings: RenderSettings) -> None:
     """Each compositing output can be written, in this kind of job (plan checks it too): image
-    sequences in segments and chunks (each writes its own frames), videos in whole renders."""
+    sequences everywhere (each segment writes its own frames), videos in whole and chunked
+    renders (joined like the output), not from `--frames` segments."""
     for option, path in compositing_outputs(settings):
         (check_matte_output if option == "--matte-output" else check_face_only_output)(path)
-        if not is_sequence_pattern(path) and (settings.frames is not None or settings.chunk_frames):
+        if not is_sequence_pattern(path) and settings.frames is not None:
             example = "matte.%06d.png" if option == "--matte-output" else "face.%06d.exr"
             raise InputError(
-                f"{option} {path}: a video is written by whole renders only, not with --frames or "
-                f"--chunk-frames (it is not joined from segments yet); write an image sequence such as "
-                f"{example}, whose frames each segment writes itself, or render with --chunk-frames 0"
+                f"{option} {path}: a video is written by whole and chunked renders, not by a --frames "
+                f"segment (nothing joins its pieces yet); write an image sequence such as {example}, "
+                "whose frames each segment writes itself, or leave out --frames"
             )
 
 

@@ -22,9 +22,9 @@ from test_cli import ffbatch
 
 from facefusion_batch.config import RenderSettings
 from facefusion_batch.errors import InputError, Interrupted
+from facefusion_batch.farm.chunk_compositing import staged
 from facefusion_batch.farm.jobs import render
 from facefusion_batch.farm.manifest import work_dir_for
-from facefusion_batch.farm.resume import staged
 from facefusion_batch.models.assets import asset_path
 from facefusion_batch.pipeline.run import Renderer
 from facefusion_batch.swap.classical import ClassicalSettings
@@ -256,6 +256,39 @@ def test_an_interrupted_chunked_render_resumes_only_chunks_missing_frames(
     assert not work.exists()
 
 
+def test_a_chunked_render_joins_video_mattes_and_layers_like_the_output(tmp_path, settings, renderer, whole):
+    """Video compositing outputs in chunks: a segment per chunk in the work directory (resumed
+    like the output's: a chunk whose matte segment is gone is rendered again), joined after the
+    output: the whole render's mattes and timestamps, ProRes 4444 (`ap4h`) kept through the join."""
+    job = replace(
+        settings,
+        output=tmp_path / "out.mkv",
+        chunk_frames=CHUNK,
+        matte_output=tmp_path / "matte.mkv",
+        face_only_output=tmp_path / "face.mov",
+        batch_size=2,
+    )
+    with pytest.raises(Interrupted, match="resume"):
+        render(job, renderer=renderer, on_progress=_interrupt_after(2 * CHUNK))
+    work = work_dir_for(job.output)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [work.name]
+    mattes = staged(work, "--matte-output", job.matte_output)
+    assert sorted(p.name for p in mattes.iterdir()) == ["00000000-00000005.mkv", "00000005-00000010.mkv"]
+    (mattes / "00000005-00000010.mkv").unlink()
+    report = render(job, renderer=renderer)
+    assert report.segments == {"total": 3, "reused": 1, "rendered": 2}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["face.mov", "matte.mkv", "out.mkv"]
+    got, pts = decoded(job.matte_output, "gray")
+    assert pts == whole["pts"] and all(np.array_equal(a, b) for a, b in zip(got, whole["matte"], strict=True))
+    with av.open(str(job.face_only_output)) as container:
+        assert container.streams.video[0].codec_context.codec_tag == "ap4h"
+    faces, pts = decoded(job.face_only_output, "rgba64le")
+    assert pts == whole["pts"]
+    for face, want in zip(faces, whole["face"], strict=True):
+        assert not face[..., 3][want[..., 3] == 0].any()
+        assert np.abs(face / 257 - want).mean() < 0.5
+
+
 def test_frame_range_segments_write_their_own_frames(tmp_path, settings, renderer, whole):
     """`--frames A:B` (a farm task) writes the sequences' frames A..B-1 at their final numbers;
     run again it is up to date only while those frames are all there."""
@@ -306,8 +339,8 @@ def test_impossible_compositing_outputs_are_exit_2_before_decoding(tmp_path, cli
         (("--face-only-output", out / "f.mkv"), "the face layer needs alpha"),
         (("--face-only-output", out / "f.%04d.jpg"), "RGBA sequence of .exr, .png, .tif, .tiff"),
         (("--face-only-output", out / "f.%04d.dpx"), "the face layer needs alpha"),
-        (("--face-only-output", out / "f.mov", "--chunk-frames", "4"), "sequence such as face.%06d.exr"),
-        (("--matte-output", out / "m.mkv", "--frames", "0:4"), "a video is written by whole renders only"),
+        (("--face-only-output", out / "f.mov", "--frames", "2:6"), "sequence such as face.%06d.exr"),
+        (("--matte-output", out / "m.mkv", "--frames", "0:4"), "not by a --frames segment"),
         (("--face-only-output", out / "f.%04d.png", "--ray", "auto"), "not yet written with --ray"),
     ):
         proc = ffbatch(*base, *extra)
@@ -332,5 +365,5 @@ def test_plan_passes_compositing_sequences_to_every_chunk(tmp_path, clip):
         argv = chunk["argv"]
         assert argv[argv.index("--face-only-output") + 1] == str(layer)
     proc = ffbatch(*base, "--matte-output", tmp_path / "m.mkv")
-    assert proc.returncode == 2 and "written by whole renders only" in proc.stderr, proc.stderr
+    assert proc.returncode == 2 and "a plan's --frames chunks cannot write" in proc.stderr, proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == []

@@ -190,10 +190,6 @@ def _render_claimed(settings, on_progress, on_start, renderer, output_tags, star
     report = renderer.new_report(settings)
     report.reduced = reduced
     chunk = chunk_size_for(settings, info.frame_count)
-    videos = [o for o, p in compositing_outputs(settings) if not is_sequence_pattern(p)]
-    if videos and chunk and settings.chunk_frames is None:
-        log.info("%s as a video: rendering %s whole, not in resumable chunks", videos[0], settings.input)
-        chunk = 0
     if settings.on_decode_error == "skip" and chunk and settings.chunk_frames is None:
         log.info("--on-decode-error skip: rendering %s whole, not in resumable chunks", settings.input)
         chunk = 0

@@ -7,10 +7,10 @@ manifest (`farm/manifest.py`). One continuous decode → batch → swap stream
 feeds them all (batches run across chunk boundaries), so chunking costs a
 keyframe per chunk and the final stream copy, nothing more.
 
-Image sequences of `--matte-output` / `--face-only-output` are written per chunk into the
-work directory too (`compositing/matte/`, `compositing/face-only/`) and kept with the chunk's
-segment: a chunk counts as done only when its segment and all its frames there are. After the
-join they are moved to their own names.
+The compositing outputs (`--matte-output`, `--face-only-output`) are written per chunk into the
+work directory too (farm/chunk_compositing.py): a chunk counts as done only when its segment and
+its share of them are; after the join they move to (sequences) or are joined into (videos)
+their own names.
 
 When every segment exists they are joined with the input's audio into the
 output (atomically) and the work directory is removed. Interrupted (Ctrl-C,
@@ -24,8 +24,9 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from facefusion_batch.config import RenderSettings, compositing_outputs, compositing_start_number
+from facefusion_batch.config import RenderSettings
 from facefusion_batch.errors import FfbatchError, Interrupted
+from facefusion_batch.farm.chunk_compositing import open_staged_compositing, publish_staged, staged_complete
 from facefusion_batch.farm.concat import join_segments
 from facefusion_batch.farm.manifest import (
     Manifest,
@@ -37,7 +38,7 @@ from facefusion_batch.farm.manifest import (
     settings_digest,
     work_dir_for,
 )
-from facefusion_batch.farm.segment import compositing_complete, is_up_to_date, segment_tags
+from facefusion_batch.farm.segment import is_up_to_date, segment_tags
 from facefusion_batch.pipeline.run import (
     JobReport,
     check_faces_swapped,
@@ -46,7 +47,6 @@ from facefusion_batch.pipeline.run import (
     read_ranges,
     run_frames,
 )
-from facefusion_batch.video.compositing import open_compositing_writers, publish_sequence
 from facefusion_batch.video.formats import segment_suffix
 from facefusion_batch.video.planes import BGR24
 from facefusion_batch.video.probe import VideoInfo
@@ -137,37 +137,14 @@ def plan_segments(
             if candidate.is_file() and is_up_to_date(candidate, digest, start, end):
                 manifest.record(start, end, candidate)
                 path = candidate
-        if path is not None and not compositing_complete(
-            settings, (start, end), lambda option, p: staged(manifest.work_dir, option, p)
-        ):
-            log.info("segment %d:%d is done but not its compositing frames; rendering it again", start, end)
+        if path is not None and not staged_complete(settings, manifest.work_dir, digest, start, end):
+            log.info("segment %d:%d is done but not its compositing outputs; rendering it again", start, end)
             path = None
         if path is None:
             missing.append((start, end))
         else:
             done[(start, end)] = path
     return done, missing
-
-
-def staged(work: Path, option: str, path: Path) -> Path:
-    """Where a chunked render keeps a compositing sequence's frames until the join."""
-    return work / "compositing" / option.removeprefix("--").removesuffix("-output") / path.name
-
-
-def open_staged_compositing(settings: RenderSettings, work: Path, info: VideoInfo):
-    """The compositing writers of a chunked render, writing into the work directory."""
-    patterns = {}
-    for option, path in compositing_outputs(settings):
-        patterns[option] = staged(work, option, path)
-        patterns[option].parent.mkdir(parents=True, exist_ok=True)
-        for stale in patterns[option].parent.glob(".*.partial"):  # a killed run's frame
-            stale.unlink(missing_ok=True)
-    return open_compositing_writers(
-        patterns.get("--matte-output"),
-        patterns.get("--face-only-output"),
-        info,
-        compositing_start_number(settings),
-    )
 
 
 def render_chunked(
@@ -209,6 +186,9 @@ def render_chunked(
             done[(start, end)] = path
             log.debug("segment %d:%d done", start, end)
 
+        def tags_for(start: int, end: int) -> dict[str, str]:
+            return segment_tags(settings, start, end, index.count, digest)
+
         if missing:
             layout = renderer.frame_layout(info, report)
             sink = SegmentSink(
@@ -216,12 +196,12 @@ def render_chunked(
                 missing,
                 info,
                 settings,
-                lambda a, b: segment_tags(settings, a, b, index.count, digest),
+                tags_for,
                 finished,
                 pixel_format_of(layout),
             )
             try:
-                compositing = open_staged_compositing(settings, work, info)
+                compositing = open_staged_compositing(settings, work, info, missing, tags_for)
                 frames = read_ranges(settings, info, missing, index, layout, warmup=settings.tracking.memory)
                 run_frames(renderer, frames, sink, settings, report, timer, on_progress, layout, compositing)
                 sink.check_finished()
@@ -253,10 +233,7 @@ def render_chunked(
                 audio_codec=settings.encoder.audio_codec,
                 audio_bitrate=settings.encoder.audio_bitrate,
             )
-            for option, path in compositing_outputs(settings):
-                publish_sequence(
-                    staged(work, option, path), path, compositing_start_number(settings), index.count
-                )
+            publish_staged(settings, work, list(done), index.count)
         remove_work_dir(work)
 
 

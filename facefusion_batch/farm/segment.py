@@ -85,15 +85,10 @@ def prepare_segment_job(settings: RenderSettings) -> JobReport | None:
     return report
 
 
-def compositing_complete(settings: RenderSettings, frames: tuple[int, int], where=None) -> bool:
-    """Whether every compositing sequence holds all frames of the range [start, end) (`where(option,
-    path)`: the pattern to look in, a chunked render's staged frames; else the path as given)."""
+def compositing_complete(settings: RenderSettings, frames: tuple[int, int]) -> bool:
+    """Whether every compositing sequence holds all frames of the range [start, end)."""
     number = compositing_start_number(settings)
-    for option, path in compositing_outputs(settings):
-        pattern = where(option, path) if where is not None else path
-        if not sequence_complete(pattern, number, frames):
-            return False
-    return True
+    return all(sequence_complete(path, number, frames) for _, path in compositing_outputs(settings))
 
 
 def render_segment(renderer, settings, info, report: JobReport, timer, on_progress, on_start) -> None:

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from facefusion_batch.errors import InputError, OutputError
-from facefusion_batch.video.matte import check_matte_output, matte_info, matte_picture
+from facefusion_batch.video.matte import MATTE_PIX_FMT, check_matte_output, matte_info, matte_picture
 from facefusion_batch.video.native import NativePicture
 from facefusion_batch.video.planes import NATIVE
 from facefusion_batch.video.probe import VideoInfo
@@ -42,6 +42,7 @@ from facefusion_batch.video.writer import EncoderSettings, VideoWriter, validate
 LAYER_PIX_FMTS = {8: "rgba", 16: "rgba64le"}
 LAYER_VIDEO_SUFFIXES = (".mov",)
 LAYER_ENCODER = EncoderSettings(codec="prores_ks", profile="4444", pix_fmt="yuva444p10le", audio=False)
+MATTE_ENCODER = EncoderSettings(codec="ffv1", pix_fmt=MATTE_PIX_FMT, audio=False)
 # extension -> (8-bit pixel format, deep one) of the layer's images
 LAYER_IMAGE_FORMATS = {
     ".exr": ("gbrapf32le", "gbrapf32le"),
@@ -98,7 +99,10 @@ def layer_info(info: VideoInfo, bits: int) -> VideoInfo:
     )
 
 
-def open_face_layer_writer(path: Path, info: VideoInfo, start_number: int) -> Writer:
+def open_face_layer_writer(
+    path: Path, info: VideoInfo, start_number: int, metadata: dict[str, str] | None = None
+) -> Writer:
+    """`metadata`: container tags of a video layer (a chunk's segment records its range so)."""
     check_face_only_output(path)
     layer = layer_info(info, layer_bits(path, info.bit_depth))
     if is_sequence_pattern(path):
@@ -111,19 +115,19 @@ def open_face_layer_writer(path: Path, info: VideoInfo, start_number: int) -> Wr
             pixel_format=NATIVE,
             exr_format=half,
         )
-    return VideoWriter(path, layer, LAYER_ENCODER, pixel_format=NATIVE)
+    return VideoWriter(path, layer, LAYER_ENCODER, metadata=metadata, pixel_format=NATIVE)
 
 
-def open_matte_writer(path: Path, info: VideoInfo, start_number: int) -> Writer:
+def open_matte_writer(
+    path: Path, info: VideoInfo, start_number: int, metadata: dict[str, str] | None = None
+) -> Writer:
     check_matte_output(path)
     grey = matte_info(info)
     if is_sequence_pattern(path):
         return SequenceWriter(
             path, grey, pix_fmt=grey.pix_fmt, start_number=start_number, pixel_format=NATIVE
         )
-    return VideoWriter(
-        path, grey, EncoderSettings(codec="ffv1", pix_fmt=grey.pix_fmt, audio=False), pixel_format=NATIVE
-    )
+    return VideoWriter(path, grey, MATTE_ENCODER, metadata=metadata, pixel_format=NATIVE)
 
 
 def face_layer(original: np.ndarray, swapped: np.ndarray, matte: np.ndarray, bits: int = 16) -> np.ndarray:
@@ -180,15 +184,15 @@ class CompositingWriters:
             if writer is None:
                 continue
             picture = matte_picture(picture) if writer is self.matte else layer_picture(picture)
-            if isinstance(writer, SequenceWriter):
-                writer.write(picture, pts, time_base, number=self.start_number + index)
-            else:
+            if isinstance(writer, VideoWriter):
                 writer.write(picture, pts, time_base)
+            else:  # a sequence (or a chunked render's segments): placed by the frame's number
+                writer.write(picture, pts, time_base, number=self.start_number + index)
 
     def commit(self) -> None:
         """Sequences: the frames written so far into place (a finished chunk)."""
         for writer in self.writers:
-            if isinstance(writer, SequenceWriter):
+            if not isinstance(writer, VideoWriter):
                 writer.commit()
 
     def close(self) -> None:
