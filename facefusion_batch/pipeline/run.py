@@ -41,7 +41,7 @@ from facefusion_batch.pipeline.executor import run_ordered
 from facefusion_batch.pipeline.report import RenderReport
 from facefusion_batch.pipeline.stages import BatchResult, FacePipeline
 from facefusion_batch.timing import StageTimer
-from facefusion_batch.video.compositing import CompositingWriters, face_layer
+from facefusion_batch.video.compositing import CompositingWriters
 from facefusion_batch.video.fields import FIRST_FIELD, split_fields, weave_fields
 from facefusion_batch.video.native import NativeFrames, compose
 from facefusion_batch.video.planes import BGR24, NATIVE, YUV420P, PlaneLayout, plane_layout_for
@@ -299,11 +299,14 @@ def run_frames(
             result = pipeline(kernels, pictures, planes, seq=batch.seq, matte=compositing is not None)
             if first_field is not None:
                 result = woven(result, images, pictures, first_field)
-            if compositing is not None:
+            if compositing is not None:  # from the 8-bit view, before the native compose
                 result.mattes = matte_pictures(result.mattes or {}, images)
-                if compositing.wants_layer:  # from the 8-bit view, before the native compose
-                    with timer.stage("face_layer"):
-                        result.layers = face_layers(batch.items, result, compositing.layer_bits)
+                with timer.stage("compositing"):
+                    result.compositing = {
+                        i: compositing.prepare(frame.image, result.frames[i], result.mattes[i])
+                        for i, frame in enumerate(batch.items)
+                        if not frame.warmup
+                    }
             if native:
                 with timer.stage("compose"):
                     compose_native(batch.items, result)
@@ -352,16 +355,6 @@ def woven(result: BatchResult, images: list[np.ndarray], fields: list[np.ndarray
     )
 
 
-def face_layers(frames: list[Frame], result: BatchResult, bits: int) -> dict[int, np.ndarray]:
-    """Each written frame's face layer (video/compositing.face_layer), from its picture before the
-    swap, after it, and its matte."""
-    return {
-        i: face_layer(frame.image, result.frames[i], result.mattes[i], bits)
-        for i, frame in enumerate(frames)
-        if not frame.warmup
-    }
-
-
 def matte_pictures(mattes: dict[int, np.ndarray], images: list[np.ndarray]) -> dict[int, np.ndarray]:
     """Every frame's matte as uint8 0–255: 0 exactly where nothing was pasted (a weight too small
     to round to 1 still counts: it may have moved a pixel by a level)."""
@@ -383,8 +376,7 @@ def _consume(stream, make_worker, sink, settings, report, timer, on_progress, co
             for i, (frame, image) in enumerate(zip(batch.items, result.frames, strict=True)):
                 if not frame.warmup:  # warm-up frames only feed the face tracks
                     if compositing is not None:  # first: a chunk the frame ends is then complete
-                        layer = result.layers.get(i) if result.layers is not None else None
-                        compositing.write(frame.index, frame.pts, frame.time_base, result.mattes[i], layer)
+                        compositing.write(frame.index, frame.pts, frame.time_base, result.compositing[i])
                     sink(frame, image)
         n = int(written.sum())
         report.frames_in += n

@@ -46,7 +46,8 @@ class BatchResult:
     dropped_per_frame: dict[str, np.ndarray] = field(default_factory=dict)
     painted: list[Rect] = field(default_factory=list)  # (frame, x, y, w, h): what may have changed
     mattes: dict[int, np.ndarray] | None = None  # matte=True: {frame: the paste alpha, 0–1}
-    layers: dict[int, np.ndarray] | None = None  # --face-only-output: {frame: straight RGBA layer}
+    # --matte-output / --face-only-output: {frame: its matte and layer as their writers take them}
+    compositing: dict[int, tuple] | None = None
 
 
 def drop_reason(stage: Stage) -> str:

@@ -175,19 +175,32 @@ class CompositingWriters:
     def writers(self) -> list[Writer]:
         return [w for w in (self.matte, self.layer) if w is not None]
 
-    @property
-    def wants_layer(self) -> bool:
-        return self.layer is not None
-
-    def write(self, index: int, pts: int | None, time_base: Fraction, matte, layer) -> None:
+    def prepare(self, original: np.ndarray, swapped: np.ndarray, matte: np.ndarray) -> tuple:
+        """One frame's (matte, layer) as their writers take them: a sequence's encoded image, a
+        video's picture (None: not asked for). Called on the render workers, so the layer and
+        the images are made in parallel; `write` then only files them, in order."""
+        layer = face_layer(original, swapped, matte, self.layer_bits) if self.layer is not None else None
+        prepared = []
         for writer, picture in ((self.matte, matte), (self.layer, layer)):
             if writer is None:
+                prepared.append(None)
                 continue
             picture = matte_picture(picture) if writer is self.matte else layer_picture(picture)
-            if isinstance(writer, VideoWriter):
-                writer.write(picture, pts, time_base)
-            else:  # a sequence (or a chunked render's segments): placed by the frame's number
-                writer.write(picture, pts, time_base, number=self.start_number + index)
+            prepared.append(writer.encode(picture) if isinstance(writer, SequenceWriter) else picture)
+        return tuple(prepared)
+
+    def write(self, index: int, pts: int | None, time_base: Fraction, prepared: tuple) -> None:
+        """File input frame `index`'s `prepare`d matte and layer."""
+        number = self.start_number + index
+        for writer, item in zip((self.matte, self.layer), prepared, strict=True):
+            if writer is None:
+                continue
+            if isinstance(writer, SequenceWriter):
+                writer.write_encoded(item, number=number)
+            elif isinstance(writer, VideoWriter):
+                writer.write(item, pts, time_base)
+            else:  # a chunked render's segments: placed by the frame's number
+                writer.write(item, pts, time_base, number=number)
 
     def commit(self) -> None:
         """Sequences: the frames written so far into place (a finished chunk)."""

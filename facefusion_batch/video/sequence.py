@@ -140,17 +140,28 @@ class SequenceWriter:
         the order written, from `start_number`)."""
         if self._state != "open":
             raise FfbatchError(f"SequenceWriter for {self.output} is already {self._state}")
+        self.write_encoded(self.encode(image), number)
+
+    def encode(self, image: np.ndarray | NativePicture) -> bytes:
+        """One frame's file contents. Any thread may call it (each call has its own encoder), so
+        render workers encode while the writing thread only files them (`write_encoded`)."""
         expected = picture_shape(self.pixel_format, self.info.height, self.info.width)
         if isinstance(image, NativePicture) and self.pixel_format == NATIVE:
             pass  # the input's own picture (VideoWriter's check_native)
         elif image.shape != expected or image.dtype != np.uint8:
             raise FfbatchError(f"SequenceWriter for {self.output} expects {expected} uint8 frames")
+        return self._encode(image)
+
+    def write_encoded(self, data: bytes, number: int | None = None) -> None:
+        """File one frame `encode` made under its temporary name, numbered as `write` does."""
+        if self._state != "open":
+            raise FfbatchError(f"SequenceWriter for {self.output} is already {self._state}")
         if number is None:
             number = self.start_number + self.frames_written
         final = frame_path(self.output, number)
         temp = final.parent / f".{final.name}.partial"
         try:
-            temp.write_bytes(self._encode(image))
+            temp.write_bytes(data)
         except OSError as exc:
             self.abort()
             raise OutputError(f"cannot write {final}: {exc.strerror or exc}") from None
