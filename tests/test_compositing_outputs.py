@@ -326,6 +326,39 @@ def test_sequences_follow_the_start_number(tmp_path, settings, renderer, whole):
     assert np.array_equal(decoded(tmp_path / "m.004.tif", "gray")[0][0], whole["matte"][4])
 
 
+def test_an_image_sequence_input_keeps_its_numbers(tmp_path, settings, renderer, whole):
+    """The main output's rule: an input sequence's own first number (here 50) numbers the matte."""
+    plate = tmp_path / "plate"
+    plate.mkdir()
+    for i, image in enumerate(whole["input"][:3]):
+        cv2.imwrite(str(plate / f"p.{50 + i:04d}.png"), image[..., ::-1])
+    job = replace(
+        settings,
+        input=plate / "p.%04d.png",
+        output=tmp_path / "out.mkv",
+        matte_output=tmp_path / "m.%04d.png",
+        input_fps=25.0,
+    )
+    render(job, renderer=renderer)
+    assert sorted(p.name for p in tmp_path.glob("m.*")) == ["m.0050.png", "m.0051.png", "m.0052.png"]
+    assert np.array_equal(decoded(tmp_path / "m.0051.png", "gray")[0][0], whole["matte"][1])
+
+
+def test_a_failed_render_leaves_no_compositing_file(tmp_path, settings, renderer):
+    """Interrupted half way, a whole render removes every partial matte and layer it wrote."""
+    job = replace(
+        settings,
+        output=tmp_path / "out.mkv",
+        chunk_frames=0,
+        matte_output=tmp_path / "m.%04d.png",
+        face_only_output=tmp_path / "f.mov",
+        batch_size=2,
+    )
+    with pytest.raises(Interrupted):
+        render(job, renderer=renderer, on_progress=_interrupt_after(6))
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_impossible_compositing_outputs_are_exit_2_before_decoding(tmp_path, clip):
     """Refused up front with the reason: the input is not even a video, and nothing is written."""
     broken = tmp_path / "in" / "broken.mkv"
