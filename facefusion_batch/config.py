@@ -47,6 +47,7 @@ from facefusion_batch.video.reader import DECODE_ERROR_MODES
 from facefusion_batch.video.sequence import (
     check_start_number,
     default_start_number,
+    frame_path,
     is_sequence_pattern,
     sequence_codec,
 )
@@ -312,6 +313,12 @@ def validate_paths(settings: RenderSettings) -> RenderSettings:
         writes.append((option, path))
         if not is_sequence_pattern(path) and path.exists() and not settings.overwrite:
             raise InputError(f"{option} {path} already exists; pass --overwrite to replace it")
+        if is_sequence_pattern(path) and not settings.overwrite:  # its first frame of this job
+            first = frame_path(
+                path, compositing_start_number(settings) + (settings.frames[0] if settings.frames else 0)
+            )
+            if first.exists():
+                raise InputError(f"{option} {first} already exists; pass --overwrite to replace the sequence")
         parent = path.parent if str(path.parent) else Path(".")
         if not parent.is_dir() or not os.access(parent, os.W_OK):
             raise InputError(f"{option} {path}: the directory {parent} does not exist or is not writable")

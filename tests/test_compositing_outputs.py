@@ -324,6 +324,10 @@ def test_sequences_follow_the_start_number(tmp_path, settings, renderer, whole):
     render(job, renderer=renderer)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.003.tif", "m.004.tif", "m.005.tif", "out.mkv"]
     assert np.array_equal(decoded(tmp_path / "m.004.tif", "gray")[0][0], whole["matte"][4])
+    again = replace(job, output=tmp_path / "other.mkv")  # as the main output: not replaced unasked
+    with pytest.raises(InputError, match=r"m\.003\.tif already exists; pass --overwrite"):
+        render(again, renderer=renderer)
+    render(replace(again, overwrite=True), renderer=renderer)
 
 
 def test_an_image_sequence_input_keeps_its_numbers(tmp_path, settings, renderer, whole):
