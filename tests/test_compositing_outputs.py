@@ -91,6 +91,10 @@ def whole(work, settings, renderer) -> dict:
     )
     report = render(job, renderer=renderer)
     assert report.faces_swapped >= FRAMES
+    assert [(c["option"], c["pix_fmt"], c.get("alpha")) for c in report.summary()["compositing"]] == [
+        ("--matte-output", "gray", None),
+        ("--face-only-output", "rgba", "straight"),
+    ]
     numbers = range(1001, 1001 + FRAMES)
     out, pts = decoded(job.output, "rgb24")
     return {

@@ -54,7 +54,7 @@ from facefusion_batch.pipeline.run import (
 )
 from facefusion_batch.progress import Progress
 from facefusion_batch.timing import StageTimer
-from facefusion_batch.video.compositing import open_compositing_writers
+from facefusion_batch.video.compositing import describe_output, open_compositing_writers
 from facefusion_batch.video.hwaccel import hwaccel_problem
 from facefusion_batch.video.probe import probe
 from facefusion_batch.video.reader import FrameReader
@@ -207,6 +207,8 @@ def _render_claimed(settings, on_progress, on_start, renderer, output_tags, star
         else:
             _render_plain(renderer, settings, info, report, timer, on_progress, on_start, output_tags)
     report.audio = report.audio or ("copied" if info.audio_streams else "none")
+    number = compositing_start_number(settings)
+    report.compositing = [describe_output(o, p, info, number) for o, p in compositing_outputs(settings)]
     if not is_sequence_pattern(settings.output):
         report.encoder_parameters = encoder_parameters(settings.encoder, info)
     if not report.streams:  # chunked and --frames jobs: their writers see video only

@@ -128,10 +128,11 @@ class JobReport(RenderReport):
     reduced: list[str] = field(default_factory=list)  # precision the user agreed to lose (--allow-reduce)
     encoder_parameters: dict[str, Any] = field(default_factory=dict)  # video/writer.encoder_parameters
     streams: list[dict[str, Any]] = field(default_factory=list)  # input stream -> what became of it
+    compositing: list[dict[str, Any]] = field(default_factory=list)  # --matte-output, --face-only-output
 
     def summary(self) -> dict[str, Any]:
         data = super().summary()
-        for key in ("frames", "segments"):
+        for key in ("frames", "segments", "compositing"):
             if not data.get(key):
                 data.pop(key, None)
         return data

@@ -240,6 +240,24 @@ def open_compositing_writers(
     return CompositingWriters(matte_writer, layer_writer, start_number)
 
 
+def describe_output(option: str, path: Path, info: VideoInfo, start_number: int) -> dict[str, object]:
+    """What a compositing output holds, for the report."""
+    record: dict[str, object] = {"option": option, "path": str(path)}
+    layer = option == "--face-only-output"
+    if is_sequence_pattern(path):
+        pix_fmt = layer_pix_fmt(path, info.bit_depth) if layer else MATTE_PIX_FMT
+        if path.suffix.lower() == ".exr":
+            pix_fmt += " (half)" if info.bit_depth <= 10 else " (float)"
+        record |= {"format": f"{path.suffix.lower()[1:]} sequence", "pix_fmt": pix_fmt}
+        record["start_number"] = start_number
+    else:
+        encoder = LAYER_ENCODER if layer else MATTE_ENCODER
+        record |= {"format": f"{encoder.codec} {encoder.profile or ''}".strip(), "pix_fmt": encoder.pix_fmt}
+    if layer:
+        record["alpha"] = "straight"
+    return record
+
+
 def sequence_complete(pattern: Path, start_number: int, frames: tuple[int, int]) -> bool:
     """Whether every file of input frames [start, end) of the sequence `pattern` exists."""
     start, end = frames
