@@ -273,6 +273,11 @@ def check_compositing_outputs(settings: RenderSettings) -> None:
     renders (joined like the output), not from `--frames` segments."""
     for option, path in compositing_outputs(settings):
         (check_matte_output if option == "--matte-output" else check_face_only_output)(path)
+        if settings.device.backend in ("cuda", "tensorrt"):  # resolved (auto: what it chose)
+            raise InputError(
+                f"{option} is recorded by the host kernel set, not on --backend {settings.device.backend} "
+                "yet: render with --backend cpu"
+            )
         if not is_sequence_pattern(path) and settings.frames is not None:
             example = "matte.%06d.png" if option == "--matte-output" else "face.%06d.exr"
             raise InputError(

@@ -405,6 +405,8 @@ def test_plan_passes_compositing_sequences_to_every_chunk(tmp_path, clip):
     for chunk in chunks:
         argv = chunk["argv"]
         assert argv[argv.index("--face-only-output") + 1] == str(layer)
+    proc = ffbatch(*base, "--backend", "cuda", "--matte-output", tmp_path / "m.%04d.png")
+    assert proc.returncode == 2 and "render with --backend cpu" in proc.stderr, proc.stderr
     proc = ffbatch(*base, "--matte-output", tmp_path / "m.mkv")
     assert proc.returncode == 2 and "a plan's --frames chunks cannot write" in proc.stderr, proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == []
