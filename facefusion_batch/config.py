@@ -269,21 +269,14 @@ def compositing_outputs(settings: RenderSettings) -> list[tuple[str, Path]]:
 
 def check_compositing_outputs(settings: RenderSettings) -> None:
     """Each compositing output can be written, in this kind of job (plan checks it too): image
-    sequences everywhere (each segment writes its own frames), videos in whole and chunked
-    renders (joined like the output), not from `--frames` segments."""
+    sequences everywhere (each segment writes its own frames); videos in whole and chunked
+    renders (joined like the output) and, per segment, in `--frames` (tagged like it)."""
     for option, path in compositing_outputs(settings):
         (check_matte_output if option == "--matte-output" else check_face_only_output)(path)
         if settings.device.backend in ("cuda", "tensorrt"):  # resolved (auto: what it chose)
             raise InputError(
                 f"{option} is recorded by the host kernel set, not on --backend {settings.device.backend} "
                 "yet: render with --backend cpu"
-            )
-        if not is_sequence_pattern(path) and settings.frames is not None:
-            example = "matte.%06d.png" if option == "--matte-output" else "face.%06d.exr"
-            raise InputError(
-                f"{option} {path}: a video is written by whole and chunked renders, not by a --frames "
-                f"segment (nothing joins its pieces yet); write an image sequence such as {example}, "
-                "whose frames each segment writes itself, or leave out --frames"
             )
 
 

@@ -317,6 +317,36 @@ def test_frame_range_segments_write_their_own_frames(tmp_path, settings, rendere
     assert (folder / "f.1002.exr").is_file()
 
 
+def test_frame_range_segments_write_video_segments_that_concat_joins(tmp_path, settings, renderer, whole):
+    """A farm task's video matte and layer are segments of its range, tagged like its output:
+    up to date together, and `ffbatch concat` joins them into the whole render's."""
+    parts = []
+    for start, end in ((0, CHUNK), (CHUNK, None)):
+        part = replace(
+            settings,
+            output=tmp_path / f"seg{start}.mkv",
+            frames=(start, end),
+            matte_output=tmp_path / f"matte{start}.mkv",
+            face_only_output=tmp_path / f"face{start}.mov",
+        )
+        render(part, renderer=renderer)
+        parts.append(part)
+    assert render(parts[0], renderer=renderer).status == "skipped"
+    parts[0].matte_output.unlink()
+    with pytest.raises(InputError, match="pass --force"):
+        render(parts[0], renderer=renderer)
+    render(replace(parts[0], force=True, overwrite=True), renderer=renderer)
+    for name, option in (("matte.mkv", "matte_output"), ("face.mov", "face_only_output")):
+        proc = ffbatch("concat", *(getattr(p, option) for p in parts), "-o", tmp_path / name)
+        assert proc.returncode == 0, proc.stderr
+    got, pts = decoded(tmp_path / "matte.mkv", "gray")
+    assert pts == whole["pts"] and all(np.array_equal(a, b) for a, b in zip(got, whole["matte"], strict=True))
+    faces, pts = decoded(tmp_path / "face.mov", "rgba64le")
+    assert pts == whole["pts"] and len(faces) == FRAMES
+    with av.open(str(tmp_path / "face.mov")) as container:
+        assert container.streams.video[0].codec_context.codec_tag == "ap4h"
+
+
 def test_sequences_follow_the_start_number(tmp_path, settings, renderer, whole):
     job = replace(
         settings,
@@ -380,8 +410,8 @@ def test_impossible_compositing_outputs_are_exit_2_before_decoding(tmp_path, cli
         (("--face-only-output", out / "f.mkv"), "the face layer needs alpha"),
         (("--face-only-output", out / "f.%04d.jpg"), "RGBA sequence of .exr, .png, .tif, .tiff"),
         (("--face-only-output", out / "f.%04d.dpx"), "the face layer needs alpha"),
-        (("--face-only-output", out / "f.mov", "--frames", "2:6"), "sequence such as face.%06d.exr"),
-        (("--matte-output", out / "m.mkv", "--frames", "0:4"), "not by a --frames segment"),
+        (("--matte-output", out / "m.mp4", "--frames", "0:4"), "write the matte as FFV1 in .mkv or .avi"),
+        (("--matte-output", out / "m.%04d.exr"), "a matte sequence is written as"),
         (("--face-only-output", out / "f.%04d.png", "--ray", "auto"), "not yet written with --ray"),
     ):
         proc = ffbatch(*base, *extra)
@@ -408,5 +438,5 @@ def test_plan_passes_compositing_sequences_to_every_chunk(tmp_path, clip):
     proc = ffbatch(*base, "--backend", "cuda", "--matte-output", tmp_path / "m.%04d.png")
     assert proc.returncode == 2 and "render with --backend cpu" in proc.stderr, proc.stderr
     proc = ffbatch(*base, "--matte-output", tmp_path / "m.mkv")
-    assert proc.returncode == 2 and "a plan's --frames chunks cannot write" in proc.stderr, proc.stderr
+    assert proc.returncode == 2 and "a plan's chunks cannot write its pieces yet" in proc.stderr, proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == []

@@ -396,8 +396,8 @@ def plan_command(
     for option, path in compositing_outputs(settings):  # each chunk writes its own frames of them
         if not is_sequence_pattern(path):
             raise InputError(
-                f"plan: {option} {path} is a video, which a plan's --frames chunks cannot write (nothing "
-                "joins its pieces yet); give an image sequence (each chunk writes its own frames), or "
+                f"plan: {option} {path} is a video; a plan's chunks cannot write its pieces yet (it "
+                "joins only the output): give an image sequence (each chunk writes its own frames), or "
                 "render it with `ffbatch render --chunk-frames N`"
             )
         if len(params["inputs"]) > 1:

@@ -27,6 +27,7 @@ from facefusion_batch.video.segments import (
     read_tags,
     video_packet_count,
 )
+from facefusion_batch.video.sequence import is_sequence_pattern
 from facefusion_batch.video.writer import VideoWriter
 
 log = logging.getLogger("ffbatch")
@@ -74,8 +75,8 @@ def prepare_segment_job(settings: RenderSettings) -> JobReport | None:
         end = int(read_tags(out)[TAG_FRAME_COUNT])
     if not compositing_complete(settings, (start, end)):
         raise InputError(
-            f"{out} is up to date but frames {start}:{end} of its compositing sequences are not all there "
-            "(removed since?); pass --force to render the segment and its frames again"
+            f"{out} is up to date but not its compositing outputs (frames {start}:{end} of a sequence, or "
+            "a video segment, are missing or from other settings); pass --force to render them again"
         )
     log.info(
         "%s is up to date (frames %s:%s of %s); nothing to render", out, start, end or "", settings.input
@@ -86,9 +87,16 @@ def prepare_segment_job(settings: RenderSettings) -> JobReport | None:
 
 
 def compositing_complete(settings: RenderSettings, frames: tuple[int, int]) -> bool:
-    """Whether every compositing sequence holds all frames of the range [start, end)."""
+    """Whether every compositing output of a segment is there: a sequence's frames [start, end),
+    a video as a finished segment of this range and these settings."""
     number = compositing_start_number(settings)
-    return all(sequence_complete(path, number, frames) for _, path in compositing_outputs(settings))
+    for _, path in compositing_outputs(settings):
+        if is_sequence_pattern(path):
+            if not sequence_complete(path, number, frames):
+                return False
+        elif not (path.is_file() and is_up_to_date(path, settings_digest(settings), *frames)):
+            return False
+    return True
 
 
 def render_segment(renderer, settings, info, report: JobReport, timer, on_progress, on_start) -> None:
@@ -124,9 +132,9 @@ def write_segment(
     pixels = pixel_format_of(layout)
     reader = read_ranges(settings, info, [(start, end)], index, layout, warmup=settings.tracking.memory)
     writer = VideoWriter(path, info, settings.encoder, metadata=tags, pixel_format=pixels)
-    try:  # sequences only here (config.check_compositing_outputs): each writes the range's frames
+    try:  # a sequence gets the range's frames; a video is a segment of its own, tagged the same
         compositing = open_compositing_writers(
-            settings.matte_output, settings.face_only_output, info, compositing_start_number(settings)
+            settings.matte_output, settings.face_only_output, info, compositing_start_number(settings), tags
         )
     except BaseException:
         writer.abort()

@@ -222,17 +222,20 @@ def open_compositing_writers(
     layer: Path | None,
     info: VideoInfo,
     start_number: int,
+    metadata: dict[str, str] | None = None,
 ) -> CompositingWriters | None:
     """The writers of the compositing outputs asked for (None: neither); on a failure to open the
-    second, the first is aborted."""
+    second, the first is aborted. `metadata`: the container tags of a video one."""
     if matte is None and layer is None:
         return None
     opened: list[Writer] = []
     try:
-        matte_writer = open_matte_writer(matte, info, start_number) if matte is not None else None
+        matte_writer = open_matte_writer(matte, info, start_number, metadata) if matte is not None else None
         if matte_writer is not None:
             opened.append(matte_writer)
-        layer_writer = open_face_layer_writer(layer, info, start_number) if layer is not None else None
+        layer_writer = (
+            open_face_layer_writer(layer, info, start_number, metadata) if layer is not None else None
+        )
     except BaseException:
         for writer in opened:
             writer.abort()
