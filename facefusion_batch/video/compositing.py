@@ -115,7 +115,8 @@ def open_face_layer_writer(
             pixel_format=NATIVE,
             exr_format=half,
         )
-    return VideoWriter(path, layer, LAYER_ENCODER, metadata=metadata, pixel_format=NATIVE)
+    # a short queue: 16-bit RGBA pictures are 8 bytes a pixel (64 MB for a 4K frame)
+    return VideoWriter(path, layer, LAYER_ENCODER, metadata=metadata, pixel_format=NATIVE, queue_size=4)
 
 
 def open_matte_writer(
