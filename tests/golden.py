@@ -5,7 +5,7 @@ rendered twice: with every frame on its own ("output", recorded before the refac
 still holds the rewrite over kernel sets to the old pixels) and with the default face tracks
 ("tracked": landmark smoothing and the per-track decision change pixels, deliberately). Frames come from
 the demo clip's camera path over t1.jpg (examples/make_inputs.py: `render_frame`, no encoder
-involved), the source is astronaut.png. `python tests/golden.py record` writes
+involved), the source is astronaut.png. `python tests/golden.py record [CASE ...]` writes
 tests/data/golden_cpu.json; tests/test_golden_cpu.py renders every case again and compares.
 """
 
@@ -43,6 +43,7 @@ LEGACY = {
     "shape": 0.0,
     "mirror_fill": False,
     "match_sharpness": False,
+    "match_grain": False,
 }
 
 
@@ -130,7 +131,8 @@ def load_case_models(standin_dir: Path | None):
     return load_models("cpu", threads=2, models_dir=standin_dir)
 
 
-def record() -> dict[str, dict[str, str]]:
+def record(names: list[str] | None = None) -> dict[str, dict[str, str]]:
+    """Render and digest every case, or only `names` (the others keep their recording)."""
     import os
     import tempfile
 
@@ -146,8 +148,10 @@ def record() -> dict[str, dict[str, str]]:
     os.environ["FFBATCH_HOME"] = str(home / "home")
     standin_dir = standins.write_standins(home / "standins")
     models = {False: load_case_models(None), True: load_case_models(standin_dir)}
-    out = {}
+    out = json.loads(GOLDEN.read_text()) if names else {}
     for case in cases():
+        if names and case.name not in names:
+            continue
         out[case.name] = {
             "input": digest(demo_frames(case.frames)),
             # every frame on its own: what the pipeline rendered before faces were tracked
@@ -158,5 +162,5 @@ def record() -> dict[str, dict[str, str]]:
     return out
 
 
-if __name__ == "__main__" and sys.argv[1:] == ["record"]:
-    GOLDEN.write_text(json.dumps(record(), indent=2) + "\n")
+if __name__ == "__main__" and sys.argv[1:2] == ["record"]:
+    GOLDEN.write_text(json.dumps(record(sys.argv[2:]), indent=2) + "\n")

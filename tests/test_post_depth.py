@@ -400,3 +400,19 @@ def test_interlaced_input_is_swapped_per_field_and_keeps_its_field_order(
         top += int(changed[0::2].sum())
         bottom += int(changed[1::2].sum())
     assert top > 1000 and bottom > 1000, "both fields swapped"
+
+
+def test_interlaced_input_into_x264_is_coded_interlaced_in_its_field_order(
+    interlaced_master, astronaut_path, tmp_path
+):
+    out, report = tmp_path / "out.mov", tmp_path / "r.json"
+    proc = ffbatch(
+        "render", interlaced_master, "-s", astronaut_path, "-o", out, "--encoder", "libx264",
+        "--pix-fmt", "yuv422p10le", "--backend", "cpu", "--report", report, "-q",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert probe(out).field_order == 2
+    assert "tff=1" in json.loads(report.read_text())["encoder_parameters"]["options"]["x264-params"]
+    with av.open(str(out)) as container:
+        frames = list(container.decode(video=0))
+    assert len(frames) == 6 and all(f.interlaced_frame for f in frames)  # frame flags, not only the tag

@@ -50,6 +50,9 @@ class PaintSettings:
     # the source texture blurred to the target face's own sharpness (a defocused or soft face
     # does not get a crisp pasted one); never sharpened
     match_sharpness: bool = True
+    # the target's own fine grain (sensor noise, film grain) carried onto the skin of a face
+    # smoother than its target, so a noisy shot gets no clean, pasted-looking face
+    match_grain: bool = True
 
 
 # blur widths (px) tried when matching sharpness, and the scale at which detail is measured
@@ -58,6 +61,23 @@ DETAIL_SIGMA = 1.0
 # the face may keep this much more fine detail than its target: its features (what makes it
 # read as the source person) stay legible on a slightly soft shot, a defocused one still blurs
 SHARPNESS_SLACK = 1.15
+
+
+# the target's fine residual is carried up to this many times its mean size: grain passes, the
+# strong edges of the target's own features (what would ghost its identity) are cut
+GRAIN_CLIP = 3.0
+# a face this much smoother than its target gets no grain: on a clean shot the difference is
+# the source photo's own softness, and the target's fine residual there is its features (its
+# identity: measured, carrying it cost up to 17 points of transfer), not noise
+GRAIN_SLACK = 1.3
+
+
+def grain_gain(have: np.ndarray, goal: np.ndarray) -> np.ndarray:
+    """How much of the target's fine residual to add to a face whose fine detail is `have`
+    (independent parts add in quadrature), counting GRAIN_SLACK times `have` against the
+    target's `goal`; 0 for a face within that of its target's detail."""
+    have, goal = np.asarray(have, np.float64), np.asarray(goal, np.float64)
+    return np.sqrt(np.maximum(goal**2 - (GRAIN_SLACK * have) ** 2, 0.0)) / np.maximum(goal, 1e-6)
 
 
 def sharpness_weights(detail: np.ndarray, goal: np.ndarray) -> np.ndarray:

@@ -150,6 +150,7 @@ class HostKernels:
                 r.hold_eyes,
                 settings.match_sharpness,
                 r.visible,
+                settings.match_grain,
                 matte=frames.mattes is not None,
             )
             frames.painted.append((r.frame, r.x0, r.y0, r.width, r.height))

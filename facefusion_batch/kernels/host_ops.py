@@ -15,9 +15,11 @@ import numpy as np
 
 from facefusion_batch.kernels.base import (
     DETAIL_SIGMA,
+    GRAIN_CLIP,
     MODEL_MASK_BLUR,
     SHARPNESS_SIGMAS,
     STD_RATIO_RANGE,
+    grain_gain,
     sharpness_weights,
 )
 from facefusion_batch.kernels.geometry import letterbox_canvas
@@ -243,6 +245,20 @@ def match_sharpness(face: np.ndarray, target: np.ndarray, skin: np.ndarray) -> n
     return sum(w * b for w, b in zip(weights, blurs, strict=True) if w > 0).astype(np.float32)
 
 
+def match_grain(face: np.ndarray, target: np.ndarray, skin: np.ndarray) -> np.ndarray:
+    """`face` (float32 BGR) with the target's own fine residual (its grain) added on `skin`, as
+    much as brings the face's fine detail up to the target's; a face as detailed is unchanged."""
+    if skin.sum() < 64:
+        return face
+    goal = _detail(target, skin)
+    gain = float(grain_gain(_detail(face, skin), goal))
+    if gain <= 0:
+        return face
+    limit = GRAIN_CLIP * goal
+    residual = np.clip(target - cv2.GaussianBlur(target, (0, 0), DETAIL_SIGMA), -limit, limit)
+    return (face + gain * residual * skin[..., None]).astype(np.float32)
+
+
 def feather(target: np.ndarray, face: np.ndarray, alpha: np.ndarray) -> np.ndarray:
     a = alpha[..., None]
     return target * (1.0 - a) + face * a
@@ -339,6 +355,7 @@ def paint_region(
     hold_eyes: tuple[float, float] = (0.0, 0.0),
     sharpness: bool = False,
     visible: np.ndarray | None = None,
+    grain: bool = False,
     matte: bool = False,
 ) -> np.ndarray | None:
     """Sample the source texture ([h,w,5]: BGR, alpha, skin, or [h,w,7] with the eye masks)
@@ -363,6 +380,8 @@ def paint_region(
     if colour != "none":
         face = transfer_colour(face, target, skin, colour_strength, colour, sigma, shading_limit)
         face = np.where(covered[..., None], face, target)
+    if grain:
+        face = match_grain(face, target, skin)
     result = blend(blend_mode, target, face.astype(np.float32), alpha)
     frame[y0 : y0 + rh, x0 : x0 + rw] = np.clip(result + 0.5, 0, 255).astype(np.uint8)
     if not matte:

@@ -31,7 +31,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from facefusion_batch.kernels.base import DETAIL_SIGMA, SHARPNESS_SIGMAS, STD_RATIO_RANGE, sharpness_weights
+from facefusion_batch.kernels.base import (
+    DETAIL_SIGMA,
+    GRAIN_CLIP,
+    GRAIN_SLACK,
+    SHARPNESS_SIGMAS,
+    STD_RATIO_RANGE,
+    sharpness_weights,
+)
 from facefusion_batch.kernels.geometry import letterbox_canvas
 from facefusion_batch.kernels.host_ops import pyramid_levels
 
@@ -627,6 +634,17 @@ def match_sharpness(face: Tensor, target: Tensor, skin: Tensor) -> Tensor:
     weights[skin.sum(dim=(1, 2)).cpu().numpy() < 64] = np.eye(len(blurs))[0]
     w = to_device(weights.astype(np.float32), face.device)
     return sum(w[:, i, None, None, None] * b for i, b in enumerate(blurs))
+
+
+def match_grain(face: Tensor, target: Tensor, skin: Tensor) -> Tensor:
+    """kernels.host_ops.match_grain for [N,3,H,W] faces (base.grain_gain in tensors: no wait)."""
+    goal, have = _detail(target, skin), _detail(face, skin)
+    gain = torch.sqrt(torch.clamp(goal**2 - (GRAIN_SLACK * have) ** 2, min=0.0)) / goal.clamp(min=1e-6)
+    gain = torch.where(skin.sum(dim=(1, 2)) >= 64, gain, torch.zeros_like(gain))
+    limit = (GRAIN_CLIP * goal)[:, None, None, None]
+    residual = target - gaussian_blur(target, DETAIL_SIGMA)
+    residual = torch.maximum(torch.minimum(residual, limit), -limit)
+    return face + gain[:, None, None, None] * residual * skin[:, None].to(face.dtype)
 
 
 def feather(target: Tensor, face: Tensor, alpha: Tensor) -> Tensor:

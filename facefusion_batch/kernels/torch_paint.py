@@ -141,6 +141,8 @@ def _paint_chunk(frames, regions, origins, canvas, textures, settings, host_blen
             face, target, skin, settings.colour_strength, settings.colour, sigmas, settings.shading_limit
         )
         face = torch.where(covered[:, None], face, target)
+    if settings.match_grain:
+        face = D.match_grain(face, target, skin)
     if settings.blend == "multiband":
         # as many pyramid levels as the host gives each face's own region
         levels = np.array([pyramid_levels(r.height, r.width) for r in regions])

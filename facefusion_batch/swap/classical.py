@@ -31,7 +31,7 @@ from facefusion_batch.kernels.base import (
 from facefusion_batch.swap.masks import Occluder
 from facefusion_batch.swap.raster import rasterize
 from facefusion_batch.swap.regions import FaceRegions
-from facefusion_batch.swap.shape import shaped_meshes
+from facefusion_batch.swap.shape import mouth_weight, shaped_meshes
 from facefusion_batch.swap.symmetry import atlas, mirror_corners, symmetric_pair
 
 EYES_MOUTH_CHOICES = ("eyes", "target", "source")
@@ -62,6 +62,8 @@ class ClassicalSettings:
     mirror_fill: bool = True
     # the source texture blurred to the target face's sharpness (a soft face stays soft)
     match_sharpness: bool = True
+    # the target's own grain carried onto a face smoother than it (a noisy shot stays noisy)
+    match_grain: bool = True
 
     def __post_init__(self) -> None:
         if self.colour not in COLOUR_MODES:
@@ -79,6 +81,7 @@ class ClassicalSettings:
             blend=self.blend,
             shading_limit=self.shading_limit,
             match_sharpness=self.match_sharpness,
+            match_grain=self.match_grain,
         )
 
 
@@ -288,7 +291,8 @@ class ClassicalSwapper:
         geometry = table.mesh
         if self.settings.shape > 0 and self.settings.eyes_mouth != "target":  # the target's eyes stay put
             sources = np.stack([self.sources[c].mesh for c in choice])
-            geometry = shaped_meshes(table.mesh, sources, self.face_regions, self.settings.shape)
+            mouth = mouth_weight(self.source_yaw[choice])
+            geometry = shaped_meshes(table.mesh, sources, self.face_regions, self.settings.shape, mouth)
         maps = self.warp_maps(
             choice, geometry[:, :, :2] * scales[:, None, None], table.mesh[:, :, 2], bounds, scales, shapes
         )

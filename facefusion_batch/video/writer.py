@@ -167,10 +167,27 @@ class EncoderSettings:
         return options
 
 
+# x264's interlaced coding, by which field is shown first (AVFieldOrder: TT, BB, TB, BT)
+_X264_FIELDS = {2: "tff=1", 3: "bff=1", 4: "bff=1", 5: "tff=1"}
+
+
+def stream_options(settings: EncoderSettings, info: VideoInfo) -> dict[str, str]:
+    """The encoder options for this input: the settings' own, and for an interlaced input into
+    libx264 interlaced coding in the input's field order (its frames then decode flagged
+    interlaced, top or bottom first, as the input's do), unless the user's x264-params say."""
+    options = settings.codec_options()
+    fields = _X264_FIELDS.get(info.field_order)
+    if settings.codec == "libx264" and fields is not None:
+        given = options.get("x264-params", "")
+        if not any(key in given for key in ("tff", "bff", "interlaced", "fake-interlaced")):
+            options["x264-params"] = f"{given}:{fields}" if given else fields
+    return options
+
+
 def encoder_parameters(settings: EncoderSettings, info: VideoInfo) -> dict[str, object]:
     """What the video encoder is given for this input, for the report: codec, pixel format, the
     FFmpeg options, the quality (crf/cq, None when a bitrate alone controls) and the rates."""
-    options = settings.codec_options()
+    options = stream_options(settings, info)
     quality = options.get("crf", options.get("cq"))
     return {
         "codec": settings.codec,
@@ -607,7 +624,7 @@ class VideoWriter:
         self._container.metadata.update(self._metadata)
         settings = self.settings
         rate = Fraction(info.average_rate) if info.average_rate else None
-        stream = self._container.add_stream(settings.codec, rate=rate, options=settings.codec_options())
+        stream = self._container.add_stream(settings.codec, rate=rate, options=stream_options(settings, info))
         stream.width = self.width
         stream.height = self.height
         stream.pix_fmt = self.pix_fmt
