@@ -652,7 +652,16 @@ def render(
         Path | None,
         typer.Option(
             help="Also write the alpha each frame's faces were pasted with (0 elsewhere), frame for frame: "
-            "FFV1 grey .mkv/.avi or a grey PNG/TIFF sequence (matte.%06d.png). Whole renders, --backend cpu."
+            "FFV1 grey .mkv/.avi (with --frames: a segment for `concat`) or a grey PNG/TIFF sequence "
+            "(matte.%06d.png, numbered by input frame from the output's start number). --backend cpu."
+        ),
+    ] = None,
+    face_only_output: Annotated[
+        Path | None,
+        typer.Option(
+            help="Also write the swapped faces alone with STRAIGHT (not premultiplied) alpha, the matte's: "
+            "over the input it gives the output. ProRes 4444 with alpha in .mov, or an RGBA sequence "
+            "face.%06d.exr (half) / .png / .tiff, numbered as --matte-output. --backend cpu."
         ),
     ] = None,
     fail_if_no_faces: Annotated[

@@ -38,12 +38,19 @@ from facefusion_batch.runtime.nvml import list_gpus
 from facefusion_batch.swap.classical import EYES_MOUTH_CHOICES, ClassicalSettings
 from facefusion_batch.swap.learned import LearnedSettings
 from facefusion_batch.swap.masks import MASK_AREAS, MASK_TYPES, REGION_CLASSES, MaskSettings
+from facefusion_batch.video.compositing import check_face_only_output
 from facefusion_batch.video.formats import CONTAINERS, check_fits
 from facefusion_batch.video.hwaccel import HWACCELS
 from facefusion_batch.video.matte import check_matte_output
 from facefusion_batch.video.probe import sequence_numbers
 from facefusion_batch.video.reader import DECODE_ERROR_MODES
-from facefusion_batch.video.sequence import check_start_number, is_sequence_pattern, sequence_codec
+from facefusion_batch.video.sequence import (
+    check_start_number,
+    default_start_number,
+    frame_path,
+    is_sequence_pattern,
+    sequence_codec,
+)
 from facefusion_batch.video.writer import EncoderSettings, validate_encoder
 
 log = logging.getLogger("ffbatch")
@@ -102,6 +109,7 @@ class RenderSettings:
     models_dir: Path | None = None
     report: Path | None = None
     matte_output: Path | None = None  # the paste alpha of every frame, as its own video or sequence
+    face_only_output: Path | None = None  # the swapped faces alone, straight alpha (video/compositing.py)
     overwrite: bool = False
     quiet: bool = False
     # scale-out (docs/farm.md): an exact frame range rendered to a segment; chunked, resumable
@@ -174,6 +182,7 @@ def validate_options(settings: RenderSettings) -> RenderSettings:
     if settings.source_face_index < 0:
         raise InputError(f"--source-face-index must not be negative (got {settings.source_face_index})")
     validate_swap(settings.swap, settings.faces)
+    check_compositing_outputs(settings)
     _check_range("--score-threshold", settings.detector.score_threshold, 0.0, 1.0)
     if is_sequence_pattern(settings.input) and (settings.frames is not None or settings.chunk_frames):
         raise InputError("an image sequence input is rendered whole: leave out --frames and --chunk-frames")
@@ -252,16 +261,40 @@ def check_writes(writes: list[tuple[str, Path]], reads: list[tuple[str, Path]]) 
                 raise InputError(f"{what} {path} and {other_what} {other} are one file; choose two paths")
 
 
+def compositing_outputs(settings: RenderSettings) -> list[tuple[str, Path]]:
+    """(option, path) of each compositing output asked for: --matte-output, --face-only-output."""
+    named = (("--matte-output", settings.matte_output), ("--face-only-output", settings.face_only_output))
+    return [(option, Path(path)) for option, path in named if path is not None]
+
+
+def check_compositing_outputs(settings: RenderSettings) -> None:
+    """Each compositing output can be written, in this kind of job (plan checks it too): image
+    sequences everywhere (each segment writes its own frames); videos in whole and chunked
+    renders (joined like the output) and, per segment, in `--frames` (tagged like it)."""
+    for option, path in compositing_outputs(settings):
+        (check_matte_output if option == "--matte-output" else check_face_only_output)(path)
+        if settings.device.backend in ("cuda", "tensorrt"):  # resolved (auto: what it chose)
+            raise InputError(
+                f"{option} is recorded by the host kernel set, not on --backend {settings.device.backend} "
+                "yet: render with --backend cpu"
+            )
+
+
+def compositing_start_number(settings: RenderSettings) -> int:
+    """The number of input frame 0 in the compositing sequences: the main output's rule
+    (--start-number, else the input sequence's first number, else 1001)."""
+    start = settings.encoder.start_number
+    return default_start_number(settings.input) if start is None else start
+
+
 def check_matte_run(settings: RenderSettings, inputs: int, ray: str | None, several_gpus: bool) -> None:
-    """--matte-output is one file for one whole render: exit 2 where a run would split it."""
-    if settings.matte_output is None:
-        return
-    if inputs > 1:
-        raise InputError(f"--matte-output is one matte for one input ({inputs} inputs given)")
-    if ray is not None or several_gpus:
-        raise InputError(
-            "--matte-output is written by whole renders only (not yet with --ray or several GPUs)"
-        )
+    """The compositing outputs are one set of files for one input: exit 2 where a run would
+    render several inputs, or split one over Ray or several GPUs."""
+    for option, _ in compositing_outputs(settings):
+        if inputs > 1:
+            raise InputError(f"{option} is written for one input ({inputs} inputs given)")
+        if ray is not None or several_gpus:
+            raise InputError(f"{option} is not yet written with --ray or several GPUs; render on one")
 
 
 def validate_paths(settings: RenderSettings) -> RenderSettings:
@@ -274,17 +307,19 @@ def validate_paths(settings: RenderSettings) -> RenderSettings:
     writes = [("output", Path(settings.output))]
     if settings.report is not None:
         writes.append(("--report", Path(settings.report)))
-    if settings.matte_output is not None:
-        writes.append(("--matte-output", Path(settings.matte_output)))
-        check_matte_output(Path(settings.matte_output))
-        if settings.frames is not None or settings.chunk_frames:
-            raise InputError(
-                "--matte-output is written by whole renders only (not yet with --frames or --chunk-frames); "
-                "render with --chunk-frames 0"
+    for option, path in compositing_outputs(settings):
+        writes.append((option, path))
+        if not is_sequence_pattern(path) and path.exists() and not settings.overwrite:
+            raise InputError(f"{option} {path} already exists; pass --overwrite to replace it")
+        if is_sequence_pattern(path) and not settings.overwrite:  # its first frame of this job
+            first = frame_path(
+                path, compositing_start_number(settings) + (settings.frames[0] if settings.frames else 0)
             )
-        matte = Path(settings.matte_output)
-        if not is_sequence_pattern(matte) and matte.exists() and not settings.overwrite:
-            raise InputError(f"--matte-output {matte} already exists; pass --overwrite to replace it")
+            if first.exists():
+                raise InputError(f"{option} {first} already exists; pass --overwrite to replace the sequence")
+        parent = path.parent if str(path.parent) else Path(".")
+        if not parent.is_dir() or not os.access(parent, os.W_OK):
+            raise InputError(f"{option} {path}: the directory {parent} does not exist or is not writable")
     check_writes(writes, files_read(settings))
     out = settings.output
     if out.exists() and out.is_dir():

@@ -341,10 +341,10 @@ def test_matte_as_a_png_sequence_numbered_as_the_output(face_master, astronaut_p
 def test_matte_refused_where_it_is_not_written_yet(face_clip, astronaut_path, tmp_path):
     base = ("render", face_clip, "-s", astronaut_path, "-o", tmp_path / "o.mkv", "--encoder", "ffv1")
     for extra, words in (
-        (("--matte-output", tmp_path / "m.mkv", "--frames", "0:4"), "whole renders only"),
+        (("--matte-output", tmp_path / "m.%04d.jpg"), "a matte sequence is written as"),
         (("--matte-output", tmp_path / "m.mp4"), "FFV1 in .mkv or .avi"),
         (("--matte-output", tmp_path / "m.%04d.exr"), "a matte sequence is written as"),
-        (("--matte-output", tmp_path / "m.mkv", "--ray", "auto"), "not yet with --ray"),
+        (("--matte-output", tmp_path / "m.mkv", "--ray", "auto"), "not yet written with --ray"),
     ):
         proc = ffbatch(*base, *extra)
         assert proc.returncode == 2 and words in proc.stderr and "Traceback" not in proc.stderr, proc.stderr

@@ -321,6 +321,11 @@ def _copy(
         out.metadata.update(metadata)
         with av.open(ffmpeg_path(first.path)) as template:
             video = out.add_stream_from_template(template.streams[first.stream_index])
+            tag = template.streams[first.stream_index].codec_context.codec_tag
+            if fmt in ("mov", "mp4") and "mov" in template.format.name and tag.strip("\x00"):
+                # the segment's sample entry (ProRes 4444 `ap4h`, HEVC `hvc1`): the muxer would
+                # otherwise pick its default for the codec (ProRes HQ's `apch`)
+                video.codec_context.codec_tag = tag
         video.time_base = tb
         if audio_from is not None:
             audio = AudioMuxer(audio_from, out, codec=audio_choice[0], bitrate=audio_choice[1])

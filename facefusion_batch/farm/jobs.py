@@ -28,6 +28,8 @@ from facefusion_batch import __version__
 from facefusion_batch.config import (
     RenderSettings,
     check_writes,
+    compositing_outputs,
+    compositing_start_number,
     files_read,
     settings_record,
     validate,
@@ -52,8 +54,8 @@ from facefusion_batch.pipeline.run import (
 )
 from facefusion_batch.progress import Progress
 from facefusion_batch.timing import StageTimer
+from facefusion_batch.video.compositing import describe_output, open_compositing_writers
 from facefusion_batch.video.hwaccel import hwaccel_problem
-from facefusion_batch.video.matte import open_matte_writer
 from facefusion_batch.video.probe import probe
 from facefusion_batch.video.reader import FrameReader
 from facefusion_batch.video.segments import parse_range
@@ -203,9 +205,6 @@ def _render_claimed(settings, on_progress, on_start, renderer, output_tags, star
             info.clock.describe(),
         )
     chunk = chunk_size_for(settings, info.frame_count)
-    if settings.matte_output is not None and chunk and settings.chunk_frames is None:
-        log.info("--matte-output: rendering %s whole, not in resumable chunks", settings.input)
-        chunk = 0
     if settings.on_decode_error == "skip" and chunk and settings.chunk_frames is None:
         log.info("--on-decode-error skip: rendering %s whole, not in resumable chunks", settings.input)
         chunk = 0
@@ -223,6 +222,8 @@ def _render_claimed(settings, on_progress, on_start, renderer, output_tags, star
         else:
             _render_plain(renderer, settings, info, report, timer, on_progress, on_start, output_tags)
     report.audio = report.audio or ("copied" if info.audio_streams else "none")
+    number = compositing_start_number(settings)
+    report.compositing = [describe_output(o, p, info, number) for o, p in compositing_outputs(settings)]
     if not is_sequence_pattern(settings.output):
         report.encoder_parameters = encoder_parameters(settings.encoder, info)
     if not report.streams:  # chunked and --frames jobs: their writers see video only
@@ -298,6 +299,8 @@ def render_still(settings: RenderSettings, renderer: Renderer | None, started: f
         )
     if settings.frames is not None or settings.chunk_frames:
         raise InputError(f"input {settings.input} is a still image: --frames and --chunk-frames need a video")
+    for option, _ in compositing_outputs(settings):
+        raise InputError(f"input {settings.input} is a still image: {option} is written for videos only")
     image = read_image(settings.input, what="input")
     timer = StageTimer()
     if renderer is None:
@@ -359,14 +362,16 @@ def _render_plain(renderer, settings, info, report, timer, on_progress, on_start
             metadata=output_tags,
             pixel_format=pixel_format_of(layout),
         )
-    matte = None
-    if settings.matte_output is not None:
-        try:
-            matte = open_matte_writer(Path(settings.matte_output), info, settings.encoder.start_number)
-        except BaseException:
-            writer.abort()
-            raise
-    render_into(renderer, reader, writer, settings, report, timer, on_progress, layout, "output", matte=matte)
+    try:
+        compositing = open_compositing_writers(
+            settings.matte_output, settings.face_only_output, info, compositing_start_number(settings)
+        )
+    except BaseException:
+        writer.abort()
+        raise
+    render_into(
+        renderer, reader, writer, settings, report, timer, on_progress, layout, "output", None, compositing
+    )
     report.audio = writer.audio_summary
     report.dropped = list(writer.dropped)
     report.streams = list(getattr(writer, "streams", []))

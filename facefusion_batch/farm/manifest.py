@@ -52,6 +52,7 @@ _NOT_IN_DIGEST = frozenset(
         "models_dir",
         "report",
         "matte_output",
+        "face_only_output",
         "overwrite",
         "quiet",
         "frames",

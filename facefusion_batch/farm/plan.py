@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from facefusion_batch.config import render_settings
+from facefusion_batch.config import compositing_outputs, render_settings
 from facefusion_batch.errors import InputError
 from facefusion_batch.farm.manifest import segment_name, work_dir_for
 from facefusion_batch.farm.outputs import DEFAULT_PATTERN, outputs_for
@@ -44,7 +44,7 @@ FORMATS = ("json", "shell", "slurm", "opencue")
 # render options that plan sets itself (or that make no sense per chunk)
 _NOT_PASSED = frozenset(
     {"inputs", "output", "output_dir", "output_pattern", "frames", "chunk_frames", "ray", "ray_workers"}
-    | {"report", "force", "overwrite", "fail_if_no_faces", "matte_output"}
+    | {"report", "force", "overwrite", "fail_if_no_faces"}
 )
 
 
@@ -393,6 +393,15 @@ def plan_command(
         raise InputError(
             "plan joins video segments; image sequences are rendered whole with `ffbatch render`"
         )
+    for option, path in compositing_outputs(settings):  # each chunk writes its own frames of them
+        if not is_sequence_pattern(path):
+            raise InputError(
+                f"plan: {option} {path} is a video; a plan's chunks cannot write its pieces yet (it "
+                "joins only the output): give an image sequence (each chunk writes its own frames), or "
+                "render it with `ffbatch render --chunk-frames N`"
+            )
+        if len(params["inputs"]) > 1:
+            raise InputError(f"plan: {option} is written for one input ({len(params['inputs'])} given)")
     command = shlex.split(ffbatch)
     if not command:
         raise InputError("--ffbatch must name the command that runs ffbatch, e.g. ffbatch")

@@ -7,6 +7,11 @@ manifest (`farm/manifest.py`). One continuous decode → batch → swap stream
 feeds them all (batches run across chunk boundaries), so chunking costs a
 keyframe per chunk and the final stream copy, nothing more.
 
+The compositing outputs (`--matte-output`, `--face-only-output`) are written per chunk into the
+work directory too (farm/chunk_compositing.py): a chunk counts as done only when its segment and
+its share of them are; after the join they move to (sequences) or are joined into (videos)
+their own names.
+
 When every segment exists they are joined with the input's audio into the
 output (atomically) and the work directory is removed. Interrupted (Ctrl-C,
 SIGTERM, SIGKILL, a crash), the finished segments stay: the same command
@@ -21,6 +26,7 @@ from pathlib import Path
 
 from facefusion_batch.config import RenderSettings
 from facefusion_batch.errors import FfbatchError, Interrupted
+from facefusion_batch.farm.chunk_compositing import open_staged_compositing, publish_staged, staged_complete
 from facefusion_batch.farm.concat import join_segments
 from facefusion_batch.farm.manifest import (
     Manifest,
@@ -132,6 +138,9 @@ def plan_segments(
             if candidate.is_file() and is_up_to_date(candidate, digest, start, end):
                 manifest.record(start, end, candidate)
                 path = candidate
+        if path is not None and not staged_complete(settings, manifest.work_dir, digest, start, end):
+            log.info("segment %d:%d is done but not its compositing outputs; rendering it again", start, end)
+            path = None
         if path is None:
             missing.append((start, end))
         else:
@@ -171,10 +180,17 @@ def render_chunked(
         if on_start:
             on_start(todo)
 
+        compositing = None
+
         def finished(start: int, end: int, path: Path) -> None:
+            if compositing is not None:
+                compositing.commit()  # the chunk's frames, written before its last frame's segment
             manifest.record(start, end, path)
             done[(start, end)] = path
             log.debug("segment %d:%d done", start, end)
+
+        def tags_for(start: int, end: int) -> dict[str, str]:
+            return segment_tags(settings, start, end, index.count, digest)
 
         if missing:
             layout = renderer.frame_layout(info, report)
@@ -183,24 +199,25 @@ def render_chunked(
                 missing,
                 info,
                 settings,
-                lambda a, b: segment_tags(settings, a, b, index.count, digest),
+                tags_for,
                 finished,
                 pixel_format_of(layout),
             )
             try:
+                compositing = open_staged_compositing(settings, work, info, missing, tags_for)
                 frames = read_ranges(settings, info, missing, index, layout, warmup=settings.tracking.memory)
-                run_frames(renderer, frames, sink, settings, report, timer, on_progress, layout)
+                run_frames(renderer, frames, sink, settings, report, timer, on_progress, layout, compositing)
                 sink.check_finished()
             except KeyboardInterrupt:
-                sink.abort()
+                _abort(sink, compositing)
                 raise Interrupted(f"interrupted (SIGINT); {_resume_hint(done, total, work)}") from None
             except Interrupted as exc:
-                sink.abort()
+                _abort(sink, compositing)
                 raise Interrupted(
                     f"{exc}; {_resume_hint(done, total, work)}", exit_code=exc.exit_code
                 ) from None
             except BaseException:
-                sink.abort()
+                _abort(sink, compositing)
                 raise
         if not report.segments["reused"]:  # faces of reused segments were counted by their own run
             try:
@@ -219,7 +236,14 @@ def render_chunked(
                 audio_codec=settings.encoder.audio_codec,
                 audio_bitrate=settings.encoder.audio_bitrate,
             )
+            publish_staged(settings, work, list(done), index.count)
         remove_work_dir(work)
+
+
+def _abort(sink: SegmentSink, compositing) -> None:
+    sink.abort()
+    if compositing is not None:
+        compositing.abort()
 
 
 def _resume_hint(done: dict, total: int, work: Path) -> str:

@@ -12,10 +12,11 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from facefusion_batch.config import RenderSettings
-from facefusion_batch.errors import FfbatchError, OutputError
+from facefusion_batch.config import RenderSettings, compositing_outputs, compositing_start_number
+from facefusion_batch.errors import FfbatchError, InputError, OutputError
 from facefusion_batch.farm.manifest import settings_digest
 from facefusion_batch.pipeline.run import JobReport, log_start, pixel_format_of, read_ranges, render_into
+from facefusion_batch.video.compositing import open_compositing_writers, sequence_complete
 from facefusion_batch.video.segments import (
     TAG_FRAME_COUNT,
     TAG_FRAMES,
@@ -26,6 +27,7 @@ from facefusion_batch.video.segments import (
     read_tags,
     video_packet_count,
 )
+from facefusion_batch.video.sequence import is_sequence_pattern
 from facefusion_batch.video.writer import VideoWriter
 
 log = logging.getLogger("ffbatch")
@@ -69,12 +71,32 @@ def prepare_segment_job(settings: RenderSettings) -> JobReport | None:
     start, end = settings.frames
     if not is_up_to_date(out, settings_digest(settings), start, end):
         return None
+    if end is None:  # to the end: the tags hold the frame count (is_up_to_date checked it)
+        end = int(read_tags(out)[TAG_FRAME_COUNT])
+    if not compositing_complete(settings, (start, end)):
+        raise InputError(
+            f"{out} is up to date but not its compositing outputs (frames {start}:{end} of a sequence, or "
+            "a video segment, are missing or from other settings); pass --force to render them again"
+        )
     log.info(
         "%s is up to date (frames %s:%s of %s); nothing to render", out, start, end or "", settings.input
     )
     report = JobReport(input=str(settings.input), output=str(out), backend="", status="skipped")
     report.message = "up to date"
     return report
+
+
+def compositing_complete(settings: RenderSettings, frames: tuple[int, int]) -> bool:
+    """Whether every compositing output of a segment is there: a sequence's frames [start, end),
+    a video as a finished segment of this range and these settings."""
+    number = compositing_start_number(settings)
+    for _, path in compositing_outputs(settings):
+        if is_sequence_pattern(path):
+            if not sequence_complete(path, number, frames):
+                return False
+        elif not (path.is_file() and is_up_to_date(path, settings_digest(settings), *frames)):
+            return False
+    return True
 
 
 def render_segment(renderer, settings, info, report: JobReport, timer, on_progress, on_start) -> None:
@@ -110,10 +132,19 @@ def write_segment(
     pixels = pixel_format_of(layout)
     reader = read_ranges(settings, info, [(start, end)], index, layout, warmup=settings.tracking.memory)
     writer = VideoWriter(path, info, settings.encoder, metadata=tags, pixel_format=pixels)
+    try:  # a sequence gets the range's frames; a video is a segment of its own, tagged the same
+        compositing = open_compositing_writers(
+            settings.matte_output, settings.face_only_output, info, compositing_start_number(settings), tags
+        )
+    except BaseException:
+        writer.abort()
+        raise
     frames_before = report.frames_out
 
     def check() -> None:  # the reader raises first; a guard
         if report.frames_out - frames_before != end - start:
             raise FfbatchError(f"{settings.input}: got {report.frames_out} frames for --frames {start}:{end}")
 
-    render_into(renderer, reader, writer, settings, report, timer, on_progress, layout, "segment", check)
+    render_into(
+        renderer, reader, writer, settings, report, timer, on_progress, layout, "segment", check, compositing
+    )

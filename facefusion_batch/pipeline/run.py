@@ -41,8 +41,8 @@ from facefusion_batch.pipeline.executor import run_ordered
 from facefusion_batch.pipeline.report import RenderReport
 from facefusion_batch.pipeline.stages import BatchResult, FacePipeline
 from facefusion_batch.timing import StageTimer
+from facefusion_batch.video.compositing import CompositingWriters
 from facefusion_batch.video.fields import FIRST_FIELD, split_fields, weave_fields
-from facefusion_batch.video.matte import matte_picture
 from facefusion_batch.video.native import NativeFrames, compose
 from facefusion_batch.video.planes import BGR24, NATIVE, YUV420P, PlaneLayout, plane_layout_for
 from facefusion_batch.video.probe import VideoInfo
@@ -128,10 +128,11 @@ class JobReport(RenderReport):
     reduced: list[str] = field(default_factory=list)  # precision the user agreed to lose (--allow-reduce)
     encoder_parameters: dict[str, Any] = field(default_factory=dict)  # video/writer.encoder_parameters
     streams: list[dict[str, Any]] = field(default_factory=list)  # input stream -> what became of it
+    compositing: list[dict[str, Any]] = field(default_factory=list)  # --matte-output, --face-only-output
 
     def summary(self) -> dict[str, Any]:
         data = super().summary()
-        for key in ("frames", "segments"):
+        for key in ("frames", "segments", "compositing"):
             if not data.get(key):
                 data.pop(key, None)
         return data
@@ -274,10 +275,11 @@ def run_frames(
     timer: StageTimer,
     on_progress: Callable[[int], None] | None = None,
     layout: PlaneLayout | NativeFrames | None = None,
-    matte_sink: Sink | None = None,
+    compositing: CompositingWriters | None = None,
 ) -> None:
     """Swap every frame of `frames` in batches and hand each result to `sink`, in order
-    (and, with `matte_sink`, each frame's paste alpha as a uint8 [H, W] matte to it).
+    (and, with `compositing`, each frame's paste alpha as a uint8 [H, W] matte and, when asked
+    for, its face layer to those writers, before the frame goes to `sink`).
 
     `layout`: the frames are yuv420p planes of this layout (Renderer.frame_layout), not BGR; or
     NativeFrames: BGR, and each result is the frame's own picture with the swap composed in."""
@@ -295,11 +297,17 @@ def run_frames(
             t0 = time.perf_counter()
             images = [frame.image for frame in batch.items]
             pictures = images if first_field is None else split_fields(images, first_field)
-            result = pipeline(kernels, pictures, planes, seq=batch.seq, matte=matte_sink is not None)
+            result = pipeline(kernels, pictures, planes, seq=batch.seq, matte=compositing is not None)
             if first_field is not None:
                 result = woven(result, images, pictures, first_field)
-            if matte_sink is not None:
+            if compositing is not None:  # from the 8-bit view, before the native compose
                 result.mattes = matte_pictures(result.mattes or {}, images)
+                with timer.stage("compositing"):
+                    result.compositing = {
+                        i: compositing.prepare(frame.image, result.frames[i], result.mattes[i])
+                        for i, frame in enumerate(batch.items)
+                        if not frame.warmup
+                    }
             if native:
                 with timer.stage("compose"):
                     compose_native(batch.items, result)
@@ -310,7 +318,7 @@ def run_frames(
     policy = settings.batch_policy
     stream = batches(frames, settings.batch_size, settings.batch_window_ms, frames_for=policy.frames_for)
     try:
-        _consume(stream, make_worker, sink, settings, report, timer, on_progress, matte_sink)
+        _consume(stream, make_worker, sink, settings, report, timer, on_progress, compositing)
     except BaseException:
         pipeline.abort()
         raise
@@ -362,15 +370,15 @@ def matte_pictures(mattes: dict[int, np.ndarray], images: list[np.ndarray]) -> d
     return out
 
 
-def _consume(stream, make_worker, sink, settings, report, timer, on_progress, matte_sink=None) -> None:
+def _consume(stream, make_worker, sink, settings, report, timer, on_progress, compositing=None) -> None:
     for batch, (result, latency) in run_ordered(stream, workers=settings.workers, make_worker=make_worker):
         written = np.array([not frame.warmup for frame in batch.items])
         with timer.stage("write"):
             for i, (frame, image) in enumerate(zip(batch.items, result.frames, strict=True)):
                 if not frame.warmup:  # warm-up frames only feed the face tracks
+                    if compositing is not None:  # first: a chunk the frame ends is then complete
+                        compositing.write(frame.index, frame.pts, frame.time_base, result.compositing[i])
                     sink(frame, image)
-                    if matte_sink is not None:
-                        matte_sink(frame, result.mattes[i])
         n = int(written.sum())
         report.frames_in += n
         report.frames_out += n
@@ -475,20 +483,16 @@ def render_into(
     layout: PlaneLayout | NativeFrames | None,
     what: str,
     check: Callable[[], None] | None = None,
-    matte=None,
+    compositing: CompositingWriters | None = None,
 ) -> None:
-    """Swap every frame of `reader` into `writer` (and, given a `matte` writer, each frame's paste
-    alpha into it). The writers are closed (their files renamed into place) only when everything,
+    """Swap every frame of `reader` into `writer` (and into the `compositing` writers their matte
+    and face layer). The writers are closed (their files renamed into place) only when everything,
     `check()` included, went well; otherwise they are aborted and their temporary files removed.
     `what` names the output in the interrupt message."""
     faces_before = report.faces_swapped
-    writers = [writer] if matte is None else [writer, matte]
-    matte_sink = None
-    if matte is not None:
-
-        def matte_sink(frame: Frame, alpha: np.ndarray) -> None:
-            matte.write(matte_picture(alpha), frame.pts, frame.time_base)
-
+    # the compositing outputs close first: a job stopped in between leaves no finished main output
+    # (the mark a rerun of a segment goes by) without its frames
+    writers = [*(compositing.writers if compositing is not None else ()), writer]
     try:
         run_frames(
             renderer,
@@ -499,7 +503,7 @@ def render_into(
             timer,
             on_progress,
             layout,
-            matte_sink,
+            compositing,
         )
         if check is not None:
             check()

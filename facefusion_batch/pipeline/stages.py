@@ -46,6 +46,8 @@ class BatchResult:
     dropped_per_frame: dict[str, np.ndarray] = field(default_factory=dict)
     painted: list[Rect] = field(default_factory=list)  # (frame, x, y, w, h): what may have changed
     mattes: dict[int, np.ndarray] | None = None  # matte=True: {frame: the paste alpha, 0–1}
+    # --matte-output / --face-only-output: {frame: its matte and layer as their writers take them}
+    compositing: dict[int, tuple] | None = None
 
 
 def drop_reason(stage: Stage) -> str:
@@ -140,7 +142,10 @@ class FacePipeline:
         the ordered track stage (None: a batch on its own, tracked from scratch). `matte`: keep
         the paste alpha of every painted frame (`BatchResult.mattes`; the host kernel set)."""
         if matte and k.name != "host":
-            raise InputError("--matte-output is recorded by the host kernel set: render with --backend cpu")
+            raise InputError(
+                "--matte-output and --face-only-output are recorded by the host kernel set: "
+                "render with --backend cpu"
+            )
         if not images:
             return BatchResult(frames=[], faces_found=0, faces_swapped=0, frames_with_faces=0)
         passed = seq is None

@@ -3,7 +3,8 @@
 A compositor redoes the blend from it (Nuke, Resolve, Flame): 8-bit grey, 255 where a face
 replaced the picture, 0 wherever nothing was pasted, one matte per output frame with the
 output frame's timestamp. Written losslessly: FFV1 grey in .mkv / .avi, or a grey PNG / TIFF
-image sequence (`matte.%06d.png`, numbered as the output's sequence would be).
+image sequence (`matte.%06d.png`, numbered by input frame from the output's start number).
+The writers are video/compositing.py's, shared with `--face-only-output`.
 """
 
 from __future__ import annotations
@@ -15,10 +16,8 @@ import numpy as np
 
 from facefusion_batch.errors import InputError
 from facefusion_batch.video.native import NativePicture
-from facefusion_batch.video.planes import NATIVE
 from facefusion_batch.video.probe import VideoInfo
-from facefusion_batch.video.sequence import SequenceWriter, is_sequence_pattern, sequence_codec
-from facefusion_batch.video.writer import EncoderSettings, VideoWriter
+from facefusion_batch.video.sequence import is_sequence_pattern, sequence_codec
 
 MATTE_PIX_FMT = "gray"
 MATTE_VIDEO_SUFFIXES = (".mkv", ".avi")
@@ -53,18 +52,6 @@ def matte_info(info: VideoInfo) -> VideoInfo:
         color_trc=2,
         audio_streams=0,
         other_streams=(),
-    )
-
-
-def open_matte_writer(path: Path, info: VideoInfo, start_number: int | None) -> VideoWriter | SequenceWriter:
-    check_matte_output(path)
-    grey = matte_info(info)
-    if is_sequence_pattern(path):
-        return SequenceWriter(
-            path, grey, pix_fmt=MATTE_PIX_FMT, start_number=start_number or 1001, pixel_format=NATIVE
-        )
-    return VideoWriter(
-        path, grey, EncoderSettings(codec="ffv1", pix_fmt=MATTE_PIX_FMT, audio=False), pixel_format=NATIVE
     )
 
 

@@ -110,8 +110,12 @@ class SequenceWriter:
         pix_fmt: str | None = None,
         start_number: int = DEFAULT_START_NUMBER,
         pixel_format: str = BGR24,
+        exr_format: str | None = None,
     ) -> None:
+        """`exr_format`: half | float for .exr (None: float). Frames are numbered from
+        `start_number` in the order written, or by the `number` each `write` is given."""
         self.output = Path(pattern)
+        self.exr_format = exr_format
         self.info = info
         self.codec, self.pix_fmt = sequence_codec(self.output, pix_fmt, info.bit_depth)
         self.start_number = start_number
@@ -126,25 +130,43 @@ class SequenceWriter:
         for item in self.dropped:
             log.warning("%s: left out of the output: %s", self.output, item)
         self._temps: list[tuple[Path, Path]] = []
+        self._numbers: list[int] = []  # every number written, committed or not
         self._state = "open"
 
-    def write(self, image: np.ndarray, pts: int | None, time_base: Fraction) -> None:
-        """Encode one frame into its (temporary) file; numbered in the order written."""
+    def write(
+        self, image: np.ndarray, pts: int | None, time_base: Fraction, number: int | None = None
+    ) -> None:
+        """Encode one frame into its (temporary) file, numbered `number` (None: the next one in
+        the order written, from `start_number`)."""
         if self._state != "open":
             raise FfbatchError(f"SequenceWriter for {self.output} is already {self._state}")
+        self.write_encoded(self.encode(image), number)
+
+    def encode(self, image: np.ndarray | NativePicture) -> bytes:
+        """One frame's file contents. Any thread may call it (each call has its own encoder), so
+        render workers encode while the writing thread only files them (`write_encoded`)."""
         expected = picture_shape(self.pixel_format, self.info.height, self.info.width)
         if isinstance(image, NativePicture) and self.pixel_format == NATIVE:
             pass  # the input's own picture (VideoWriter's check_native)
         elif image.shape != expected or image.dtype != np.uint8:
             raise FfbatchError(f"SequenceWriter for {self.output} expects {expected} uint8 frames")
-        final = frame_path(self.output, self.start_number + self.frames_written)
+        return self._encode(image)
+
+    def write_encoded(self, data: bytes, number: int | None = None) -> None:
+        """File one frame `encode` made under its temporary name, numbered as `write` does."""
+        if self._state != "open":
+            raise FfbatchError(f"SequenceWriter for {self.output} is already {self._state}")
+        if number is None:
+            number = self.start_number + self.frames_written
+        final = frame_path(self.output, number)
         temp = final.parent / f".{final.name}.partial"
         try:
-            temp.write_bytes(self._encode(image))
+            temp.write_bytes(data)
         except OSError as exc:
             self.abort()
             raise OutputError(f"cannot write {final}: {exc.strerror or exc}") from None
         self._temps.append((temp, final))
+        self._numbers.append(number)
         self.frames_written += 1
 
     def _encode(self, image: np.ndarray | NativePicture) -> bytes:
@@ -159,20 +181,31 @@ class SequenceWriter:
             frame.color_range = 2 if self.info.color_range == 2 else 1
         else:
             frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(image), format="bgr24")
-        if self.pix_fmt == "gbrpf32le":
+        if self.pix_fmt in ("gbrpf32le", "gbrapf32le"):
             # exactly code / 255 (swscale's float path puts white at 0.996)
-            rgb = frame.to_ndarray(format="rgb48le" if deep else "rgb24").astype(np.float32)
+            alpha = self.pix_fmt == "gbrapf32le"
+            packed = ("rgba64le" if alpha else "rgb48le") if deep else ("rgba" if alpha else "rgb24")
+            rgb = frame.to_ndarray(format=packed).astype(np.float32)
             rgb /= np.float32(65535 if deep else 255)
-            frame = av.VideoFrame.from_ndarray(rgb, format="gbrpf32le")
+            frame = av.VideoFrame.from_ndarray(rgb, format=self.pix_fmt)
         else:
             frame = frame.reformat(format=self.pix_fmt)
         ctx = av.CodecContext.create(self.codec, "w")
         ctx.width, ctx.height, ctx.pix_fmt = frame.width, frame.height, self.pix_fmt
         ctx.time_base = Fraction(1, 25)
         if self.codec == "exr":
-            ctx.options = {"compression": "zip1"}
+            ctx.options = {"compression": "zip1", **({"format": self.exr_format} if self.exr_format else {})}
         packets = ctx.encode(frame) + ctx.encode(None)
         return b"".join(bytes(p) for p in packets)
+
+    def commit(self) -> None:
+        """Rename the frames written so far into place and go on (a chunk of a resumable render
+        is kept once complete); the writer stays open."""
+        if self._state != "open":
+            raise FfbatchError(f"SequenceWriter for {self.output} is already {self._state}")
+        temps, self._temps = self._temps, []
+        for temp, final in temps:
+            os.replace(temp, final)
 
     def close(self) -> None:
         """Rename every frame into place (nothing was visible before)."""
@@ -183,11 +216,9 @@ class SequenceWriter:
         if not self.frames_written:
             self.abort()
             raise FfbatchError(f"no frames were written, so {self.output} was not created")
-        for temp, final in self._temps:
-            os.replace(temp, final)
+        self.commit()
         self._state = "closed"
-        last = self.start_number + self.frames_written - 1
-        log.info("wrote %s, frames %d-%d", self.output, self.start_number, last)
+        log.info("wrote %s, frames %d-%d", self.output, min(self._numbers), max(self._numbers))
 
     def abort(self) -> None:
         if self._state == "closed":
