@@ -9,6 +9,8 @@ STAMP  := $(VENV)/.installed-stamp
 TEST_STAMP := $(VENV)/.installed-test-stamp
 PIP    := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 INPUTS := examples/inputs
+# test processes (pytest-xdist); 0 runs the suite in this one
+TEST_JOBS ?= 2
 OUT    := out
 
 .PHONY: demo test venv venv-test models inputs lint bench bench-quality gpu-kit clean
@@ -54,7 +56,7 @@ lint: $(TEST_STAMP)
 	$(BIN)/ruff check facefusion_batch tests scripts examples
 
 test: $(TEST_STAMP) models lint
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_JOBS)
 
 bench: $(TEST_STAMP) models
 	$(BIN)/python scripts/bench.py
