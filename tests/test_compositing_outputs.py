@@ -10,6 +10,8 @@ is the output's, and over the input it gives the output back.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -424,7 +426,7 @@ def test_impossible_compositing_outputs_are_exit_2_before_decoding(tmp_path, cli
 
 
 def test_plan_passes_compositing_sequences_to_every_chunk(tmp_path, clip):
-    """Each farm chunk writes its own frames of a sequence; a video matte cannot be planned."""
+    """Each farm chunk writes its own frames of a sequence."""
     base = ("plan", clip, "-s", asset_path("astronaut.png"), "-o", tmp_path / "o.mkv", "--encoder", "ffv1")
     layer = tmp_path / "f.%04d.exr"
     proc = ffbatch(*base, "--chunk-frames", "5", "--format", "json", "--face-only-output", layer)
@@ -437,6 +439,29 @@ def test_plan_passes_compositing_sequences_to_every_chunk(tmp_path, clip):
         assert argv[argv.index("--face-only-output") + 1] == str(layer)
     proc = ffbatch(*base, "--backend", "cuda", "--matte-output", tmp_path / "m.%04d.png")
     assert proc.returncode == 2 and "render with --backend cpu" in proc.stderr, proc.stderr
-    proc = ffbatch(*base, "--matte-output", tmp_path / "m.mkv")
-    assert proc.returncode == 2 and "a plan's chunks cannot write its pieces yet" in proc.stderr, proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_planned_video_matte_is_joined_by_a_task_of_its_own(tmp_path, clip, whole):
+    """Each chunk writes its piece of the matte into the job's work directory; a join task of
+    the matte's own gives the whole render's matte; the two joins leave no work directory."""
+    out, matte = tmp_path / "o.mkv", tmp_path / "m.mkv"
+    proc = ffbatch(
+        "plan", clip, "-s", asset_path("astronaut.png"), "-o", out, "--encoder", "ffv1", "--pix-fmt", "bgr0",
+        "--blend", "feather", "--matte-output", matte, "--chunk-frames", str(CHUNK), "--format", "json",
+        "--ffbatch", f"{sys.executable} -m facefusion_batch",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)
+    assert plan["tasks"] == {"chunks": 3, "joins": 2}
+    (job,) = plan["jobs"]
+    pieces = [chunk["argv"][chunk["argv"].index("--matte-output") + 1] for chunk in job["chunks"]]
+    assert all(Path(p).parent == staged(work_dir_for(out), "--matte-output", matte) for p in pieces)
+    (join,) = job["compositing_joins"]
+    assert join["option"] == "--matte-output" and join["argv"][-3:] == ["-o", str(matte), "--clean"]
+    for task in [*(c["argv"] for c in job["chunks"]), job["join"]["argv"], join["argv"]]:
+        done = subprocess.run(task, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+    got, pts = decoded(matte, "gray")
+    assert pts == whole["pts"] and all(np.array_equal(a, b) for a, b in zip(got, whole["matte"], strict=True))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.mkv", "o.mkv"]  # work directory gone

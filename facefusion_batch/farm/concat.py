@@ -407,10 +407,23 @@ def concat_command(
                 Path(seg).unlink()
             parents.add(Path(seg).parent)
         for parent in parents:
-            if parent.name.endswith(".ffbatch"):
-                for leftover in (parent / ".lock", parent / "manifest.json"):
-                    with contextlib.suppress(FileNotFoundError):
-                        leftover.unlink()
-                with contextlib.suppress(OSError):
-                    parent.rmdir()  # only when nothing else is left in it
+            remove_emptied_work_dir(parent)
     return report
+
+
+def remove_emptied_work_dir(folder: Path) -> None:
+    """A work directory (`.NAME.ffbatch/`) whose segments are gone, with the folders inside it
+    that held them (a compositing video's pieces): each removed only when nothing else is in it,
+    so the last of a job's joins removes the work directory. A folder in no work dir is kept."""
+    chain = [folder, *folder.parents]
+    work = next((i for i, p in enumerate(chain) if p.name.endswith(".ffbatch")), None)
+    if work is None:
+        return
+    for leftover in (chain[work] / ".lock", chain[work] / "manifest.json"):
+        with contextlib.suppress(FileNotFoundError):
+            leftover.unlink()
+    for inner in chain[: work + 1]:
+        try:
+            inner.rmdir()  # only when nothing else is left in it
+        except OSError:
+            return

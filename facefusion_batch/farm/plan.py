@@ -32,6 +32,7 @@ from typing import Any
 
 from facefusion_batch.config import compositing_outputs, render_settings
 from facefusion_batch.errors import InputError
+from facefusion_batch.farm.chunk_compositing import chunk_segment
 from facefusion_batch.farm.manifest import segment_name, work_dir_for
 from facefusion_batch.farm.outputs import DEFAULT_PATTERN, outputs_for
 from facefusion_batch.video.formats import check_fits, segment_suffix
@@ -70,6 +71,9 @@ class Job:
     chunks: list[Chunk] = field(default_factory=list)
     join_task: int = 0
     join_argv: list[str] = field(default_factory=list)
+    # a video compositing output (--matte-output, --face-only-output): its own join of the
+    # chunks' pieces, (task, option, argv) each
+    compositing_joins: list[tuple[int, str, list[str]]] = field(default_factory=list)
 
 
 @dataclass
@@ -82,10 +86,17 @@ class Plan:
     def chunk_tasks(self) -> int:
         return sum(len(j.chunks) for j in self.jobs)
 
+    @property
+    def join_tasks(self) -> int:
+        return sum(1 + len(j.compositing_joins) for j in self.jobs)
+
     def tasks(self) -> list[list[str]]:
-        """argv of every task by task number: all chunks, then all joins."""
+        """argv of every task by task number: all chunks, then all joins (each job's output,
+        then its compositing videos)."""
         out = [c.argv for j in self.jobs for c in j.chunks]
-        return out + [j.join_argv for j in self.jobs]
+        for j in self.jobs:
+            out += [j.join_argv, *(argv for _, _, argv in j.compositing_joins)]
+        return out
 
 
 def quote(argv: list[str]) -> str:
@@ -96,12 +107,13 @@ def _abs(path: Path | str) -> str:
     return os.path.abspath(os.fspath(path))
 
 
-def passthrough_args(command, params: dict[str, Any]) -> list[str]:
-    """The render options that differ from their defaults, written back as arguments."""
+def passthrough_args(command, params: dict[str, Any], exclude: frozenset[str] = frozenset()) -> list[str]:
+    """The render options that differ from their defaults, written back as arguments (but
+    those in `exclude`, which plan sets per chunk)."""
     args: list[str] = []
     for param in command.params:
         name = param.name
-        if name in _NOT_PASSED or name not in params or not getattr(param, "opts", None):
+        if name in _NOT_PASSED | exclude or name not in params or not getattr(param, "opts", None):
             continue
         value = params[name]
         if value == param.default or (value in (None, (), []) and param.default in (None, (), [])):
@@ -132,7 +144,11 @@ def make_plan(
     command: list[str] | None = None,
     overwrite: bool = False,
     suffix: str = ".mp4",
+    compositing: tuple[tuple[str, Path], ...] = (),
 ) -> Plan:
+    """`compositing`: video compositing outputs (option, path) of the one input: each chunk
+    writes its piece into the job's work directory (as a chunked render does), and a join task
+    of its own joins them."""
     if chunk_frames < 1:
         raise InputError(f"--chunk-frames must be at least 1 (got {chunk_frames})")
     if not inputs:
@@ -167,6 +183,8 @@ def make_plan(
             segment = job.work_dir / segment_name(start, end, suffix)
             argv = [*command, "render", str(job.input), *render_args]
             argv += ["--frames", format_range(start, end), "-o", str(segment), "--overwrite"]
+            for option, path in compositing:
+                argv += [option, str(chunk_segment(job.work_dir, option, path, start, end))]
             job.chunks.append(Chunk(task, (start, end), segment, argv))
             task += 1
     for job in jobs:
@@ -177,6 +195,11 @@ def make_plan(
         job.join_task = task
         job.join_argv = argv
         task += 1
+        for option, path in compositing:
+            pieces = [str(chunk_segment(job.work_dir, option, path, *c.frames)) for c in job.chunks]
+            argv = [*command, "concat", *pieces, "-o", _abs(path), "--clean"]
+            job.compositing_joins.append((task, option, argv + (["--overwrite"] if overwrite else [])))
+            task += 1
     return Plan(chunk_frames, command, jobs)
 
 
@@ -186,7 +209,7 @@ def to_json(plan: Plan) -> str:
         "version": 1,
         "chunk_frames": plan.chunk_frames,
         "command": plan.command,
-        "tasks": {"chunks": plan.chunk_tasks, "joins": len(plan.jobs)},
+        "tasks": {"chunks": plan.chunk_tasks, "joins": plan.join_tasks},
         "jobs": [
             {
                 "input": str(j.input),
@@ -205,6 +228,10 @@ def to_json(plan: Plan) -> str:
                     for c in j.chunks
                 ],
                 "join": {"task": j.join_task, "argv": j.join_argv, "command": quote(j.join_argv)},
+                "compositing_joins": [
+                    {"task": task, "option": option, "argv": argv, "command": quote(argv)}
+                    for task, option, argv in j.compositing_joins
+                ],
             }
             for j in plan.jobs
         ],
@@ -216,7 +243,7 @@ def _summary(plan: Plan) -> str:
     frames = sum(j.frame_count for j in plan.jobs)
     return (
         f"{len(plan.jobs)} input(s), {frames} frames, {plan.chunk_tasks} chunks of up to "
-        f"{plan.chunk_frames} frames, {len(plan.jobs)} join(s)"
+        f"{plan.chunk_frames} frames, {plan.join_tasks} join(s)"
     )
 
 
@@ -227,12 +254,12 @@ def to_shell(plan: Plan) -> str:
         "# idempotent: a finished segment is skipped), then the concat lines. `bash -e` runs it all.",
     ]
     lines += [quote(c.argv) for j in plan.jobs for c in j.chunks]
-    lines += [quote(j.join_argv) for j in plan.jobs]
+    lines += [quote(argv) for argv in plan.tasks()[plan.chunk_tasks :]]
     return "\n".join(lines) + "\n"
 
 
 def to_slurm(plan: Plan, sbatch: list[str]) -> str:
-    chunks, joins = plan.chunk_tasks, len(plan.jobs)
+    chunks, joins = plan.chunk_tasks, plan.join_tasks
     last = chunks + joins - 1
     lines = [
         "#!/bin/bash",
@@ -240,7 +267,7 @@ def to_slurm(plan: Plan, sbatch: list[str]) -> str:
         f"#SBATCH --array=0-{chunks - 1}",
         *(f"#SBATCH {opt}" for opt in sbatch),
         f"# ffbatch plan: {_summary(plan)}",
-        f"# Tasks 0-{chunks - 1} render the chunks; tasks {chunks}-{last} join them, one per input.",
+        f"# Tasks 0-{chunks - 1} render the chunks; tasks {chunks}-{last} join them (one per output).",
         "# Submit both, the joins after every chunk succeeded:",
         "#   jid=$(sbatch --parsable THIS_SCRIPT)",
         f"#   sbatch --dependency=afterok:$jid --array={chunks}-{last} THIS_SCRIPT",
@@ -266,7 +293,7 @@ _OPENCUE = '''#!/usr/bin/env python3
     python3 THIS_SCRIPT --list     print the tasks
 
 One render layer whose OpenCue frames 0-{last_chunk} are the chunks, then one join layer
-per input that waits for the whole render layer.
+per output (an input's video, its compositing videos) that waits for the whole render layer.
 """
 
 import os
@@ -321,7 +348,11 @@ if __name__ == "__main__":
 
 
 def to_opencue(plan: Plan) -> str:
-    joins = [(f"join-{i:03d}-{_layer_word(j.output.stem)}", j.join_task) for i, j in enumerate(plan.jobs)]
+    joins = []
+    for i, j in enumerate(plan.jobs):
+        joins.append((f"join-{i:03d}-{_layer_word(j.output.stem)}", j.join_task))
+        for task, option, _ in j.compositing_joins:
+            joins.append((f"join-{i:03d}-{_layer_word(option.strip('-'))}", task))
     tasks = "[\n" + "".join(f"    {argv!r},\n" for argv in plan.tasks()) + "]"
     return _OPENCUE.format(
         summary=_summary(plan),
@@ -393,28 +424,28 @@ def plan_command(
         raise InputError(
             "plan joins video segments; image sequences are rendered whole with `ffbatch render`"
         )
-    for option, path in compositing_outputs(settings):  # each chunk writes its own frames of them
-        if not is_sequence_pattern(path):
-            raise InputError(
-                f"plan: {option} {path} is a video; a plan's chunks cannot write its pieces yet (it "
-                "joins only the output): give an image sequence (each chunk writes its own frames), or "
-                "render it with `ffbatch render --chunk-frames N`"
-            )
+    # each chunk writes its own frames of a sequence; a video's pieces are joined by a task of its own
+    videos: list[tuple[str, Path]] = []
+    for option, path in compositing_outputs(settings):
         if len(params["inputs"]) > 1:
             raise InputError(f"plan: {option} is written for one input ({len(params['inputs'])} given)")
+        if not is_sequence_pattern(path):
+            videos.append((option, Path(path)))
+    per_chunk = frozenset(option.removeprefix("--").replace("-", "_") for option, _ in videos)
     command = shlex.split(ffbatch)
     if not command:
         raise InputError("--ffbatch must name the command that runs ffbatch, e.g. ffbatch")
     plan = make_plan(
         [Path(p) for p in params["inputs"]],
         chunk_frames=chunk_frames,
-        render_args=passthrough_args(render_command, params),
+        render_args=passthrough_args(render_command, params, exclude=per_chunk),
         output=output,
         output_dir=output_dir,
         output_pattern=output_pattern,
         command=command,
         overwrite=overwrite,
         suffix=segment_suffix(settings.encoder.codec),
+        compositing=tuple(videos),
     )
     for argv in plan.tasks():
         for word in argv:

@@ -59,11 +59,17 @@ def is_up_to_date(path: Path, digest: str, start: int, end: int | None) -> bool:
 def prepare_segment_job(settings: RenderSettings) -> JobReport | None:
     """Before validation: make the segment's directory, and skip a segment that is done."""
     out = Path(settings.output)
-    parent = out.parent if str(out.parent) else Path(".")
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise OutputError(f"cannot create the directory {parent} for {out}: {exc.strerror or exc}") from None
+    # the segment's directory, and a video compositing piece's (a plan's chunk writes it into the
+    # job's work directory, as a chunked render does)
+    videos = [Path(p) for _, p in compositing_outputs(settings) if not is_sequence_pattern(p)]
+    for path in (out, *videos):
+        parent = path.parent if str(path.parent) else Path(".")
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise OutputError(
+                f"cannot create the directory {parent} for {path}: {exc.strerror or exc}"
+            ) from None
     if settings.force or not out.is_file() or not Path(settings.input).is_file():
         return None
     if not all(Path(s).is_file() for s in settings.sources):
