@@ -1,11 +1,16 @@
-"""Running stages in tests on the host kernel set: `detect`, `analyse` (detect + mesh), `run`."""
+"""Running stages in tests on the host kernel set: `detect`, `analyse` (detect + mesh), `run`,
+and `classical_swap` on any kernel set."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 
 from facefusion_batch.faces.table import FaceTable
 from facefusion_batch.kernels.host import HostKernels
+from facefusion_batch.pipeline.build import prepare_sources
+from facefusion_batch.swap.classical import ClassicalSettings, ClassicalSwapper
 
 HOST = HostKernels()
 
@@ -35,3 +40,14 @@ def stage(stage, images: list[np.ndarray], table: FaceTable) -> tuple[list[np.nd
     batch = frames(images)
     out = stage(HOST, batch, table)
     return HOST.download(batch), out
+
+
+def classical_swap(k, models, source_path, image: np.ndarray, table: FaceTable, **fields) -> np.ndarray:
+    """`image` with `table`'s faces swapped by the classical swap on kernel set `k`, with the
+    ClassicalSettings `fields` away from their defaults."""
+    settings = replace(ClassicalSettings(), **fields)
+    sources = prepare_sources(models, (source_path,), settings)
+    swapper = ClassicalSwapper(sources, models.triangles, models.regions, settings)
+    batch = k.upload([image])
+    swapper(k, batch, table)
+    return k.download(batch)[0]

@@ -312,20 +312,14 @@ def _not_coded_vop(increment_bits: int) -> bytes:
     return b"\x00\x00\x01\xb6" + int(bits, 2).to_bytes(len(bits) // 8, "big")
 
 
-def make_packed_avi(
-    path: str | Path, *, frames: int = 80, size: tuple[int, int] = (128, 96), audio: str | None = "mp3"
-) -> Path:
-    """A DivX-style AVI at 24000/1001 fps: MPEG-4 part 2 with one B-frame after each P-frame,
-    *packed* (each P-frame and its B-frame in one chunk, then an N-VOP chunk), timestamps only
-    by chunk number, mp3 audio from 0. The frames are numbered as in `synthetic_frame`."""
-    path = Path(path)
-    rate = Fraction(24000, 1001)
+def _mpeg4_packets(frames: int, size: tuple[int, int], rate: Fraction, b_frames: int) -> list:
+    """`frames` synthetic frames encoded as MPEG-4 part 2 (GOP 12), in decode order."""
     encoder = av.CodecContext.create("mpeg4", "w")
     encoder.width, encoder.height = size
     encoder.pix_fmt = "yuv420p"
     encoder.time_base = 1 / rate
     encoder.framerate = rate
-    encoder.max_b_frames = 1
+    encoder.max_b_frames = b_frames
     encoder.gop_size = 12
     encoder.open()
     packets = []
@@ -335,7 +329,18 @@ def make_packed_avi(
         )
         picture.pts = i
         packets += encoder.encode(picture)
-    packets += encoder.encode(None)
+    return packets + list(encoder.encode(None))
+
+
+def make_packed_avi(
+    path: str | Path, *, frames: int = 80, size: tuple[int, int] = (128, 96), audio: str | None = "mp3"
+) -> Path:
+    """A DivX-style AVI at 24000/1001 fps: MPEG-4 part 2 with one B-frame after each P-frame,
+    *packed* (each P-frame and its B-frame in one chunk, then an N-VOP chunk), timestamps only
+    by chunk number, mp3 audio from 0. The frames are numbered as in `synthetic_frame`."""
+    path = Path(path)
+    rate = Fraction(24000, 1001)
+    packets = _mpeg4_packets(frames, size, rate, b_frames=1)
     data = [bytes(p) for p in packets]
     first_vop = data[0].find(b"\x00\x00\x01\xb6")
     data[0] = data[0][:first_vop] + _DIVX_USER_DATA + data[0][first_vop:]
@@ -380,22 +385,7 @@ def make_dropped_frames_avi(
     `synthetic_frame`."""
     path = Path(path)
     rate = Fraction(25)
-    encoder = av.CodecContext.create("mpeg4", "w")
-    encoder.width, encoder.height = size
-    encoder.pix_fmt = "yuv420p"
-    encoder.time_base = 1 / rate
-    encoder.framerate = rate
-    encoder.max_b_frames = 0
-    encoder.gop_size = 12
-    encoder.open()
-    packets = []
-    for i in range(frames):
-        picture = av.VideoFrame.from_ndarray(synthetic_frame(i, size), format="bgr24").reformat(
-            format="yuv420p"
-        )
-        picture.pts = i
-        packets += encoder.encode(picture)
-    packets += encoder.encode(None)
+    packets = _mpeg4_packets(frames, size, rate, b_frames=0)
     chunks = []
     for i, packet in enumerate(packets):
         chunks.append((bytes(packet), packet.is_keyframe))

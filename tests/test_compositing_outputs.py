@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 from media import make_clip
 from test_cli import ffbatch
+from test_farm_resume import interrupt_after
 
 from facefusion_batch.config import RenderSettings
 from facefusion_batch.errors import InputError, Interrupted
@@ -219,18 +220,6 @@ def test_a_chunked_render_writes_the_whole_renders_sequences(tmp_path, settings,
             assert np.array_equal(got, want)
 
 
-def _interrupt_after(frames: int):
-    seen = 0
-
-    def on_progress(n: int) -> None:
-        nonlocal seen
-        seen += n
-        if seen >= frames:
-            raise KeyboardInterrupt
-
-    return on_progress
-
-
 def test_an_interrupted_chunked_render_resumes_only_chunks_missing_frames(
     tmp_path, settings, renderer, whole
 ):
@@ -245,7 +234,7 @@ def test_an_interrupted_chunked_render_resumes_only_chunks_missing_frames(
         batch_size=2,
     )
     with pytest.raises(Interrupted, match="resume"):
-        render(job, renderer=renderer, on_progress=_interrupt_after(2 * CHUNK))
+        render(job, renderer=renderer, on_progress=interrupt_after(2 * CHUNK))
     work = work_dir_for(job.output)
     assert sorted(p.name for p in tmp_path.iterdir()) == [work.name]  # nothing looks finished
     kept = staged(work, "--matte-output", job.matte_output).parent
@@ -275,7 +264,7 @@ def test_a_chunked_render_joins_video_mattes_and_layers_like_the_output(tmp_path
         batch_size=2,
     )
     with pytest.raises(Interrupted, match="resume"):
-        render(job, renderer=renderer, on_progress=_interrupt_after(2 * CHUNK))
+        render(job, renderer=renderer, on_progress=interrupt_after(2 * CHUNK))
     work = work_dir_for(job.output)
     assert sorted(p.name for p in tmp_path.iterdir()) == [work.name]
     mattes = staged(work, "--matte-output", job.matte_output)
@@ -395,7 +384,7 @@ def test_a_failed_render_leaves_no_compositing_file(tmp_path, settings, renderer
         batch_size=2,
     )
     with pytest.raises(Interrupted):
-        render(job, renderer=renderer, on_progress=_interrupt_after(6))
+        render(job, renderer=renderer, on_progress=interrupt_after(6))
     assert list(tmp_path.iterdir()) == []
 
 

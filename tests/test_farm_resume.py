@@ -152,7 +152,8 @@ def test_an_interrupted_render_resumes_with_only_the_missing_segments(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out put.mp4", "report.json"]
 
 
-def _interrupt_after(frames: int):
+def interrupt_after(frames: int):
+    """An on_progress that stops the render (as Ctrl-C does) once `frames` frames are done."""
     seen = 0
 
     def on_progress(n: int) -> None:
@@ -167,7 +168,7 @@ def _interrupt_after(frames: int):
 def test_changed_settings_start_over_and_force_too(tmp_path, settings, renderer, reference, clip):
     job = replace(settings, output=tmp_path / "o.mp4", chunk_frames=CHUNK)
     with pytest.raises(Interrupted, match="resume"):
-        render(job, renderer=renderer, on_progress=_interrupt_after(2 * CHUNK + 1))
+        render(job, renderer=renderer, on_progress=interrupt_after(2 * CHUNK + 1))
     work_dir = work_dir_for(job.output)
     assert len(recorded(work_dir)) >= 2
 
@@ -176,7 +177,7 @@ def test_changed_settings_start_over_and_force_too(tmp_path, settings, renderer,
     # another CRF: the saved segments are not this job's
     lossy = replace(job, encoder=replace(job.encoder, crf=30))
     with pytest.raises(Interrupted):
-        render(lossy, renderer=renderer, on_progress=_interrupt_after(1))
+        render(lossy, renderer=renderer, on_progress=interrupt_after(1))
     now = Manifest.read(work_dir)
     assert now.settings_digest != saved.settings_digest
     assert len(now.segments) <= 1  # the old ones were thrown away; at most one new one finished
@@ -186,7 +187,7 @@ def test_changed_settings_start_over_and_force_too(tmp_path, settings, renderer,
 
     first = replace(job)
     with pytest.raises(Interrupted):
-        render(first, renderer=renderer, on_progress=_interrupt_after(CHUNK + 1))
+        render(first, renderer=renderer, on_progress=interrupt_after(CHUNK + 1))
     assert len(recorded(work_dir)) >= 1
     forced = render(replace(job, force=True), renderer=renderer)
     assert forced.segments == {"total": FRAMES // CHUNK, "reused": 0, "rendered": FRAMES // CHUNK}
@@ -197,7 +198,7 @@ def test_changed_settings_start_over_and_force_too(tmp_path, settings, renderer,
 def test_a_changed_segment_is_rendered_again(tmp_path, settings, renderer, reference, clip):
     job = replace(settings, output=tmp_path / "o.mp4", chunk_frames=CHUNK)
     with pytest.raises(Interrupted):
-        render(job, renderer=renderer, on_progress=_interrupt_after(2 * CHUNK + 1))
+        render(job, renderer=renderer, on_progress=interrupt_after(2 * CHUNK + 1))
     work_dir = work_dir_for(job.output)
     kept = recorded(work_dir)
     damaged = work_dir / sorted(kept.values(), key=lambda e: e["file"])[0]["file"]
@@ -223,7 +224,7 @@ def test_a_second_process_on_the_same_output_is_refused(tmp_path, settings):
 def test_the_manifest_records_every_segment_with_its_sha256(tmp_path, settings, renderer):
     job = replace(settings, output=tmp_path / "o.mp4", chunk_frames=20)
     with pytest.raises(Interrupted):
-        render(job, renderer=renderer, on_progress=_interrupt_after(21))
+        render(job, renderer=renderer, on_progress=interrupt_after(21))
     data = json.loads((work_dir_for(job.output) / MANIFEST).read_text())
     assert data["frame_count"] == FRAMES and data["chunk_frames"] == 20
     assert data["input"] == str(Path(settings.input).resolve())

@@ -4,16 +4,13 @@ both kernel sets."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import cv2
 import numpy as np
 import pytest
+from hostk import classical_swap
 
 from facefusion_batch.kernels.base import GRAIN_SLACK, grain_gain
 from facefusion_batch.kernels.host import HostKernels
-from facefusion_batch.pipeline.build import prepare_sources
-from facefusion_batch.swap.classical import ClassicalSettings, ClassicalSwapper
 
 try:
     from facefusion_batch.kernels.torch_kernels import TorchKernels
@@ -55,12 +52,7 @@ def noisy_target(models, astronaut_image):
 
 
 def render(k, models, source_path, image, table, grain: bool) -> np.ndarray:
-    settings = replace(ClassicalSettings(), match_grain=grain)
-    sources = prepare_sources(models, (source_path,), settings)
-    swapper = ClassicalSwapper(sources, models.triangles, models.regions, settings)
-    frames = k.upload([image])
-    swapper(k, frames, table)
-    return k.download(frames)[0]
+    return classical_swap(k, models, source_path, image, table, match_grain=grain)
 
 
 def test_a_noisy_shot_keeps_its_grain_on_the_swapped_skin(models, t1_path, noisy_target):

@@ -3,16 +3,13 @@ sharpness (a defocused face stays defocused), on both kernel sets; it never shar
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import cv2
 import numpy as np
 import pytest
+from hostk import classical_swap
 
 from facefusion_batch.kernels.base import sharpness_weights
 from facefusion_batch.kernels.host import HostKernels
-from facefusion_batch.pipeline.build import prepare_sources
-from facefusion_batch.swap.classical import ClassicalSettings, ClassicalSwapper
 
 try:
     from facefusion_batch.kernels.torch_kernels import TorchKernels
@@ -54,12 +51,7 @@ def soft_target(models, astronaut_image):
 
 
 def render(k, models, source_path, image, table, match: bool) -> np.ndarray:
-    settings = replace(ClassicalSettings(), match_sharpness=match)
-    sources = prepare_sources(models, (source_path,), settings)
-    swapper = ClassicalSwapper(sources, models.triangles, models.regions, settings)
-    frames = k.upload([image])
-    swapper(k, frames, table)
-    return k.download(frames)[0]
+    return classical_swap(k, models, source_path, image, table, match_sharpness=match)
 
 
 def test_a_defocused_face_gets_a_defocused_swap(models, t1_path, soft_target):
