@@ -217,7 +217,8 @@ MaskOpt = Annotated[
     str,
     typer.Option(
         help="Swap masks, comma-separated: box, occlusion (xseg; the classical swap too), area "
-        "(the face mesh's areas, --mask-areas), region (parser; learned only)."
+        "(the face mesh's areas, --mask-areas), region (parser; learned only), skin (classical only: "
+        "what is not skin in front of the face stays, no model needed; hands are skin)."
     ),
 ]
 MaskAreasOpt = Annotated[

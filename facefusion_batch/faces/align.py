@@ -45,6 +45,16 @@ def align_crops(
     return k.warp_crops(frames, frame_index, affines, size, "replicate"), affines
 
 
+def host_crops(k: Kernels, crops: Array) -> np.ndarray:
+    """Aligned crops as host images [F, S, S, 3] uint8 BGR, from either kernel set's layout (the
+    host set's [F, S, S, 3], the torch set's [F, 3, S, S]): for work done in numpy/OpenCV or a
+    library that takes pictures (dlib, the skin model)."""
+    array = np.asarray(k.to_host(crops), np.float32)
+    if array.ndim == 4 and array.shape[1] == 3 and array.shape[-1] != 3:
+        array = array.transpose(0, 2, 3, 1)
+    return np.clip(np.rint(array), 0, 255).astype(np.uint8)
+
+
 def crop_model_input(session: Session, model: LearnedModel, policy: BatchPolicy) -> tuple[str, int]:
     """(input name, items per call) of a model that reads aligned face crops: its input is
     "input" where it has one of that name (FaceFusion's exports), else its first."""
@@ -62,6 +72,7 @@ def transform_points(points: np.ndarray, affines: np.ndarray) -> np.ndarray:
 __all__ = [
     "TEMPLATES",
     "align_crops",
+    "host_crops",
     "alignment_affines",
     "similarity_fit",
     "template_points",

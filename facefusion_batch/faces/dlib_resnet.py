@@ -19,7 +19,7 @@ import importlib.util
 import numpy as np
 
 from facefusion_batch.errors import InputError
-from facefusion_batch.faces.align import align_crops
+from facefusion_batch.faces.align import align_crops, host_crops
 from facefusion_batch.faces.table import FaceTable
 from facefusion_batch.kernels.base import Frames, Kernels
 
@@ -60,8 +60,7 @@ class DlibRecogniser:
         if len(table) == 0:
             return np.zeros((0, 128), np.float32)
         crops, _ = align_crops(k, frames, table.frame_index, table.landmarks5, DLIB_TEMPLATE, DLIB_CHIP)
-        bgr = np.clip(np.rint(np.asarray(k.to_host(crops), np.float32)), 0, 255).astype(np.uint8)
-        chips = [np.ascontiguousarray(c[..., ::-1]) for c in bgr]  # dlib takes RGB
+        chips = [np.ascontiguousarray(c[..., ::-1]) for c in host_crops(k, crops)]  # dlib takes RGB
         return np.asarray(self.net.compute_face_descriptor(chips), np.float32).reshape(len(table), -1)
 
     @staticmethod

@@ -383,7 +383,10 @@ def paint_region(
     if grain:
         face = match_grain(face, target, skin)
     result = blend(blend_mode, target, face.astype(np.float32), alpha)
+    if visible is not None:  # an occluder stays in front exactly: no pyramid level bleeds into it
+        result = feather(target, result, visible)
     frame[y0 : y0 + rh, x0 : x0 + rw] = np.clip(result + 0.5, 0, 255).astype(np.uint8)
     if not matte:
         return None
-    return multiband_weights(alpha) if blend_mode == "multiband" else alpha
+    used = multiband_weights(alpha) if blend_mode == "multiband" else alpha
+    return used if visible is None else used * visible

@@ -131,7 +131,8 @@ def _paint_chunk(frames, regions, origins, canvas, textures, settings, host_blen
         alpha = alpha * (1 - held[:, 0] * warped[:, 5]) * (1 - held[:, 1] * warped[:, 6])
     visible = _visibility(regions, origins, canvas)
     if visible is not None:
-        alpha = alpha * D.to_device(visible, device)
+        visible = D.to_device(visible, device)
+        alpha = alpha * visible
     skin = covered & (warped[:, 4] > 0.5)
     if settings.match_sharpness:
         face = D.match_sharpness(face, target, skin)
@@ -155,6 +156,8 @@ def _paint_chunk(frames, regions, origins, canvas, textures, settings, host_blen
         result = D.feather(target, face, alpha)
     else:
         result = torch.stack([host_blend(target[f], face[f], alpha[f]) for f in range(len(regions))])
+    if visible is not None:  # an occluder stays in front exactly: no pyramid level bleeds into it
+        result = D.feather(target, result, visible)
     result = D.to_uint8_levels(result).to(torch.uint8).permute(0, 2, 3, 1)  # [F, ch, cw, 3]
     for f, r in enumerate(regions):
         dy, dx = r.y0 - origins[f, 0], r.x0 - origins[f, 1]

@@ -259,6 +259,11 @@ def build_pipeline(
     settings = swap_settings(swap)
     learned = settings.learned
     swapper_name = choose_swapper(settings, models.models_dir)
+    if swapper_name is not None and "skin" in learned.masks.types:  # before any model is loaded
+        raise InputError(
+            "--mask skin is the classical swap's occlusion without a model (it reads the face mesh); "
+            "a learned swapper takes --mask occlusion or --mask region"
+        )
     family = learned_model(swapper_name).family if swapper_name else None
     recogniser = None  # ArcFace, when the swap itself needs embeddings
     if family in EMBEDDING_FAMILIES:
@@ -310,7 +315,7 @@ def build_pipeline(
         if swapper_name is None and learned_only in masks.types:
             raise InputError(
                 f"--mask {learned_only} needs a learned swapper (it masks the swapped crop); "
-                "the classical swap takes --mask occlusion"
+                "the classical swap takes --mask occlusion or --mask skin"
             )
     if swapper_name is None:
         # with tracks, the tracker decides per track which faces are present
@@ -318,7 +323,9 @@ def build_pipeline(
 
         def classical(paths: tuple[Path, ...]) -> ClassicalSwapper:
             sources = prepare_sources(models, paths, settings.classical, source_face_index)
-            return ClassicalSwapper(sources, models.triangles, models.regions, settings.classical, occluder)
+            return ClassicalSwapper(
+                sources, models.triangles, models.regions, settings.classical, occluder, "skin" in masks.types
+            )
 
         if person_sources:
             swapper = PersonRouter([classical(paths) for paths in person_sources])

@@ -17,7 +17,7 @@ from typing import Any
 import cv2
 import numpy as np
 
-from facefusion_batch.faces.align import align_crops
+from facefusion_batch.faces.align import align_crops, host_crops, transform_points
 from facefusion_batch.faces.mesh import LEFT_EYE_OUTER, NOSE_TIP, RIGHT_EYE_OUTER
 from facefusion_batch.faces.table import FaceTable
 from facefusion_batch.kernels.base import (
@@ -32,6 +32,7 @@ from facefusion_batch.swap.masks import Occluder
 from facefusion_batch.swap.raster import rasterize
 from facefusion_batch.swap.regions import FaceRegions
 from facefusion_batch.swap.shape import mouth_weight, shaped_meshes
+from facefusion_batch.swap.skin import skin_visibility
 from facefusion_batch.swap.symmetry import atlas, mirror_corners, symmetric_pair
 
 EYES_MOUTH_CHOICES = ("eyes", "target", "source")
@@ -243,6 +244,7 @@ class ClassicalSwapper:
         regions: FaceRegions,
         settings: ClassicalSettings = ClassicalSettings(),
         occluder: Occluder | None = None,
+        skin_occlusion: bool = False,
     ) -> None:
         if not sources:
             raise ValueError("at least one source face is needed")
@@ -251,6 +253,7 @@ class ClassicalSwapper:
         self.face_regions = regions
         self.triangles = swap_triangles(triangles, regions, settings.eyes_mouth)
         self.occluder = occluder
+        self.skin_occlusion = skin_occlusion  # `--mask skin`: swap/skin.py on the aligned crops
         # per source, every triangle's texture corners in the photo and, where the source is
         # mirror-filled, in the flipped photo, with which triangles take the latter (1) or not (0)
         self.own_corners = [s.mesh[self.triangles, :2] for s in sources]
@@ -381,12 +384,17 @@ class ClassicalSwapper:
         if table.mesh is None:
             raise ValueError("the classical swap needs the face mesh (run FaceMesh first)")
         occlusion = None
-        if self.occluder is not None:  # one batched model call over every face's aligned crop
+        if self.occluder is not None or self.skin_occlusion:
             crops, affines = align_crops(
                 k, frames, table.frame_index, table.landmarks5, OCCLUSION_TEMPLATE, OCCLUSION_CROP
             )
-            masks = k.to_host(self.occluder(k, crops, len(table), OCCLUSION_CROP))
-            occlusion = (np.asarray(masks, np.float32), affines)
+            masks = np.ones((len(table), OCCLUSION_CROP, OCCLUSION_CROP), np.float32)
+            if self.occluder is not None:  # one batched model call over every face's aligned crop
+                masks = np.asarray(k.to_host(self.occluder(k, crops, len(table), OCCLUSION_CROP)), np.float32)
+            if self.skin_occlusion:  # what is not skin in front of the face, from the crop itself
+                meshes = transform_points(table.mesh[:, :, :2].astype(np.float64), affines)
+                masks = masks * skin_visibility(host_crops(k, crops), meshes, self.face_regions)
+            occlusion = (masks, affines)
         regions = self.regions(table, frames.shapes, occlusion)
         k.paint_faces(frames, regions, self.textures_for(k), self.settings.paint)
         return table
