@@ -235,23 +235,38 @@ def _detail(bgr: np.ndarray, mask: np.ndarray) -> float:
     return float(np.abs(grey - cv2.GaussianBlur(grey, (0, 0), DETAIL_SIGMA))[mask].mean())
 
 
-def match_sharpness(face: np.ndarray, target: np.ndarray, skin: np.ndarray) -> np.ndarray:
-    """`face` (float32 BGR) blurred until its fine detail on `skin` is the target's."""
+def match_sharpness(
+    face: np.ndarray, target: np.ndarray, skin: np.ndarray
+) -> tuple[np.ndarray, float | None, float | None]:
+    """`face` (float32 BGR) blurred until its fine detail on `skin` is the target's; with the
+    result's detail (the chosen blurs' mix) and the target's, for grain matching (None: too
+    little skin to tell)."""
     if skin.sum() < 64:
-        return face
+        return face, None, None
     blurs = [face] + [cv2.GaussianBlur(face, (0, 0), s) for s in SHARPNESS_SIGMAS]
     detail = np.array([[_detail(b, skin) for b in blurs]])
-    weights = sharpness_weights(detail, np.array([_detail(target, skin)]))[0]
-    return sum(w * b for w, b in zip(weights, blurs, strict=True) if w > 0).astype(np.float32)
+    goal = _detail(target, skin)
+    weights = sharpness_weights(detail, np.array([goal]))[0]
+    mixed = sum(w * b for w, b in zip(weights, blurs, strict=True) if w > 0).astype(np.float32)
+    return mixed, float(weights @ detail[0]), goal
 
 
-def match_grain(face: np.ndarray, target: np.ndarray, skin: np.ndarray) -> np.ndarray:
+def match_grain(
+    face: np.ndarray,
+    target: np.ndarray,
+    skin: np.ndarray,
+    have: float | None = None,
+    goal: float | None = None,
+) -> np.ndarray:
     """`face` (float32 BGR) with the target's own fine residual (its grain) added on `skin`, as
-    much as brings the face's fine detail up to the target's; a face as detailed is unchanged."""
+    much as brings the face's fine detail up to the target's; a face as detailed is unchanged.
+    `have`/`goal`: the face's and the target's fine detail where sharpness matching measured
+    them already (the same blurs are not made twice)."""
     if skin.sum() < 64:
         return face
-    goal = _detail(target, skin)
-    gain = float(grain_gain(_detail(face, skin), goal))
+    goal = _detail(target, skin) if goal is None else goal
+    have = _detail(face, skin) if have is None else have
+    gain = float(grain_gain(have, goal))
     if gain <= 0:
         return face
     limit = GRAIN_CLIP * goal
@@ -375,13 +390,14 @@ def paint_region(
     if visible is not None:
         alpha *= visible
     skin = covered & (warped[..., 4] > 0.5)
+    have = goal = None
     if sharpness:
-        face = match_sharpness(face, target, skin)
+        face, have, goal = match_sharpness(face, target, skin)
     if colour != "none":
         face = transfer_colour(face, target, skin, colour_strength, colour, sigma, shading_limit)
         face = np.where(covered[..., None], face, target)
     if grain:
-        face = match_grain(face, target, skin)
+        face = match_grain(face, target, skin, have, goal)
     result = blend(blend_mode, target, face.astype(np.float32), alpha)
     if visible is not None:  # an occluder stays in front exactly: no pyramid level bleeds into it
         result = feather(target, result, visible)

@@ -625,20 +625,27 @@ def _detail(bgr: Tensor, mask: Tensor) -> Tensor:
     return (fine * m).sum(dim=(1, 2)) / m.sum(dim=(1, 2)).clamp(min=1.0)
 
 
-def match_sharpness(face: Tensor, target: Tensor, skin: Tensor) -> Tensor:
-    """kernels.host_ops.match_sharpness for [N,3,H,W] faces (one wait, for the choice)."""
+def match_sharpness(face: Tensor, target: Tensor, skin: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """kernels.host_ops.match_sharpness for [N,3,H,W] faces (one wait, for the choice), with the
+    result's and the target's fine detail [N] for grain matching."""
     blurs = [face] + [gaussian_blur(face, s) for s in SHARPNESS_SIGMAS]
     detail = torch.stack([_detail(b, skin) for b in blurs], dim=1)
     both = torch.cat([detail, _detail(target, skin)[:, None]], dim=1).cpu().numpy().astype(np.float64)
     weights = sharpness_weights(both[:, :-1], both[:, -1])
     weights[skin.sum(dim=(1, 2)).cpu().numpy() < 64] = np.eye(len(blurs))[0]
+    have = (weights * both[:, :-1]).sum(axis=1)
     w = to_device(weights.astype(np.float32), face.device)
-    return sum(w[:, i, None, None, None] * b for i, b in enumerate(blurs))
+    mixed = sum(w[:, i, None, None, None] * b for i, b in enumerate(blurs))
+    measured = to_device(np.stack([have, both[:, -1]]).astype(np.float32), face.device)
+    return mixed, measured[0], measured[1]
 
 
-def match_grain(face: Tensor, target: Tensor, skin: Tensor) -> Tensor:
+def match_grain(
+    face: Tensor, target: Tensor, skin: Tensor, have: Tensor | None = None, goal: Tensor | None = None
+) -> Tensor:
     """kernels.host_ops.match_grain for [N,3,H,W] faces (base.grain_gain in tensors: no wait)."""
-    goal, have = _detail(target, skin), _detail(face, skin)
+    goal = _detail(target, skin) if goal is None else goal
+    have = _detail(face, skin) if have is None else have
     gain = torch.sqrt(torch.clamp(goal**2 - (GRAIN_SLACK * have) ** 2, min=0.0)) / goal.clamp(min=1e-6)
     gain = torch.where(skin.sum(dim=(1, 2)) >= 64, gain, torch.zeros_like(gain))
     limit = (GRAIN_CLIP * goal)[:, None, None, None]

@@ -134,8 +134,9 @@ def _paint_chunk(frames, regions, origins, canvas, textures, settings, host_blen
         visible = D.to_device(visible, device)
         alpha = alpha * visible
     skin = covered & (warped[:, 4] > 0.5)
+    have = goal = None
     if settings.match_sharpness:
-        face = D.match_sharpness(face, target, skin)
+        face, have, goal = D.match_sharpness(face, target, skin)
     if settings.colour != "none":
         sigmas = [r.sigma for r in regions]
         face = D.transfer_colour(
@@ -143,7 +144,7 @@ def _paint_chunk(frames, regions, origins, canvas, textures, settings, host_blen
         )
         face = torch.where(covered[:, None], face, target)
     if settings.match_grain:
-        face = D.match_grain(face, target, skin)
+        face = D.match_grain(face, target, skin, have, goal)
     if settings.blend == "multiband":
         # as many pyramid levels as the host gives each face's own region
         levels = np.array([pyramid_levels(r.height, r.width) for r in regions])
