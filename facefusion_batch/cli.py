@@ -29,6 +29,8 @@ from facefusion_batch.errors import (
     FfbatchError,
     InputError,
     Interrupted,
+    note_signal,
+    signal_behind,
 )
 from facefusion_batch.farm.concat import concat_command
 from facefusion_batch.farm.jobs import run_render_command
@@ -970,36 +972,18 @@ def _fill_closed_std_fds() -> None:
                 os.close(got)
 
 
-_received: list[Interrupted] = []  # the signals `_stop` turned into exceptions, newest last
-
-
 def _stop(signum, frame) -> None:
     """SIGTERM / SIGHUP in any command unwind like Ctrl-C: temporary files go, exit 143 / 129."""
     if signum == signal.SIGHUP:
-        stop = Interrupted("hung up (SIGHUP)", exit_code=EXIT_HANGUP)
-    else:
-        stop = Interrupted("terminated (SIGTERM)", exit_code=EXIT_TERMINATED)
-    _received.append(stop)
-    raise stop
+        raise note_signal(Interrupted("hung up (SIGHUP)", exit_code=EXIT_HANGUP))
+    raise note_signal(Interrupted("terminated (SIGTERM)", exit_code=EXIT_TERMINATED))
 
 
 def _interrupt(signum, frame) -> None:
     """Ctrl-C as Python has it (KeyboardInterrupt), noted, so that one landing inside a C
     extension's initialisation (an ImportError there) is still told as an interrupt."""
-    _received.append(Interrupted("interrupted (SIGINT)"))
+    note_signal(Interrupted("interrupted (SIGINT)"))
     raise KeyboardInterrupt
-
-
-def signal_behind(exc: BaseException) -> Interrupted | None:
-    """The signal an unexpected exception really is: a SIGTERM or SIGINT that lands while a C
-    extension initialises (a lazy `import onnxruntime`) comes out as ImportError("initialization
-    failed"); found in the exception's chain, else in what `_stop` / `_interrupt` received."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, Interrupted):
-            return seen
-        seen = seen.__cause__ or seen.__context__
-    return _received[-1] if _received else None
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -54,3 +54,24 @@ class Interrupted(FfbatchError):
     def __init__(self, message: str = "interrupted", exit_code: int = EXIT_INTERRUPTED) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+
+
+_received: list[Interrupted] = []  # the signals the CLI's handlers turned into exceptions, newest last
+
+
+def note_signal(stop: Interrupted) -> Interrupted:
+    """Remember a signal a handler is about to raise as `stop` (see `signal_behind`)."""
+    _received.append(stop)
+    return stop
+
+
+def signal_behind(exc: BaseException) -> Interrupted | None:
+    """The signal an unexpected exception really is: a SIGTERM or SIGINT that lands while a C
+    extension initialises (a lazy `import onnxruntime`) comes out as ImportError("initialization
+    failed"); found in the exception's chain, else in what the handlers noted."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, Interrupted):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return _received[-1] if _received else None

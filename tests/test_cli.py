@@ -26,7 +26,7 @@ import typer
 from media import audio_packets, decode_all, display_rotation, make_clip
 from typer.testing import CliRunner
 
-from facefusion_batch import __version__, cli
+from facefusion_batch import __version__, cli, errors
 from facefusion_batch.runtime.backends import nvidia_gpu_count
 from facefusion_batch.video.reader import FrameReader
 
@@ -561,7 +561,7 @@ def test_a_terminate_that_a_c_extension_turns_into_another_error_still_exits_143
     handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
     # main() installs its own handlers; the test process gets its own back after each call
     monkeypatch.setattr(cli, "app", command)
-    monkeypatch.setattr(cli, "_received", [])
+    monkeypatch.setattr(errors, "_received", [])
     try:
         with pytest.raises(SystemExit) as stopped:
             cli.main(["render"])
@@ -570,7 +570,7 @@ def test_a_terminate_that_a_c_extension_turns_into_another_error_still_exits_143
             signal.signal(s, handler)
     assert stopped.value.code == 143
     assert "terminated (SIGTERM)" in capsys.readouterr().err
-    monkeypatch.setattr(cli, "_received", [])
+    monkeypatch.setattr(errors, "_received", [])
 
     def broken(args, standalone_mode, prog_name):
         raise ImportError("initialization failed")

@@ -287,9 +287,11 @@ def test_tensorrt_session_binds_addresses_chunks_by_profile_and_keeps_a_context_
     assert session.max_batch == 4
     x = np.arange(30, dtype=np.float32).reshape(10, 3)
     results = {}
+    together = threading.Barrier(2)  # both threads alive at once: their idents cannot be reused
 
     def run(key):
         results[key] = session.run({"x": x})["y"]
+        together.wait(timeout=10)
 
     threads = [threading.Thread(target=run, args=(k,)) for k in range(2)]
     for t in threads:

@@ -14,6 +14,10 @@ from media import audio_packets, decode_all, make_clip
 from test_cli import ffbatch
 from test_integrity import with_exif_orientation
 
+from facefusion_batch import errors
+from facefusion_batch.errors import Interrupted
+from facefusion_batch.farm.jobs import failure_record
+
 FRAMES = 3
 
 
@@ -177,3 +181,13 @@ def test_a_still_image_render_reports_its_stream_map(tmp_path, t1_small, astrona
             "action": "re-encoded to jpeg",
         }
     ]
+
+
+def test_a_signal_that_lands_inside_an_import_is_reported_as_an_interrupt(monkeypatch):
+    """SIGTERM while `import onnxruntime` initialises comes out as ImportError: exit 143 (the
+    CLI), and the report says interrupted, not "internal error: ImportError"."""
+    monkeypatch.setattr(errors, "_received", [])
+    broken = ImportError("initialization failed")
+    assert failure_record(broken)["status"] == "failed"  # no signal: a real internal error
+    errors.note_signal(Interrupted("terminated (SIGTERM)", exit_code=143))
+    assert failure_record(broken) == {"status": "interrupted", "message": "terminated (SIGTERM)"}

@@ -35,7 +35,14 @@ from facefusion_batch.config import (
     validate,
     validate_options,
 )
-from facefusion_batch.errors import EXIT_OK, EXIT_USAGE, FfbatchError, InputError, Interrupted
+from facefusion_batch.errors import (
+    EXIT_OK,
+    EXIT_USAGE,
+    FfbatchError,
+    InputError,
+    Interrupted,
+    signal_behind,
+)
 from facefusion_batch.farm.outputs import is_done, job_for, output_tags, outputs_for
 from facefusion_batch.farm.ray_runner import render_with_ray
 from facefusion_batch.farm.resume import render_chunked
@@ -119,9 +126,13 @@ def render(
 
 
 def failure_record(exc: BaseException) -> dict[str, str]:
-    """status and message of a job that did not finish, as its report says them."""
+    """status and message of a job that did not finish, as its report says them (a signal that
+    came out as another exception, inside a C extension's import, is still an interrupt)."""
     if isinstance(exc, Interrupted | KeyboardInterrupt):
         return {"status": "interrupted", "message": str(exc) or "interrupted (SIGINT)"}
+    stopped = signal_behind(exc)
+    if stopped is not None:
+        return {"status": "interrupted", "message": str(stopped)}
     if isinstance(exc, FfbatchError):
         return {"status": "failed", "message": str(exc)}
     return {"status": "failed", "message": f"internal error: {type(exc).__name__}: {exc}"}
