@@ -63,7 +63,7 @@ def test_a_source_mouth_brings_its_width_and_lip_thickness_but_the_target_keeps_
     top, bottom = outer[12:19], outer[1:10]  # the upper lip's outer arc, the lower's
     source[0, top, 1] -= 2.0  # fuller lips: the outer contour further from the opening
     source[0, bottom, 1] += 2.0
-    out = shaped_meshes(target, source, regions)[0]
+    out = shaped_meshes(target, source, regions, mouth=np.ones(1))[0]
 
     def width(mesh, loop):
         return np.ptp(mesh[loop, 0])

@@ -68,7 +68,7 @@ SHARPNESS_SLACK = 1.15
 GRAIN_CLIP = 3.0
 # a face this much smoother than its target gets no grain: on a clean shot the difference is
 # the source photo's own softness, and the target's fine residual there is its features (its
-# identity: measured, carrying it cost up to 17 points of transfer), not noise
+# identity: measured, carrying it cost up to 8 points of transfer), not noise
 GRAIN_SLACK = 1.3
 
 

@@ -34,9 +34,9 @@ import torch.nn.functional as F
 from facefusion_batch.kernels.base import (
     DETAIL_SIGMA,
     GRAIN_CLIP,
-    GRAIN_SLACK,
     SHARPNESS_SIGMAS,
     STD_RATIO_RANGE,
+    grain_gain,
     sharpness_weights,
 )
 from facefusion_batch.kernels.geometry import letterbox_canvas
@@ -625,33 +625,43 @@ def _detail(bgr: Tensor, mask: Tensor) -> Tensor:
     return (fine * m).sum(dim=(1, 2)) / m.sum(dim=(1, 2)).clamp(min=1.0)
 
 
-def match_sharpness(face: Tensor, target: Tensor, skin: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+def match_sharpness(face: Tensor, target: Tensor, skin: Tensor) -> tuple[Tensor, np.ndarray, np.ndarray]:
     """kernels.host_ops.match_sharpness for [N,3,H,W] faces (one wait, for the choice), with the
-    result's and the target's fine detail [N] for grain matching."""
+    result's and the target's fine detail [N] on the host for grain matching (the result's is
+    infinite where there is too little skin to tell: no grain there)."""
     blurs = [face] + [gaussian_blur(face, s) for s in SHARPNESS_SIGMAS]
     detail = torch.stack([_detail(b, skin) for b in blurs], dim=1)
     both = torch.cat([detail, _detail(target, skin)[:, None]], dim=1).cpu().numpy().astype(np.float64)
     weights = sharpness_weights(both[:, :-1], both[:, -1])
-    weights[skin.sum(dim=(1, 2)).cpu().numpy() < 64] = np.eye(len(blurs))[0]
-    have = (weights * both[:, :-1]).sum(axis=1)
+    small = skin.sum(dim=(1, 2)).cpu().numpy() < 64
+    weights[small] = np.eye(len(blurs))[0]
+    have = np.where(small, np.inf, (weights * both[:, :-1]).sum(axis=1))
     w = to_device(weights.astype(np.float32), face.device)
-    mixed = sum(w[:, i, None, None, None] * b for i, b in enumerate(blurs))
-    measured = to_device(np.stack([have, both[:, -1]]).astype(np.float32), face.device)
-    return mixed, measured[0], measured[1]
+    return sum(w[:, i, None, None, None] * b for i, b in enumerate(blurs)), have, both[:, -1]
 
 
 def match_grain(
-    face: Tensor, target: Tensor, skin: Tensor, have: Tensor | None = None, goal: Tensor | None = None
+    face: Tensor,
+    target: Tensor,
+    skin: Tensor,
+    have: np.ndarray | None = None,
+    goal: np.ndarray | None = None,
 ) -> Tensor:
-    """kernels.host_ops.match_grain for [N,3,H,W] faces (base.grain_gain in tensors: no wait)."""
-    goal = _detail(target, skin) if goal is None else goal
-    have = _detail(face, skin) if have is None else have
-    gain = torch.sqrt(torch.clamp(goal**2 - (GRAIN_SLACK * have) ** 2, min=0.0)) / goal.clamp(min=1e-6)
-    gain = torch.where(skin.sum(dim=(1, 2)) >= 64, gain, torch.zeros_like(gain))
-    limit = (GRAIN_CLIP * goal)[:, None, None, None]
+    """kernels.host_ops.match_grain for [N,3,H,W] faces: the gain is base.grain_gain on the host
+    (no wait where sharpness matching measured the details), and a chunk whose faces need no
+    grain, as on clean footage, costs nothing more."""
+    if have is None or goal is None:  # one wait for both details and the skin counts
+        measured = torch.stack([_detail(face, skin), _detail(target, skin), skin.sum(dim=(1, 2)).float()])
+        have, goal, count = measured.cpu().numpy().astype(np.float64)
+        have = np.where(count < 64, np.inf, have)
+    gain = grain_gain(have, goal)
+    if not gain.any():
+        return face
+    limit = to_device((GRAIN_CLIP * goal).astype(np.float32), face.device)[:, None, None, None]
     residual = target - gaussian_blur(target, DETAIL_SIGMA)
     residual = torch.maximum(torch.minimum(residual, limit), -limit)
-    return face + gain[:, None, None, None] * residual * skin[:, None].to(face.dtype)
+    gain = to_device(gain.astype(np.float32), face.device)[:, None, None, None]
+    return face + gain * residual * skin[:, None].to(face.dtype)
 
 
 def feather(target: Tensor, face: Tensor, alpha: Tensor) -> Tensor:

@@ -298,7 +298,7 @@ class ClassicalSwapper:
         geometry = table.mesh
         if self.settings.shape > 0 and self.settings.eyes_mouth != "target":  # the target's eyes stay put
             sources = np.stack([self.sources[c].mesh for c in choice])
-            mouth = mouth_weight(self.source_yaw[choice]) * float(self.settings.mouth_shape)
+            mouth = mouth_weight(self.source_yaw[choice]) if self.settings.mouth_shape else None
             geometry = shaped_meshes(table.mesh, sources, self.face_regions, self.settings.shape, mouth)
         maps = self.warp_maps(
             choice, geometry[:, :, :2] * scales[:, None, None], table.mesh[:, :, 2], bounds, scales, shapes
@@ -388,13 +388,13 @@ class ClassicalSwapper:
             crops, affines = align_crops(
                 k, frames, table.frame_index, table.landmarks5, OCCLUSION_TEMPLATE, OCCLUSION_CROP
             )
-            masks = np.ones((len(table), OCCLUSION_CROP, OCCLUSION_CROP), np.float32)
+            masks = []
             if self.occluder is not None:  # one batched model call over every face's aligned crop
-                masks = np.asarray(k.to_host(self.occluder(k, crops, len(table), OCCLUSION_CROP)), np.float32)
+                masks.append(np.asarray(k.to_host(self.occluder(k, crops, len(table), OCCLUSION_CROP))))
             if self.skin_occlusion:  # what is not skin in front of the face, from the crop itself
                 meshes = transform_points(table.mesh[:, :, :2].astype(np.float64), affines)
-                masks = masks * skin_visibility(host_crops(k, crops), meshes, self.face_regions)
-            occlusion = (masks, affines)
+                masks.append(skin_visibility(host_crops(k, crops), meshes, self.face_regions))
+            occlusion = (np.prod(masks, axis=0).astype(np.float32), affines)
         regions = self.regions(table, frames.shapes, occlusion)
         k.paint_faces(frames, regions, self.textures_for(k), self.settings.paint)
         return table

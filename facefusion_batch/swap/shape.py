@@ -8,11 +8,13 @@ corners, nose bridge, forehead, cheekbones). Then, inside the face:
 - brows and nose take the fitted source's positions (brow line, nose length and width);
 - each eye keeps the target's lids (its opening: blinks and winks stay the target's) but takes
   the fitted source eye's centre and width (eye spacing and size);
-- the mouth keeps the target's opening (the inner lip line: speech, a smile's teeth) but takes
-  the fitted source's mouth width along the target's mouth line and the source's lip thickness
-  (each outer lip point at the source's offset from its inner partner: lip shape);
 - the outline (face oval) stays the target's: no second jaw or cheek edge;
-- every other point moves by its neighbours' displacement, fading to zero toward the outline.
+- the lips stay the target's too, unless asked (`mouth`, ClassicalSettings.mouth_shape, off:
+  it cost identity): then the mouth keeps the target's opening (the inner lip line: speech, a
+  smile's teeth) but takes the fitted source's mouth width along the target's mouth line and
+  its lip thickness (each outer lip point at the source's offset from its inner partner);
+- every other point moves by its neighbours' displacement, fading to zero toward the outline
+  and the held lips.
 
 Pure numpy over the table's faces; the classical swap paints through the shaped mesh.
 """
@@ -123,7 +125,7 @@ def shaped_meshes(
 ) -> np.ndarray:
     """[F,468,3] target meshes moved toward each face's source mesh ([F,468,3], any frame of
     reference: it is fitted first); `strength` 0 gives the target, 1 the full transfer;
-    `mouth` [F] (default 1): how much of the mouth's width and lip shape goes with it."""
+    `mouth` [F] (default: none): how much of the mouth's width and lip shape goes with it."""
     out = target.astype(np.float64).copy()
     if strength <= 0 or not len(target):
         return out.astype(np.float32)
@@ -132,7 +134,7 @@ def shaped_meshes(
         tgt = target[f].astype(np.float64)
         scale, rotation, shift = similarity_3d(source[f][STABLE].astype(np.float64), tgt[STABLE])
         fitted = scale * source[f].astype(np.float64) @ rotation.T + shift
-        weight = 0.0 if not paired_lips else 1.0 if mouth is None else float(mouth[f])
+        weight = 0.0 if mouth is None or not paired_lips else float(mouth[f])
         delta = 0.0
         if weight < 1:  # the lips held where the target has them (anchors of the fade)
             delta = (1 - weight) * displacement(tgt, fitted, regions, with_mouth=False)

@@ -14,9 +14,10 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
+from facefusion_batch.swap.masks import NOSE_BASE
 from facefusion_batch.swap.regions import FaceRegions
 
-NOSTRILS = np.array([98, 97, 2, 326, 327, 64, 294, 240, 460], np.int64)  # the base of the nose
+NOSTRILS = np.concatenate([NOSE_BASE, [64, 294, 240, 460]])  # the base of the nose and its wings
 # how far from the skin a pixel must be to be in front, in robust spreads of the face's own Y,
 # Cr and Cb (luma counted only where darker: a highlight is skin; a shadow on skin darkens and
 # keeps its tint, hair and rims are dark and grey)
