@@ -15,6 +15,7 @@ import json
 import logging
 import math
 import os
+import string
 from collections.abc import Collection, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -242,6 +243,28 @@ def files_read(settings: RenderSettings) -> list[tuple[str, Path]]:
     return reads
 
 
+def expand_template(pattern: str, input: Path, what: str) -> str:
+    """`pattern` for `input`: `{stem}`, `{ext}` (with its dot) and `{name}` filled in (`{{` and
+    `}}` are braces); --output-pattern's names and the compositing paths of many inputs."""
+    try:
+        return pattern.format(stem=input.stem, ext=input.suffix, name=input.name)
+    except (KeyError, IndexError, ValueError, AttributeError) as exc:
+        raise InputError(f"{what} {pattern!r}: use {{stem}}, {{ext}} and {{name}} only ({exc})") from None
+
+
+def template_fields(pattern: str, what: str) -> set[str]:
+    """The fields `pattern` names (empty: every input gets the same text)."""
+    try:
+        return {name for _, name, _, _ in string.Formatter().parse(pattern) if name is not None}
+    except ValueError as exc:
+        raise InputError(f"{what} {pattern!r}: use {{stem}}, {{ext}} and {{name}} only ({exc})") from None
+
+
+def template_literal(text: str) -> str:
+    """`text` as a template that expands to itself (a path already expanded, passed on)."""
+    return text.replace("{", "{{").replace("}", "}}")
+
+
 def check_writes(writes: list[tuple[str, Path]], reads: list[tuple[str, Path]]) -> None:
     """Only the outputs are ever written: no file a run writes is a file it reads (compared by
     inode, so a hard link, a symbolic link or another spelling is caught), no two writes are one
@@ -288,11 +311,15 @@ def compositing_start_number(settings: RenderSettings) -> int:
 
 
 def check_matte_run(settings: RenderSettings, inputs: int, ray: str | None, several_gpus: bool) -> None:
-    """The compositing outputs are one set of files for one input: exit 2 where a run would
-    render several inputs, or split one over Ray or several GPUs."""
-    for option, _ in compositing_outputs(settings):
-        if inputs > 1:
-            raise InputError(f"{option} is written for one input ({inputs} inputs given)")
+    """The compositing outputs are one set of files per input: exit 2 where several inputs would
+    share one path (no template field), or a run would split one input over Ray or several GPUs."""
+    for option, path in compositing_outputs(settings):
+        if inputs > 1 and not template_fields(str(path), option):
+            example = path.parent / f"{{stem}}.{path.name}"
+            raise InputError(
+                f"{option} {path} would be written by each of the {inputs} inputs: name each input's "
+                f"with {{stem}}, {{ext}} or {{name}} (as --output-pattern), e.g. {example}"
+            )
         if ray is not None or several_gpus:
             raise InputError(f"{option} is not yet written with --ray or several GPUs; render on one")
 

@@ -23,11 +23,12 @@ from media import make_clip
 from test_cli import ffbatch
 from test_farm_resume import interrupt_after
 
-from facefusion_batch.config import RenderSettings
+from facefusion_batch.config import RenderSettings, template_literal
 from facefusion_batch.errors import InputError, Interrupted
 from facefusion_batch.farm.chunk_compositing import staged
 from facefusion_batch.farm.jobs import render
 from facefusion_batch.farm.manifest import work_dir_for
+from facefusion_batch.farm.outputs import compositing_paths
 from facefusion_batch.models.assets import asset_path
 from facefusion_batch.pipeline.run import Renderer
 from facefusion_batch.swap.classical import ClassicalSettings
@@ -454,3 +455,172 @@ def test_a_planned_video_matte_is_joined_by_a_task_of_its_own(tmp_path, clip, wh
     got, pts = decoded(matte, "gray")
     assert pts == whole["pts"] and all(np.array_equal(a, b) for a, b in zip(got, whole["matte"], strict=True))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.mkv", "o.mkv"]  # work directory gone
+
+
+# -- several inputs: each input's compositing outputs, from templates of its name ------------------
+
+SECOND_FRAMES = 8
+CLI_SETTINGS = (
+    "-s",
+    asset_path("astronaut.png"),
+    "--encoder",
+    "ffv1",
+    "--pix-fmt",
+    "bgr0",
+    "--blend",
+    "feather",
+)
+
+
+@pytest.fixture(scope="module")
+def second(work, settings, renderer) -> dict:
+    """A second input (the photo mirrored, 8 frames) and its single-input render: the reference
+    for its compositing outputs in a run of several inputs."""
+    photo = cv2.resize(cv2.imread(str(asset_path("t1.jpg"))), (400, 277), interpolation=cv2.INTER_AREA)
+    clip = make_clip(
+        work / "second.mkv", image=photo[:, ::-1].copy(), size=SIZE, frames=SECOND_FRAMES, audio=None,
+        codec="ffv1", pix_fmt="bgr0",
+    )  # fmt: skip
+    folder = work / "second"
+    folder.mkdir()
+    job = replace(
+        settings,
+        input=clip,
+        output=folder / "out.mkv",
+        matte_output=folder / "matte.%04d.png",
+        face_only_output=folder / "face.%04d.png",
+    )
+    assert render(job, renderer=renderer).faces_swapped >= SECOND_FRAMES
+    numbers = range(1001, 1001 + SECOND_FRAMES)
+    return {
+        "clip": clip,
+        "pts": decoded(job.output, "rgb24")[1],
+        "matte": sequence(folder, "matte", numbers, "gray"),
+        "face": sequence(folder, "face", numbers, "rgba"),
+    }
+
+
+def test_compositing_templates_expand_as_the_output_pattern_does():
+    templates = [
+        ("--matte-output", Path("m/{stem}.matte.mkv")),
+        ("--face-only-output", Path("l/{name}.%06d.exr")),
+    ]
+    assert compositing_paths(templates, Path("/shots/a b.mov")) == [
+        ("--matte-output", Path("m/a b.matte.mkv")),
+        ("--face-only-output", Path("l/a b.mov.%06d.exr")),
+    ]
+    odd = Path("/shots/x{1}.mov")  # braces in a name survive a second expansion (a plan's chunk)
+    (_, once), _ = compositing_paths(templates, odd)
+    assert compositing_paths([("--matte-output", Path(template_literal(str(once))))], Path("y.mov")) == [
+        ("--matte-output", Path("m/x{1}.matte.mkv"))
+    ]
+    with pytest.raises(InputError, match=r"use \{stem\}, \{ext\} and \{name\} only"):
+        compositing_paths([("--matte-output", Path("m/{input}.mkv"))], odd)
+
+
+def test_several_inputs_each_write_their_compositing_outputs(tmp_path, clip, second, whole):
+    """`--output-dir` with templated compositing paths: each input's matte (FFV1 video) and face
+    layer (PNG sequence) are its single-input render's, pixel for pixel and pts for pts. Run
+    again it is up to date and rewrites nothing; an input whose layer lost a frame is exit 2
+    (never skipped half-written, never overwritten unasked) until --overwrite renders it again."""
+    out, mattes, layers = tmp_path / "out", tmp_path / "mattes", tmp_path / "layers"
+    for folder in (out, mattes, layers):
+        folder.mkdir()
+    args = (
+        "render", clip, second["clip"], *CLI_SETTINGS, "--output-dir", out, "-q",
+        "--matte-output", mattes / "{stem}.matte.mkv", "--face-only-output", layers / "{stem}.face.%04d.png",
+    )  # fmt: skip
+    proc = ffbatch(*args)
+    assert proc.returncode == 0, proc.stderr
+    references = (("in", whole, FRAMES), ("second", second, SECOND_FRAMES))
+    assert sorted(p.name for p in mattes.iterdir()) == ["in.matte.mkv", "second.matte.mkv"]
+    assert sorted(p.name for p in layers.iterdir()) == sorted(
+        f"{stem}.face.{n}.png" for stem, _, count in references for n in range(1001, 1001 + count)
+    )
+    for stem, reference, count in references:
+        got, pts = decoded(mattes / f"{stem}.matte.mkv", "gray")
+        assert pts == reference["pts"] and len(got) == count
+        assert all(np.array_equal(a, b) for a, b in zip(got, reference["matte"], strict=True))
+        faces = sequence(layers, f"{stem}.face", range(1001, 1001 + count), "rgba")
+        assert all(np.array_equal(a, b) for a, b in zip(faces, reference["face"], strict=True))
+    written = {p: p.stat().st_mtime_ns for folder in (out, mattes, layers) for p in folder.iterdir()}
+    proc = ffbatch(*args)
+    assert proc.returncode == 0, proc.stderr
+    (layers / "second.face.1003.png").unlink()
+    proc = ffbatch(*args)
+    assert proc.returncode == 2 and "up to date but not its compositing outputs" in proc.stderr, proc.stderr
+    assert "pass --overwrite" in proc.stderr and "Traceback" not in proc.stderr
+    del written[layers / "second.face.1003.png"]
+    assert {p: p.stat().st_mtime_ns for p in written} == written  # nothing rewritten, nor the first input
+    proc = ffbatch(*args, "--overwrite")
+    assert proc.returncode == 0, proc.stderr
+    faces = sequence(layers, "second.face", range(1001, 1001 + SECOND_FRAMES), "rgba")
+    assert all(np.array_equal(a, b) for a, b in zip(faces, second["face"], strict=True))
+    assert (mattes / "in.matte.mkv").stat().st_mtime_ns == written[mattes / "in.matte.mkv"]  # up to date
+
+
+def test_a_plan_of_two_inputs_gives_each_its_compositing_outputs(tmp_path, clip, second, whole):
+    """Each input's job has its own matte pieces and matte join, and passes its own face layer
+    sequence to its chunks; all tasks run, each input's matte and layer are its single render's."""
+    out, comp = tmp_path / "out", tmp_path / "comp"
+    out.mkdir()
+    comp.mkdir()
+    proc = ffbatch(
+        "plan", clip, second["clip"], *CLI_SETTINGS, "--output-dir", out, "--chunk-frames", "8",
+        "--matte-output", comp / "{stem}.matte.mkv", "--face-only-output", comp / "{stem}.face.%04d.png",
+        "--format", "json", "--ffbatch", f"{sys.executable} -m facefusion_batch",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)
+    assert plan["tasks"] == {"chunks": 3, "joins": 4}
+    for job, stem in zip(plan["jobs"], ("in", "second"), strict=True):
+        (join,) = job["compositing_joins"]
+        assert join["argv"][join["argv"].index("-o") + 1] == str(comp / f"{stem}.matte.mkv")
+        for chunk in job["chunks"]:
+            argv = chunk["argv"]
+            assert argv[argv.index("--face-only-output") + 1] == str(comp / f"{stem}.face.%04d.png")
+            piece = Path(argv[argv.index("--matte-output") + 1])
+            assert piece.parent == staged(Path(job["work_dir"]), "--matte-output", comp / f"{stem}.matte.mkv")
+    tasks = [c["argv"] for j in plan["jobs"] for c in j["chunks"]]
+    tasks += [argv for j in plan["jobs"] for argv in (j["join"]["argv"], j["compositing_joins"][0]["argv"])]
+    for task in tasks:
+        done = subprocess.run(task, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+    for stem, reference, count in (("in", whole, FRAMES), ("second", second, SECOND_FRAMES)):
+        got, pts = decoded(comp / f"{stem}.matte.mkv", "gray")
+        assert pts == reference["pts"]
+        assert all(np.array_equal(a, b) for a, b in zip(got, reference["matte"], strict=True))
+        faces = sequence(comp, f"{stem}.face", range(1001, 1001 + count), "rgba")
+        assert all(np.array_equal(a, b) for a, b in zip(faces, reference["face"], strict=True))
+    assert sorted(p.name for p in out.iterdir()) == ["in-swapped.mkv", "second-swapped.mkv"]  # no work dir
+
+
+def test_several_inputs_sharing_a_compositing_file_are_exit_2_up_front(tmp_path, clip):
+    """Render and plan: a path without a field (every input would write it), two inputs' paths
+    expanding to one file, or one that is an input or an output: exit 2, nothing written."""
+    shots, out = tmp_path / "shots", tmp_path / "out"
+    shots.mkdir()
+    out.mkdir()
+    a, b = shots / "x.mkv", shots / "x.mov"  # one stem, two outputs (x-swapped.mkv, x-swapped.mov)
+    for path in (a, b):
+        path.write_bytes(clip.read_bytes())
+    for command in ("render", "plan"):
+        base = (command, a, b, *CLI_SETTINGS, "--output-dir", out)
+        for extra, words in (
+            (
+                ("--matte-output", out / "m.mkv"),
+                f"--matte-output {out / 'm.mkv'} would be written by each of the 2",
+            ),
+            (("--face-only-output", out / "f.%04d.png"), f"e.g. {out / '{stem}.f.%04d.png'}"),
+            (("--matte-output", out / "{stem}.m.mkv"), "are one file; choose two paths"),
+            (("--matte-output", shots / "{stem}.mkv"), f"is the input file {a}"),
+            (("--matte-output", out / "{stem}-swapped.mkv"), "are one file"),
+            (
+                ("--matte-output", out / "{name}.%04d.png", "--face-only-output", out / "{name}.%04d.png"),
+                "are one file",
+            ),
+        ):
+            proc = ffbatch(*base, *extra)
+            assert proc.returncode == 2 and words in proc.stderr, (extra, proc.stderr)
+            assert "Traceback" not in proc.stderr
+    assert list(out.iterdir()) == [] and sorted(p.name for p in shots.iterdir()) == ["x.mkv", "x.mov"]

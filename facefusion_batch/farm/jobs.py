@@ -435,6 +435,11 @@ def run_render_command(
         ("output", Path(o)) if len(inputs) == 1 else (f"the output of {i},", Path(o))
         for i, o in zip(inputs, outputs, strict=True)
     ]
+    writes += [  # each input's compositing paths, expanded: two inputs' colliding is exit 2 here
+        (option, path) if len(inputs) == 1 else (f"the {option} of {job.input},", path)
+        for job in jobs
+        for option, path in compositing_outputs(job)
+    ]
     if base.report is not None:
         writes.append(("--report", Path(base.report)))
     check_writes(writes, [read for job in jobs for read in files_read(job)])
@@ -521,7 +526,12 @@ def _render_jobs(jobs: list[RenderSettings], entries: list, counts: dict) -> Ren
     for i, job in enumerate(jobs, 1):
         job = replace(job, report=None)
         log.info("input %d of %d: %s -> %s", i, len(jobs), job.input, job.output)
-        if is_done(job):
+        try:
+            done = is_done(job)
+        except FfbatchError as exc:  # up to date but not its compositing outputs
+            _failed(entries, counts, job, str(exc))
+            continue
+        if done:
             log.info("%s is up to date; skipping it (--force renders it again)", job.output)
             entry = JobReport(input=str(job.input), output=str(job.output), backend="", status="skipped")
             entry.message = "up to date"

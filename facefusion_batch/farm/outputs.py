@@ -1,7 +1,9 @@
 """Where each input's output goes, and whether it is already done (batch mode's tags).
 
-`--output-dir` with `--output-pattern` names one output per input; an existing output that
-carries the tags of this input and these settings is up to date and skipped.
+`--output-dir` with `--output-pattern` names one output per input, and the compositing paths
+(`--matte-output mattes/{stem}.mkv`) are templates of the same fields; an existing output that
+carries the tags of this input and these settings, with its compositing outputs complete, is up
+to date and skipped.
 """
 
 from __future__ import annotations
@@ -9,9 +11,15 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from facefusion_batch.config import RenderSettings
+from facefusion_batch.config import (
+    RenderSettings,
+    compositing_outputs,
+    compositing_start_number,
+    expand_template,
+)
 from facefusion_batch.errors import InputError
 from facefusion_batch.farm.manifest import settings_digest
+from facefusion_batch.video.compositing import sequence_complete
 from facefusion_batch.video.segments import (
     TAG_INPUT,
     TAG_SETTINGS,
@@ -19,18 +27,14 @@ from facefusion_batch.video.segments import (
     read_tags,
     video_packet_count,
 )
+from facefusion_batch.video.sequence import is_sequence_pattern
 
 DEFAULT_PATTERN = "{stem}-swapped{ext}"
 
 
 def output_name(input: Path, pattern: str) -> str:
     """The output file name for `input`: `{stem}`, `{ext}` (with its dot) and `{name}` filled in."""
-    try:
-        name = pattern.format(stem=input.stem, ext=input.suffix, name=input.name)
-    except (KeyError, IndexError, ValueError) as exc:
-        raise InputError(
-            f"--output-pattern {pattern!r}: use {{stem}}, {{ext}} and {{name}} only ({exc})"
-        ) from None
+    name = expand_template(pattern, input, "--output-pattern")
     if not name or "/" in name or name in (".", ".."):
         raise InputError(f"--output-pattern {pattern!r} gives {name!r} for {input}, not a file name")
     return name
@@ -51,7 +55,8 @@ def outputs_for(inputs: list[Path], output_dir: Path, pattern: str) -> list[Path
 def job_for(base: RenderSettings, input: Path, output: Path) -> RenderSettings:
     """The settings for one input of a run. With `--faces reference` and no reference photo,
     each input takes its reference face from its own frames."""
-    job = replace(base, input=input, output=output)
+    compositing = compositing_paths(compositing_outputs(base), input)
+    job = replace(base, input=input, output=output, **{option_field(o): p for o, p in compositing})
     reference = getattr(job.swap, "reference", None)
     if (
         job.faces == "reference"
@@ -63,12 +68,40 @@ def job_for(base: RenderSettings, input: Path, output: Path) -> RenderSettings:
     return job
 
 
+def compositing_paths(templates: list[tuple[str, Path]], input: Path) -> list[tuple[str, Path]]:
+    """(option, path) of each compositing output of one input: each path a template of the
+    input's name with --output-pattern's fields (`mattes/{stem}.matte.mkv`); a sequence's `%06d`
+    is left to its writer."""
+    return [(option, Path(expand_template(str(path), input, option))) for option, path in templates]
+
+
+def option_field(option: str) -> str:
+    """The RenderSettings field of a render option: --matte-output → matte_output."""
+    return option.removeprefix("--").replace("-", "_")
+
+
+def compositing_complete(settings: RenderSettings, frames: int) -> bool:
+    """Whether each compositing output of a finished job is there: every frame of a sequence,
+    a video with every frame's packet."""
+    number = compositing_start_number(settings)
+    for _, path in compositing_outputs(settings):
+        if is_sequence_pattern(path):
+            if not sequence_complete(path, number, (0, frames)):
+                return False
+        elif not (path.is_file() and video_packet_count(path) == frames):
+            return False
+    return True
+
+
 def output_tags(settings: RenderSettings) -> dict[str, str]:
     return {TAG_SETTINGS: settings_digest(settings), TAG_INPUT: Path(settings.input).name}
 
 
 def is_done(settings: RenderSettings) -> bool:
-    """An existing output rendered from this input with these settings (batch-mode tags)."""
+    """An existing output rendered from this input with these settings (batch-mode tags), with
+    its compositing outputs. One whose compositing outputs are missing or cut short (a run that
+    stopped between joins, or --matte-output added since) is exit 2 for this input, unless
+    --overwrite renders it all again: never skipped with them half-written."""
     out = Path(settings.output)
     if settings.force or not out.is_file() or not Path(settings.input).is_file():
         return False
@@ -82,4 +115,14 @@ def is_done(settings: RenderSettings) -> bool:
         frames = frame_index(settings.input).count
     except InputError:
         return False
-    return video_packet_count(out) == frames
+    if video_packet_count(out) != frames:
+        return False
+    if compositing_complete(settings, frames):
+        return True
+    if settings.overwrite:
+        return False
+    raise InputError(
+        f"{out} is up to date but not its compositing outputs "
+        f"({', '.join(f'{o} {p}' for o, p in compositing_outputs(settings))}: missing or cut short); "
+        "pass --overwrite to render it again"
+    )

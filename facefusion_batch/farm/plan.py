@@ -26,15 +26,22 @@ from __future__ import annotations
 import json
 import os
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from facefusion_batch.config import compositing_outputs, render_settings
+from facefusion_batch.config import (
+    check_matte_run,
+    check_writes,
+    compositing_outputs,
+    files_read,
+    render_settings,
+    template_literal,
+)
 from facefusion_batch.errors import InputError
 from facefusion_batch.farm.chunk_compositing import chunk_segment
 from facefusion_batch.farm.manifest import segment_name, work_dir_for
-from facefusion_batch.farm.outputs import DEFAULT_PATTERN, outputs_for
+from facefusion_batch.farm.outputs import DEFAULT_PATTERN, compositing_paths, option_field, outputs_for
 from facefusion_batch.video.formats import check_fits, segment_suffix
 from facefusion_batch.video.probe import probe
 from facefusion_batch.video.segments import format_range, frame_index, split_frames
@@ -71,9 +78,18 @@ class Job:
     chunks: list[Chunk] = field(default_factory=list)
     join_task: int = 0
     join_argv: list[str] = field(default_factory=list)
+    # the compositing outputs of this input (option, path), expanded from their templates
+    compositing: list[tuple[str, Path]] = field(default_factory=list)
     # a video compositing output (--matte-output, --face-only-output): its own join of the
     # chunks' pieces, (task, option, argv) each
     compositing_joins: list[tuple[int, str, list[str]]] = field(default_factory=list)
+
+    @property
+    def writes(self) -> list[tuple[str, Path]]:
+        """What the job's joins and chunks leave: its output and compositing outputs."""
+        return [(f"the output of {self.input},", self.output)] + [
+            (f"the {option} of {self.input},", path) for option, path in self.compositing
+        ]
 
 
 @dataclass
@@ -146,9 +162,10 @@ def make_plan(
     suffix: str = ".mp4",
     compositing: tuple[tuple[str, Path], ...] = (),
 ) -> Plan:
-    """`compositing`: video compositing outputs (option, path) of the one input: each chunk
-    writes its piece into the job's work directory (as a chunked render does), and a join task
-    of its own joins them."""
+    """`compositing`: the compositing outputs (option, path), templates of each input's name
+    (farm/outputs.compositing_paths). Each chunk writes its frames of a sequence, and its piece of
+    a video into the job's work directory (as a chunked render does), which a join task of its
+    own joins."""
     if chunk_frames < 1:
         raise InputError(f"--chunk-frames must be at least 1 (got {chunk_frames})")
     if not inputs:
@@ -175,6 +192,7 @@ def make_plan(
                 work_dir=work,
                 frame_count=index.count,
                 audio=bool(info.audio_streams),
+                compositing=[(o, Path(_abs(p))) for o, p in compositing_paths(list(compositing), inp)],
             )
         )
     task = 0
@@ -183,8 +201,13 @@ def make_plan(
             segment = job.work_dir / segment_name(start, end, suffix)
             argv = [*command, "render", str(job.input), *render_args]
             argv += ["--frames", format_range(start, end), "-o", str(segment), "--overwrite"]
-            for option, path in compositing:
-                argv += [option, str(chunk_segment(job.work_dir, option, path, start, end))]
+            for option, path in job.compositing:  # expanded: passed on as a literal template
+                piece = (
+                    path
+                    if is_sequence_pattern(path)
+                    else chunk_segment(job.work_dir, option, path, start, end)
+                )
+                argv += [option, template_literal(str(piece))]
             job.chunks.append(Chunk(task, (start, end), segment, argv))
             task += 1
     for job in jobs:
@@ -195,9 +218,11 @@ def make_plan(
         job.join_task = task
         job.join_argv = argv
         task += 1
-        for option, path in compositing:
+        for option, path in job.compositing:
+            if is_sequence_pattern(path):
+                continue
             pieces = [str(chunk_segment(job.work_dir, option, path, *c.frames)) for c in job.chunks]
-            argv = [*command, "concat", *pieces, "-o", _abs(path), "--clean"]
+            argv = [*command, "concat", *pieces, "-o", str(path), "--clean"]
             job.compositing_joins.append((task, option, argv + (["--overwrite"] if overwrite else [])))
             task += 1
     return Plan(chunk_frames, command, jobs)
@@ -424,14 +449,10 @@ def plan_command(
         raise InputError(
             "plan joins video segments; image sequences are rendered whole with `ffbatch render`"
         )
-    # each chunk writes its own frames of a sequence; a video's pieces are joined by a task of its own
-    videos: list[tuple[str, Path]] = []
-    for option, path in compositing_outputs(settings):
-        if len(params["inputs"]) > 1:
-            raise InputError(f"plan: {option} is written for one input ({len(params['inputs'])} given)")
-        if not is_sequence_pattern(path):
-            videos.append((option, Path(path)))
-    per_chunk = frozenset(option.removeprefix("--").replace("-", "_") for option, _ in videos)
+    # each input's compositing paths (templates of its name), passed to its chunks by make_plan
+    check_matte_run(settings, len(params["inputs"]), None, several_gpus=False)
+    compositing = compositing_outputs(settings)
+    per_chunk = frozenset(option_field(option) for option, _ in compositing)
     command = shlex.split(ffbatch)
     if not command:
         raise InputError("--ffbatch must name the command that runs ffbatch, e.g. ffbatch")
@@ -445,7 +466,11 @@ def plan_command(
         command=command,
         overwrite=overwrite,
         suffix=segment_suffix(settings.encoder.codec),
-        compositing=tuple(videos),
+        compositing=tuple(compositing),
+    )
+    check_writes(  # no output or compositing path is another's, nor a file any job reads
+        [(what, path) for job in plan.jobs for what, path in job.writes],
+        [read for job in plan.jobs for read in files_read(replace(settings, input=job.input))],
     )
     for argv in plan.tasks():
         for word in argv:
