@@ -324,6 +324,13 @@ def check_matte_run(settings: RenderSettings, inputs: int, ray: str | None, seve
             raise InputError(f"{option} is not yet written with --ray or several GPUs; render on one")
 
 
+def check_parent_dir(what: str, path: Path) -> None:
+    """The directory `path` goes in exists and is writable (ffbatch makes none of its own)."""
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir() or not os.access(parent, os.W_OK):
+        raise InputError(f"{what} {path}: the directory {parent} does not exist or is not writable")
+
+
 def validate_paths(settings: RenderSettings) -> RenderSettings:
     """The input exists; the output can be written and is none of the files the job reads."""
     if is_sequence_pattern(settings.input):
@@ -344,9 +351,7 @@ def validate_paths(settings: RenderSettings) -> RenderSettings:
             )
             if first.exists():
                 raise InputError(f"{option} {first} already exists; pass --overwrite to replace the sequence")
-        parent = path.parent if str(path.parent) else Path(".")
-        if not parent.is_dir() or not os.access(parent, os.W_OK):
-            raise InputError(f"{option} {path}: the directory {parent} does not exist or is not writable")
+        check_parent_dir(option, path)
     check_writes(writes, files_read(settings))
     out = settings.output
     if out.exists() and out.is_dir():

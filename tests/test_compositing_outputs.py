@@ -623,4 +623,10 @@ def test_several_inputs_sharing_a_compositing_file_are_exit_2_up_front(tmp_path,
             proc = ffbatch(*base, *extra)
             assert proc.returncode == 2 and words in proc.stderr, (extra, proc.stderr)
             assert "Traceback" not in proc.stderr
+    proc = ffbatch(
+        "render", a, b, *CLI_SETTINGS, "--output-dir", out, "--matte-output", out / "{name}" / "m.mkv"
+    )
+    assert proc.returncode == 2 and f"the directory {out / 'x.mkv'} does not exist" in proc.stderr, (
+        proc.stderr
+    )
     assert list(out.iterdir()) == [] and sorted(p.name for p in shots.iterdir()) == ["x.mkv", "x.mov"]

@@ -27,6 +27,7 @@ import typer
 from facefusion_batch import __version__
 from facefusion_batch.config import (
     RenderSettings,
+    check_parent_dir,
     check_writes,
     compositing_outputs,
     compositing_start_number,
@@ -443,6 +444,10 @@ def run_render_command(
     if base.report is not None:
         writes.append(("--report", Path(base.report)))
     check_writes(writes, [read for job in jobs for read in files_read(job)])
+    if output is None:  # batch mode: a template's directory (`layers/{stem}/`) of every input first
+        for job in jobs:
+            for option, path in compositing_outputs(job):
+                check_parent_dir(option, path)
     if ray is not None:
         return render_with_ray(
             jobs, address=ray, workers=ray_workers, report_path=base.report, batch=output is None
