@@ -522,7 +522,8 @@ def test_several_inputs_each_write_their_compositing_outputs(tmp_path, clip, sec
     """`--output-dir` with templated compositing paths: each input's matte (FFV1 video) and face
     layer (PNG sequence) are its single-input render's, pixel for pixel and pts for pts. Run
     again it is up to date and rewrites nothing; an input whose layer lost a frame is exit 2
-    (never skipped half-written, never overwritten unasked) until --overwrite renders it again."""
+    (never skipped half-written, never overwritten unasked) until --overwrite renders it again;
+    one whose output is gone is rendered again only if its matte may be replaced."""
     out, mattes, layers = tmp_path / "out", tmp_path / "mattes", tmp_path / "layers"
     for folder in (out, mattes, layers):
         folder.mkdir()
@@ -557,6 +558,12 @@ def test_several_inputs_each_write_their_compositing_outputs(tmp_path, clip, sec
     faces = sequence(layers, "second.face", range(1001, 1001 + SECOND_FRAMES), "rgba")
     assert all(np.array_equal(a, b) for a, b in zip(faces, second["face"], strict=True))
     assert (mattes / "in.matte.mkv").stat().st_mtime_ns == written[mattes / "in.matte.mkv"]  # up to date
+    (out / "in-swapped.mkv").unlink()  # to render again, but its matte is there: not replaced unasked
+    proc = ffbatch(*args)
+    assert (
+        proc.returncode == 2 and f"{mattes / 'in.matte.mkv'} already exists; pass --overwrite" in proc.stderr
+    )
+    assert (mattes / "in.matte.mkv").stat().st_mtime_ns == written[mattes / "in.matte.mkv"]
 
 
 def test_a_plan_of_two_inputs_gives_each_its_compositing_outputs(tmp_path, clip, second, whole):
