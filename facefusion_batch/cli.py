@@ -656,7 +656,7 @@ def render(
         typer.Option(
             help="Also write the alpha each frame's faces were pasted with (0 elsewhere), frame for frame: "
             "FFV1 grey .mkv/.avi (with --frames: a segment for `concat`) or a grey PNG/TIFF sequence "
-            "(matte.%06d.png, numbered by input frame from the output's start number). --backend cpu."
+            "(matte.%06d.png, numbered by input frame from the output's start number)."
         ),
     ] = None,
     face_only_output: Annotated[
@@ -664,7 +664,7 @@ def render(
         typer.Option(
             help="Also write the swapped faces alone with STRAIGHT (not premultiplied) alpha, the matte's: "
             "over the input it gives the output. ProRes 4444 with alpha in .mov, or an RGBA sequence "
-            "face.%06d.exr (half) / .png / .tiff, numbered as --matte-output. --backend cpu."
+            "face.%06d.exr (half) / .png / .tiff, numbered as --matte-output."
         ),
     ] = None,
     fail_if_no_faces: Annotated[

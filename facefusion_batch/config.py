@@ -273,11 +273,6 @@ def check_compositing_outputs(settings: RenderSettings) -> None:
     renders (joined like the output) and, per segment, in `--frames` (tagged like it)."""
     for option, path in compositing_outputs(settings):
         (check_matte_output if option == "--matte-output" else check_face_only_output)(path)
-        if settings.device.backend in ("cuda", "tensorrt"):  # resolved (auto: what it chose)
-            raise InputError(
-                f"{option} is recorded by the host kernel set, not on --backend {settings.device.backend} "
-                "yet: render with --backend cpu"
-            )
 
 
 def compositing_start_number(settings: RenderSettings) -> int:
