@@ -8,11 +8,14 @@ import ctypes
 import json
 import threading
 import types
+from dataclasses import replace
 from pathlib import Path
 
+import cv2
 import numpy as np
 import pytest
 from media import decode_all, frame_number, make_clip
+from test_compositing_outputs import decoded, sequence
 
 from facefusion_batch.config import RenderSettings, resolve_device
 from facefusion_batch.errors import EXIT_USAGE, BackendUnavailableError, InputError
@@ -28,6 +31,7 @@ from facefusion_batch.runtime.batching import GPU_BATCH
 from facefusion_batch.runtime.device import DeviceSettings, default_streams, parse_gpu_list
 from facefusion_batch.runtime.nvml import NvmlSampler, nvml_gpus
 from facefusion_batch.runtime.session import TensorInfo
+from facefusion_batch.video.writer import EncoderSettings
 
 HAS_GPU = nvidia_gpu_count() > 0
 no_gpu = pytest.mark.skipif(HAS_GPU, reason="checks the behaviour without an NVIDIA GPU")
@@ -361,6 +365,59 @@ def test_fan_out_over_processes_joins_losslessly(tmp_path, astronaut_path):
     frames, _ = decode_all(out)
     assert [frame_number(image) for _, image in frames] == list(range(11))
     assert not Path(tmp_path / ".out.mp4.ffbatch").exists()  # the segments' work dir is gone
+
+
+def test_fan_out_over_processes_writes_the_whole_renders_compositing_outputs(
+    tmp_path, t1_image, astronaut_path
+):
+    """`--gpus 0,1` (CPU backend) with an FFV1 matte video and a PNG face-layer sequence: each
+    process stages its range in the work directory; after the join they are the single-process
+    render's, frame for frame (decoded pixels, pts), and nothing else is left beside them."""
+    from facefusion_batch.farm.jobs import render
+    from facefusion_batch.farm.multi_gpu import render_on_gpus
+
+    photo = cv2.resize(t1_image, (400, 277), interpolation=cv2.INTER_AREA)
+    clip = make_clip(
+        tmp_path / "in.mkv", image=photo, size=(256, 144), frames=8, audio=None, codec="ffv1", pix_fmt="bgr0"
+    )
+    base = RenderSettings(
+        input=clip,
+        output=tmp_path / "unused.mkv",
+        sources=(astronaut_path,),
+        encoder=EncoderSettings(codec="ffv1", pix_fmt="bgr0"),
+        workers=1,
+        threads=1,
+        quiet=True,
+    )
+    runs = {}
+    for name in ("whole", "gpus"):
+        folder = tmp_path / name
+        folder.mkdir()
+        runs[name] = replace(
+            base,
+            output=folder / "out.mkv",
+            matte_output=folder / "matte.mkv",
+            face_only_output=folder / "face.%04d.png",
+        )
+    assert render(runs["whole"]).faces_swapped >= 8
+    merged = render_on_gpus(runs["gpus"], (0, 1))
+    assert merged["frames_out"] == 8 and set(merged["per_gpu"]) == {"0", "1"}
+    numbers = range(1001, 1009)
+    faces = [f"face.{n}.png" for n in numbers]
+    assert sorted(p.name for p in (tmp_path / "gpus").iterdir()) == sorted(["out.mkv", "matte.mkv", *faces])
+    for option, fmt in (("output", "bgr24"), ("matte_output", "gray")):
+        got, pts = decoded(getattr(runs["gpus"], option), fmt)
+        want, want_pts = decoded(getattr(runs["whole"], option), fmt)
+        assert pts == want_pts and len(got) == 8
+        assert all(np.array_equal(a, b) for a, b in zip(got, want, strict=True))
+    layers = zip(
+        sequence(tmp_path / "gpus", "face", numbers, "rgba"),
+        sequence(tmp_path / "whole", "face", numbers, "rgba"),
+        strict=True,
+    )
+    assert all(np.array_equal(a, b) for a, b in layers)
+    painted = [int(face[..., 3].any()) for face in sequence(tmp_path / "gpus", "face", numbers, "rgba")]
+    assert painted[:4].count(1) >= 3 and painted[4:].count(1) >= 3  # faces in both processes' ranges
 
 
 def test_gpu_batch_size_follows_max_batch_unless_given(monkeypatch):

@@ -8,6 +8,11 @@ streams and engines. The segments are then joined by stream copy with the
 input's audio (farm/concat.py): no frame re-encoded twice, none lost or
 doubled (the segments' frame tags are checked). Segments live in the output's
 work directory; a failed run leaves the finished ones, and a rerun reuses them.
+
+The compositing outputs (`--matte-output`, `--face-only-output`) are staged there as a chunked
+render stages them (farm/chunk_compositing.py): each process writes its range's sequence frames
+and video segment into the work directory, and after the output's join they move to their
+names (sequences) or are joined into them (videos); nothing appears before.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing import Any
 
 from facefusion_batch.config import RenderSettings, validate
 from facefusion_batch.errors import FfbatchError, InputError
+from facefusion_batch.farm.chunk_compositing import prepare_staged, publish_staged, segment_settings
 from facefusion_batch.farm.concat import join_segments
 from facefusion_batch.farm.jobs import render
 from facefusion_batch.farm.manifest import remove_work_dir, segment_name, work_dir_for
@@ -76,23 +82,21 @@ def render_on_gpus(settings: RenderSettings, gpus: tuple[int, ...]) -> dict[str,
     ranges = split_ranges(count, len(gpus))
     work = work_dir_for(settings.output)
     work.mkdir(parents=True, exist_ok=True)
+    prepare_staged(settings, work)
     jobs = []
     suffix = segment_suffix(settings.encoder.codec)
     for gpu, (start, end) in zip(gpus, ranges, strict=False):
-        jobs.append(
-            (
-                gpu,
-                replace(
-                    settings,
-                    frames=(start, end),
-                    output=work / f"gpu{gpu}-{segment_name(start, end, suffix)}",
-                    report=work / f"gpu{gpu}-report.json",
-                    chunk_frames=None,
-                    quiet=True,
-                    device=replace(settings.device, gpu=0),  # the process sees only its GPU
-                ),
-            )
+        job = replace(
+            settings,
+            frames=(start, end),
+            output=work / f"gpu{gpu}-{segment_name(start, end, suffix)}",
+            report=work / f"gpu{gpu}-report.json",
+            chunk_frames=None,
+            quiet=True,
+            overwrite=True,  # all it writes is in the job's work directory (a stale segment, frames)
+            device=replace(settings.device, gpu=0),  # the process sees only its GPU
         )
+        jobs.append((gpu, segment_settings(job, work, start, end)))
     log.info(
         "rendering %s on %d GPUs: %s",
         settings.input,
@@ -133,6 +137,7 @@ def render_on_gpus(settings: RenderSettings, gpus: tuple[int, ...]) -> dict[str,
         audio_from=settings.input if info.audio_streams else None,
         overwrite=settings.overwrite,
     )
+    publish_staged(settings, work, ranges, count)
     remove_work_dir(work)
     wall = time.perf_counter() - started
     frames_out = sum(r.get("frames_out", 0) for r in reports.values())
