@@ -403,7 +403,6 @@ def test_impossible_compositing_outputs_are_exit_2_before_decoding(tmp_path, cli
         (("--face-only-output", out / "f.%04d.dpx"), "the face layer needs alpha"),
         (("--matte-output", out / "m.mp4", "--frames", "0:4"), "write the matte as FFV1 in .mkv or .avi"),
         (("--matte-output", out / "m.%04d.exr"), "a matte sequence is written as"),
-        (("--face-only-output", out / "f.%04d.png", "--ray", "auto"), "not yet written with --ray"),
     ):
         proc = ffbatch(*base, *extra)
         assert proc.returncode == 2 and words in proc.stderr, proc.stderr

@@ -130,6 +130,15 @@ def render_on_gpus(settings: RenderSettings, gpus: tuple[int, ...]) -> dict[str,
     finally:
         for pool in pools:
             pool.shutdown(wait=True, cancel_futures=True)
+    # a segment that a failed run finished is up to date: its process skips it, its frames count
+    frames_out = sum(
+        job.frames[1] - job.frames[0]
+        if reports[gpu].get("status") == "skipped"
+        else reports[gpu]["frames_out"]
+        for gpu, job in jobs
+    )
+    if frames_out != count:
+        raise FfbatchError(f"--gpus: {frames_out} frames rendered for an input of {count}")
     segments = [job.output for _, job in jobs]
     join = join_segments(
         segments,
@@ -140,7 +149,6 @@ def render_on_gpus(settings: RenderSettings, gpus: tuple[int, ...]) -> dict[str,
     publish_staged(settings, work, ranges, count)
     remove_work_dir(work)
     wall = time.perf_counter() - started
-    frames_out = sum(r.get("frames_out", 0) for r in reports.values())
     merged = {
         "input": str(settings.input),
         "output": str(settings.output),
@@ -150,14 +158,13 @@ def render_on_gpus(settings: RenderSettings, gpus: tuple[int, ...]) -> dict[str,
         "faces_found": sum(r.get("faces_found", 0) for r in reports.values()),
         "faces_swapped": sum(r.get("faces_swapped", 0) for r in reports.values()),
         "wall_seconds": round(wall, 3),
-        "fps": round(frames_out / wall, 3) if wall > 0 else 0.0,
+        "fps": round(sum(r.get("frames_out", 0) for r in reports.values()) / wall, 3) if wall > 0 else 0.0,
         "join_seconds": round(join.seconds, 3),
         "audio": "copied" if info.audio_streams else "none",
         "per_gpu": {str(g): r for g, r in sorted(reports.items())},
+        "segments_reused": sum(r.get("status") == "skipped" for r in reports.values()),
         "status": "ok",
     }
-    if frames_out != count:
-        raise FfbatchError(f"--gpus: {frames_out} frames rendered for an input of {count}")
     if settings.report:
         write_json_atomically(Path(settings.report), merged)
     return merged
