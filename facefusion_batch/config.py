@@ -284,12 +284,11 @@ def compositing_start_number(settings: RenderSettings) -> int:
 
 def check_matte_run(settings: RenderSettings, inputs: int, ray: str | None, several_gpus: bool) -> None:
     """The compositing outputs are one set of files for one input: exit 2 where a run would
-    render several inputs, or split one over Ray or several GPUs."""
+    render several inputs. (One input split over Ray or several GPUs stages them per segment, as
+    a chunked render does: farm/chunk_compositing.py.)"""
     for option, _ in compositing_outputs(settings):
         if inputs > 1:
             raise InputError(f"{option} is written for one input ({inputs} inputs given)")
-        if ray is not None or several_gpus:
-            raise InputError(f"{option} is not yet written with --ray or several GPUs; render on one")
 
 
 def validate_paths(settings: RenderSettings) -> RenderSettings:

@@ -23,7 +23,7 @@ from media import make_clip
 from test_cli import ffbatch
 from test_farm_resume import interrupt_after
 
-from facefusion_batch.config import RenderSettings
+from facefusion_batch.config import RenderSettings, check_matte_run
 from facefusion_batch.errors import InputError, Interrupted
 from facefusion_batch.farm.chunk_compositing import staged
 from facefusion_batch.farm.jobs import render
@@ -403,7 +403,6 @@ def test_impossible_compositing_outputs_are_exit_2_before_decoding(tmp_path, cli
         (("--face-only-output", out / "f.%04d.dpx"), "the face layer needs alpha"),
         (("--matte-output", out / "m.mp4", "--frames", "0:4"), "write the matte as FFV1 in .mkv or .avi"),
         (("--matte-output", out / "m.%04d.exr"), "a matte sequence is written as"),
-        (("--face-only-output", out / "f.%04d.png", "--ray", "auto"), "not yet written with --ray"),
     ):
         proc = ffbatch(*base, *extra)
         assert proc.returncode == 2 and words in proc.stderr, proc.stderr
@@ -412,6 +411,14 @@ def test_impossible_compositing_outputs_are_exit_2_before_decoding(tmp_path, cli
     proc = ffbatch(*still, "--face-only-output", out / "f.%04d.png")
     assert proc.returncode == 2 and "is written for videos only" in proc.stderr, proc.stderr
     assert list(out.iterdir()) == []
+
+
+def test_one_input_split_over_ray_or_several_gpus_is_not_refused(settings, tmp_path):
+    """`--ray` and `--gpus A,B` stage the compositing outputs per segment (test_farm_ray.py,
+    test_gpu_backends.py): the command line lets them through."""
+    job = replace(settings, matte_output=tmp_path / "m.mkv", face_only_output=tmp_path / "f.%04d.exr")
+    check_matte_run(job, 1, "auto", several_gpus=False)
+    check_matte_run(job, 1, None, several_gpus=True)
 
 
 def test_plan_passes_compositing_sequences_to_every_chunk(tmp_path, clip):

@@ -397,13 +397,12 @@ def test_a_deep_inputs_face_layer_keeps_its_low_bits(face_master, astronaut_path
     assert full > 2000 and deep > 0.5 * 3 * full
 
 
-def test_matte_refused_where_it_is_not_written_yet(face_clip, astronaut_path, tmp_path):
+def test_matte_refused_in_formats_it_is_not_written_in(face_clip, astronaut_path, tmp_path):
     base = ("render", face_clip, "-s", astronaut_path, "-o", tmp_path / "o.mkv", "--encoder", "ffv1")
     for extra, words in (
         (("--matte-output", tmp_path / "m.%04d.jpg"), "a matte sequence is written as"),
         (("--matte-output", tmp_path / "m.mp4"), "FFV1 in .mkv or .avi"),
         (("--matte-output", tmp_path / "m.%04d.exr"), "a matte sequence is written as"),
-        (("--matte-output", tmp_path / "m.mkv", "--ray", "auto"), "not yet written with --ray"),
     ):
         proc = ffbatch(*base, *extra)
         assert proc.returncode == 2 and words in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
