@@ -658,7 +658,7 @@ def render(
             "FFV1 grey .mkv/.avi (with --frames: a segment for `concat`) or a grey PNG/TIFF sequence "
             "(matte.%06d.png, numbered by input frame from the output's start number). A template of each "
             "input's name with --output-pattern's fields: 'mattes/{stem}.matte.mkv' (several inputs "
-            "need one). --backend cpu."
+            "need one)."
         ),
     ] = None,
     face_only_output: Annotated[
@@ -666,8 +666,7 @@ def render(
         typer.Option(
             help="Also write the swapped faces alone with STRAIGHT (not premultiplied) alpha, the matte's: "
             "over the input it gives the output. ProRes 4444 with alpha in .mov, or an RGBA sequence "
-            "face.%06d.exr (half) / .png / .tiff, numbered as --matte-output, a template as it is. "
-            "--backend cpu."
+            "face.%06d.exr (half) / .png / .tiff, numbered as --matte-output, a template as it is."
         ),
     ] = None,
     fail_if_no_faces: Annotated[

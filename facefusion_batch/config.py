@@ -296,11 +296,6 @@ def check_compositing_outputs(settings: RenderSettings) -> None:
     renders (joined like the output) and, per segment, in `--frames` (tagged like it)."""
     for option, path in compositing_outputs(settings):
         (check_matte_output if option == "--matte-output" else check_face_only_output)(path)
-        if settings.device.backend in ("cuda", "tensorrt"):  # resolved (auto: what it chose)
-            raise InputError(
-                f"{option} is recorded by the host kernel set, not on --backend {settings.device.backend} "
-                "yet: render with --backend cpu"
-            )
 
 
 def compositing_start_number(settings: RenderSettings) -> int:
@@ -312,7 +307,8 @@ def compositing_start_number(settings: RenderSettings) -> int:
 
 def check_matte_run(settings: RenderSettings, inputs: int, ray: str | None, several_gpus: bool) -> None:
     """The compositing outputs are one set of files per input: exit 2 where several inputs would
-    share one path (no template field), or a run would split one input over Ray or several GPUs."""
+    share one path (no template field). (One input split over Ray or several GPUs stages them per
+    segment, as a chunked render does: farm/chunk_compositing.py.)"""
     for option, path in compositing_outputs(settings):
         if inputs > 1 and not template_fields(str(path), option):
             example = path.parent / f"{{stem}}.{path.name}"
@@ -320,8 +316,6 @@ def check_matte_run(settings: RenderSettings, inputs: int, ray: str | None, seve
                 f"{option} {path} would be written by each of the {inputs} inputs: name each input's "
                 f"with {{stem}}, {{ext}} or {{name}} (as --output-pattern), e.g. {example}"
             )
-        if ray is not None or several_gpus:
-            raise InputError(f"{option} is not yet written with --ray or several GPUs; render on one")
 
 
 def check_parent_dir(what: str, path: Path) -> None:

@@ -23,7 +23,7 @@ from media import make_clip
 from test_cli import ffbatch
 from test_farm_resume import interrupt_after
 
-from facefusion_batch.config import RenderSettings, template_literal
+from facefusion_batch.config import RenderSettings, check_matte_run, template_literal
 from facefusion_batch.errors import InputError, Interrupted
 from facefusion_batch.farm.chunk_compositing import staged
 from facefusion_batch.farm.jobs import render
@@ -404,7 +404,6 @@ def test_impossible_compositing_outputs_are_exit_2_before_decoding(tmp_path, cli
         (("--face-only-output", out / "f.%04d.dpx"), "the face layer needs alpha"),
         (("--matte-output", out / "m.mp4", "--frames", "0:4"), "write the matte as FFV1 in .mkv or .avi"),
         (("--matte-output", out / "m.%04d.exr"), "a matte sequence is written as"),
-        (("--face-only-output", out / "f.%04d.png", "--ray", "auto"), "not yet written with --ray"),
     ):
         proc = ffbatch(*base, *extra)
         assert proc.returncode == 2 and words in proc.stderr, proc.stderr
@@ -415,8 +414,16 @@ def test_impossible_compositing_outputs_are_exit_2_before_decoding(tmp_path, cli
     assert list(out.iterdir()) == []
 
 
+def test_one_input_split_over_ray_or_several_gpus_is_not_refused(settings, tmp_path):
+    """`--ray` and `--gpus A,B` stage the compositing outputs per segment (test_farm_ray.py,
+    test_gpu_backends.py): the command line lets them through."""
+    job = replace(settings, matte_output=tmp_path / "m.mkv", face_only_output=tmp_path / "f.%04d.exr")
+    check_matte_run(job, 1, "auto", several_gpus=False)
+    check_matte_run(job, 1, None, several_gpus=True)
+
+
 def test_plan_passes_compositing_sequences_to_every_chunk(tmp_path, clip):
-    """Each farm chunk writes its own frames of a sequence."""
+    """Each farm chunk writes its own frames of a sequence, on any backend."""
     base = ("plan", clip, "-s", asset_path("astronaut.png"), "-o", tmp_path / "o.mkv", "--encoder", "ffv1")
     layer = tmp_path / "f.%04d.exr"
     proc = ffbatch(*base, "--chunk-frames", "5", "--format", "json", "--face-only-output", layer)
@@ -427,8 +434,16 @@ def test_plan_passes_compositing_sequences_to_every_chunk(tmp_path, clip):
     for chunk in chunks:
         argv = chunk["argv"]
         assert argv[argv.index("--face-only-output") + 1] == str(layer)
-    proc = ffbatch(*base, "--backend", "cuda", "--matte-output", tmp_path / "m.%04d.png")
-    assert proc.returncode == 2 and "render with --backend cpu" in proc.stderr, proc.stderr
+    # a farm of GPU nodes: the torch kernel set records the mattes too
+    matte = tmp_path / "m.%04d.png"
+    proc = ffbatch(
+        *base, "--backend", "cuda", "--chunk-frames", "5", "--format", "json", "--matte-output", matte
+    )
+    assert proc.returncode == 0, proc.stderr
+    argv = json.loads(proc.stdout)["jobs"][0]["chunks"][0]["argv"]
+    assert argv[argv.index("--backend") + 1] == "cuda" and argv[argv.index("--matte-output") + 1] == str(
+        matte
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 

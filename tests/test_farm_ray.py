@@ -16,6 +16,7 @@ import cv2
 import numpy as np
 import pytest
 from media import audio_packets, decode_all, make_clip
+from test_compositing_outputs import decoded, sequence
 
 from facefusion_batch.config import RenderSettings
 from facefusion_batch.farm.jobs import render
@@ -110,6 +111,40 @@ def test_ray_renders_like_a_local_render_and_retries_a_dead_worker(work, clip, s
     assert all(np.array_equal(a, b) for (_, a), (_, b) in zip(got, ref, strict=True))
     assert audio_packets(out) == audio_packets(clip)
     assert not (work / ".ray out.mp4.ffbatch").exists()
+
+
+@pytest.mark.slow
+def test_ray_writes_a_local_renders_matte_and_face_layer(work, clip, source, local_ray):
+    """Two segments on two actors, each writing its share of an FFV1 matte video and an EXR
+    face-layer sequence into the work directory; after the join they are the local render's
+    (decoded pixels, pts), and only the outputs are left."""
+    from facefusion_batch.farm.ray_runner import render_with_ray
+
+    runs = {}
+    for name in ("local", "ray"):
+        folder = work / f"compositing {name}"
+        folder.mkdir()
+        runs[name] = RenderSettings(
+            input=clip,
+            output=folder / "out.mp4",
+            sources=(source,),
+            encoder=EncoderSettings(crf=0),
+            matte_output=folder / "matte.mkv",
+            face_only_output=folder / "face.%04d.exr",
+            quiet=True,
+        )
+    render(runs["local"])
+    assert render_with_ray([replace(runs["ray"], chunk_frames=8)], address="auto", workers=2) == 0
+    numbers = range(1001, 1017)
+    folder = runs["ray"].output.parent
+    faces = [f"face.{n}.exr" for n in numbers]
+    assert sorted(p.name for p in folder.iterdir()) == sorted(["out.mp4", "matte.mkv", *faces])
+    got, pts = decoded(runs["ray"].matte_output, "gray")
+    want, want_pts = decoded(runs["local"].matte_output, "gray")
+    assert pts == want_pts and len(got) == 16 and all(a.any() for a in got[8:])
+    assert all(np.array_equal(a, b) for a, b in zip(got, want, strict=True))
+    layers = [sequence(run.output.parent, "face", numbers, "gbrapf32le") for run in runs.values()]
+    assert all(np.array_equal(a, b) for a, b in zip(*layers, strict=True))
 
 
 @pytest.fixture

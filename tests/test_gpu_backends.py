@@ -8,14 +8,18 @@ import ctypes
 import json
 import threading
 import types
+from dataclasses import replace
 from pathlib import Path
 
+import cv2
 import numpy as np
 import pytest
 from media import decode_all, frame_number, make_clip
+from test_compositing_outputs import decoded, sequence
 
 from facefusion_batch.config import RenderSettings, resolve_device
 from facefusion_batch.errors import EXIT_USAGE, BackendUnavailableError, InputError
+from facefusion_batch.farm.manifest import work_dir_for
 from facefusion_batch.farm.multi_gpu import split_ranges
 from facefusion_batch.runtime.backends import (
     Availability,
@@ -28,6 +32,7 @@ from facefusion_batch.runtime.batching import GPU_BATCH
 from facefusion_batch.runtime.device import DeviceSettings, default_streams, parse_gpu_list
 from facefusion_batch.runtime.nvml import NvmlSampler, nvml_gpus
 from facefusion_batch.runtime.session import TensorInfo
+from facefusion_batch.video.writer import EncoderSettings
 
 HAS_GPU = nvidia_gpu_count() > 0
 no_gpu = pytest.mark.skipif(HAS_GPU, reason="checks the behaviour without an NVIDIA GPU")
@@ -361,6 +366,93 @@ def test_fan_out_over_processes_joins_losslessly(tmp_path, astronaut_path):
     frames, _ = decode_all(out)
     assert [frame_number(image) for _, image in frames] == list(range(11))
     assert not Path(tmp_path / ".out.mp4.ffbatch").exists()  # the segments' work dir is gone
+
+
+@pytest.fixture(scope="module")
+def composited(tmp_path_factory, t1_image, astronaut_path) -> tuple[RenderSettings, RenderSettings]:
+    """A lossless 8-frame clip of faces, and its single-process render with an FFV1 matte video
+    and a PNG face-layer sequence: (the settings without outputs, the reference's settings)."""
+    from facefusion_batch.farm.jobs import render
+
+    work = tmp_path_factory.mktemp("gpus compositing")
+    photo = cv2.resize(t1_image, (400, 277), interpolation=cv2.INTER_AREA)
+    clip = make_clip(
+        work / "in.mkv", image=photo, size=(256, 144), frames=8, audio=None, codec="ffv1", pix_fmt="bgr0"
+    )
+    base = RenderSettings(
+        input=clip,
+        output=work / "unused.mkv",
+        sources=(astronaut_path,),
+        encoder=EncoderSettings(codec="ffv1", pix_fmt="bgr0"),
+        workers=1,
+        threads=1,
+        quiet=True,
+    )
+    whole = with_compositing(base, work / "whole")
+    assert render(whole).faces_swapped >= 8
+    return base, whole
+
+
+def with_compositing(base: RenderSettings, folder: Path) -> RenderSettings:
+    folder.mkdir()
+    matte, face = folder / "matte.mkv", folder / "face.%04d.png"
+    return replace(base, output=folder / "out.mkv", matte_output=matte, face_only_output=face)
+
+
+def assert_same_compositing(got: RenderSettings, want: RenderSettings) -> None:
+    """The output, the matte video and the layer sequence of `got` are `want`'s, frame for frame
+    (decoded pixels, pts), and nothing else is in their folder."""
+    numbers = range(1001, 1009)
+    faces = [f"face.{n}.png" for n in numbers]
+    assert sorted(p.name for p in got.output.parent.iterdir()) == sorted(["out.mkv", "matte.mkv", *faces])
+    for option, fmt in (("output", "bgr24"), ("matte_output", "gray")):
+        frames, pts = decoded(getattr(got, option), fmt)
+        expected, expected_pts = decoded(getattr(want, option), fmt)
+        assert pts == expected_pts and len(frames) == 8
+        assert all(np.array_equal(a, b) for a, b in zip(frames, expected, strict=True))
+    layers = [sequence(run.output.parent, "face", numbers, "rgba") for run in (got, want)]
+    assert all(np.array_equal(a, b) for a, b in zip(*layers, strict=True))
+    painted = [int(face[..., 3].any()) for face in layers[0]]
+    assert painted[:4].count(1) >= 3 and painted[4:].count(1) >= 3  # faces in both processes' ranges
+
+
+def test_fan_out_over_processes_writes_the_whole_renders_compositing_outputs(tmp_path, composited):
+    """`--gpus 0,1` (CPU backend) with an FFV1 matte video and a PNG face-layer sequence: each
+    process stages its range in the work directory; after the join they are the single-process
+    render's, frame for frame, and nothing else is left beside them."""
+    from facefusion_batch.farm.multi_gpu import render_on_gpus
+
+    base, whole = composited
+    job = with_compositing(base, tmp_path / "gpus")
+    merged = render_on_gpus(job, (0, 1))
+    assert merged["frames_out"] == 8 and set(merged["per_gpu"]) == {"0", "1"}
+    assert merged["segments_reused"] == 0
+    assert_same_compositing(job, whole)
+
+
+def test_a_failed_fan_out_leaves_no_compositing_output_and_a_rerun_reuses_the_finished_range(
+    tmp_path, composited
+):
+    """GPU 1's matte piece cannot be written (a directory is in its place): the run fails with
+    nothing but the work directory beside the output, GPU 0's range kept there. Run again, GPU 0's
+    segment is reused and the outputs are the single-process render's."""
+    from facefusion_batch.farm.chunk_compositing import chunk_segment
+    from facefusion_batch.farm.multi_gpu import render_on_gpus
+
+    base, whole = composited
+    job = with_compositing(base, tmp_path / "gpus")
+    work = work_dir_for(job.output)
+    blocker = chunk_segment(work, "--matte-output", job.matte_output, 4, 8)
+    blocker.mkdir(parents=True)
+    with pytest.raises(InputError, match=r"GPU 1: --matte-output .* is a directory"):
+        render_on_gpus(job, (0, 1))
+    assert sorted(p.name for p in job.output.parent.iterdir()) == [work.name]
+    assert chunk_segment(work, "--matte-output", job.matte_output, 0, 4).is_file()
+    blocker.rmdir()
+    merged = render_on_gpus(job, (0, 1))
+    assert merged["frames_out"] == 8 and merged["segments_reused"] == 1
+    assert merged["per_gpu"]["1"]["frames_out"] == 4
+    assert_same_compositing(job, whole)
 
 
 def test_gpu_batch_size_follows_max_batch_unless_given(monkeypatch):

@@ -21,7 +21,6 @@ from media import decode_all, make_clip
 torch = pytest.importorskip("torch")
 
 from facefusion_batch.config import RenderSettings  # noqa: E402
-from facefusion_batch.errors import InputError  # noqa: E402
 from facefusion_batch.farm.jobs import render  # noqa: E402
 from facefusion_batch.kernels import torch_ops as D  # noqa: E402
 from facefusion_batch.kernels.host import HostKernels  # noqa: E402
@@ -194,8 +193,7 @@ ASTRONAUT = asset_path("astronaut.png")
 
 def test_device_backend_keeps_a_ten_bit_input_at_ten_bits(tmp_path, monkeypatch, t1_small, cpu_torch_models):
     """A 10-bit 4:2:2 input on the device kernel set: BGR to the device, the native pictures on
-    the host (video/native.py): the same pixel format out, untouched outside the faces; a matte
-    is refused (the host kernel set records it)."""
+    the host (video/native.py): the same pixel format out, untouched outside the faces."""
     monkeypatch.setattr(build_module, "select_backend", lambda *a, **k: TorchBackend(device="cpu"))
     clip = make_clip(tmp_path / "in.mp4", frames=6, size=(640, 360), image=t1_small)
     deep = tmp_path / "in.mkv"
@@ -227,6 +225,67 @@ def test_device_backend_keeps_a_ten_bit_input_at_ten_bits(tmp_path, monkeypatch,
         luma_out = np.frombuffer(after.planes[0], "<u2").reshape(360, -1)[:, :640]
         same += int((luma_in == luma_out).sum())
     assert 0.8 * 6 * 640 * 360 < same < 6 * 640 * 360
-    with pytest.raises(InputError, match="--matte-output .*--backend cpu"):
-        render(replace(settings, matte_output=tmp_path / "m.mkv", overwrite=True), renderer=renderer)
-    assert not (tmp_path / "m.mkv").exists()
+
+
+def test_device_backend_writes_the_matte_and_the_face_layer(
+    tmp_path, monkeypatch, t1_small, cpu_torch_models
+):
+    """--matte-output and --face-only-output on the device kernel set: its frames cross as BGR
+    (the layers are made from the BGR view), its matte is the host set's within the two sets'
+    paint tolerance, zero exactly where the output is the input, and the layer over the input
+    gives the output back."""
+    clip = make_clip(
+        tmp_path / "in.mkv",
+        frames=4,
+        size=(320, 180),
+        image=t1_small,
+        audio=None,
+        codec="ffv1",
+        pix_fmt="bgr0",
+    )
+    settings = RenderSettings(
+        input=clip,
+        output=tmp_path / "cpu.mkv",
+        sources=(ASTRONAUT,),
+        encoder=EncoderSettings(codec="ffv1", pix_fmt="bgr0"),
+        matte_output=tmp_path / "cpu.%04d.png",
+        quiet=True,
+    )
+    render(settings)  # the host kernel set: the reference matte
+    monkeypatch.setattr(build_module, "select_backend", lambda *a, **k: TorchBackend(device="cpu"))
+    device = replace(
+        settings,
+        output=tmp_path / "out.mkv",
+        device=DeviceSettings(backend="cuda"),
+        matte_output=tmp_path / "matte.mkv",
+        face_only_output=tmp_path / "face.%04d.png",
+    )
+    renderer = Renderer.load(device)
+    assert renderer.accepts_planes
+    report = render(device, renderer=renderer)
+    assert not report.frames_as.startswith("yuv420p") and report.faces_swapped >= 4
+    plate, out = decode_rgb(clip), decode_rgb(device.output)
+    mattes = [f[..., 0] for f in decode_rgb(device.matte_output)]
+    reference = [decode_rgb(tmp_path / f"cpu.{n}.png")[0][..., 0] for n in range(1001, 1005)]
+    faces = [decode_rgb(tmp_path / f"face.{n}.png", "rgba")[0] for n in range(1001, 1005)]
+    assert len(mattes) == len(faces) == len(out) == 4
+    painted = 0
+    for before, after, matte, ref, face in zip(plate, out, mattes, reference, faces, strict=True):
+        changed = (after != before).any(axis=-1)
+        assert not (changed & (matte == 0)).any()
+        painted += int(changed.sum())
+        d = np.abs(matte.astype(int) - ref.astype(int))
+        # the two sets' meshes differ slightly: the alpha's sharp edges (held eyes) move a little
+        assert d.mean() < 0.5 and (d > 8).mean() < 0.01, (d.mean(), (d > 8).mean())
+        assert np.array_equal(face[..., 3], matte)
+        inside = matte > 0
+        a = matte[..., None] / 255.0
+        back = a * face[..., :3] + (1 - a) * before
+        # the default multiband blend: a few pixels of the layer clip (video/compositing.py)
+        assert (np.abs(back - after)[inside] > 1).sum() <= 0.02 * inside.sum()
+    assert painted > 4000
+
+
+def decode_rgb(path, fmt: str = "rgb24") -> list[np.ndarray]:
+    with av.open(str(path)) as container:
+        return [f.to_ndarray(format=fmt) for f in container.decode(video=0)]

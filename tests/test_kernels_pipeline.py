@@ -103,14 +103,21 @@ def test_paste_matches_the_host_with_overlapping_faces_and_a_face_past_the_edge(
     alpha = np.clip(rng.uniform(-0.5, 1.5, (3, 128, 128)), 0, 1).astype(np.float32)
     alpha = cv2.GaussianBlur(alpha.transpose(1, 2, 0), (0, 0), 4).transpose(2, 0, 1).copy()
     host = HOST.upload([frame, frame])
+    host.mattes = {}  # --matte-output: the alpha each paste used, the largest where faces overlap
     HOST.paste(host, index, crops, alpha, affines)
     device = TORCH.upload([frame, frame])
+    device.mattes = {}
     TORCH.paste(device, index, nchw(crops), torch.from_numpy(alpha), affines)
     assert sorted(r[0] for r in device.painted) == [0, 0, 1]  # the overlapping face in a second wave
     assert sorted(r[0] for r in host.painted) == [0, 0, 1]
     for got, ref in zip(TORCH.download(device), HOST.download(host), strict=True):
         d = np.abs(got.astype(int) - ref.astype(int))
         assert d.max() <= 2 and (d > 1).mean() < 1e-3
+    assert sorted(device.mattes) == sorted(host.mattes) == [0, 1]
+    for i in (0, 1):
+        got, ref = device.mattes[i], host.mattes[i]
+        assert isinstance(got, np.ndarray) and got.shape == ref.shape == frame.shape[:2]
+        assert np.abs(got - ref).max() < 0.02 and ref.max() > 0.3
     assert (frame == HOST.download(HOST.upload([frame]))[0]).all()  # the caller's frame is untouched
 
 

@@ -196,10 +196,14 @@ def test_colour_transfer_without_skin_keeps_the_face(face_region):
 
 
 def test_feather_and_multiband_match_host(face_region):
-    from facefusion_batch.kernels.host_ops import feather, multiband
+    from facefusion_batch.kernels.host_ops import feather, multiband, multiband_weights
 
     target, face, mask = face_region
     alpha = np.clip(cv2.GaussianBlur(mask.astype(np.float32), (0, 0), 5), 0, 1)
     a = torch.from_numpy(alpha)
     assert diff(hwc(D.feather(chw(target), chw(face), a)), feather(target, face, alpha)).max() <= 1e-3
     assert diff(hwc(D.multiband(chw(target), chw(face), a)), multiband(target, face, alpha)).max() <= 1e-2
+    # the matte of a multiband paste: the widest weight any level gives the face
+    weights = multiband_weights(alpha)
+    assert diff(D.multiband_weights(a).numpy(), weights).max() <= 1e-3
+    assert (weights >= alpha - 1e-6).all() and weights.max() <= 1.0 and (weights > alpha + 0.05).any()

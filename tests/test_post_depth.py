@@ -16,7 +16,7 @@ import pytest
 from media import synthetic_frame
 from test_cli import ffbatch
 
-from facefusion_batch.video.native import NativePicture, compose, native_format
+from facefusion_batch.video.native import NativePicture, compose, native_format, rgb_box
 from facefusion_batch.video.probe import probe
 from facefusion_batch.video.writer import EncoderSettings, check_output
 
@@ -115,6 +115,31 @@ def test_compose_changes_only_the_painted_pixels_and_keeps_the_low_bits(pix_fmt)
     if fmt.bits > 8:
         luma = after[0] if n == 1 else after[0].reshape(SIZE[1], SIZE[0], n)[..., 1]
         assert len(np.unique(luma[22:45, 32:52] % (1 << (fmt.bits - 8)))) > 1
+
+
+@pytest.mark.parametrize("pix_fmt", ["yuv444p12le", "yuv422p10le", "gbrp16le", "rgb48le"])
+def test_rgb_box_reads_back_what_compose_added(pix_fmt):
+    """native.rgb_box (the deep face layer's plate) is compose's arithmetic backwards: a change
+    composed in reads back as that change, at the picture's precision (chroma kept per pixel
+    where the format has it), and limited-range black and white are 0 and 1."""
+    frame = deep_picture(pix_fmt)
+    picture = NativePicture.from_av(frame, pix_fmt, *SIZE)
+    box = (8, 10, 40, 30)
+    before = rgb_box(picture, box)
+    original8 = frame.to_ndarray(format="bgr24")
+    swapped8 = original8.copy()
+    swapped8[10:30, 8:40] = np.clip(swapped8[10:30, 8:40].astype(int) + (0, 12, -20), 0, 255)
+    change = (swapped8.astype(float) - original8)[10:30, 8:40, ::-1] / 255
+    after = rgb_box(compose(picture, original8, swapped8, [(0, 8, 10, 32, 20)]), box)
+    step = 1 / ((1 << native_format(pix_fmt).bits) - 1)
+    assert np.abs(after - before - change).max() < 4 * step
+    black_white = NativePicture(
+        "yuv444p10le",
+        2,
+        1,
+        [np.array([[64, 940]], "<u2"), np.full((1, 2), 512, "<u2"), np.full((1, 2), 512, "<u2")],
+    )
+    assert np.allclose(rgb_box(black_white, (0, 0, 2, 1)), [[[0, 0, 0], [1, 1, 1]]], atol=1e-6)
 
 
 def test_nothing_painted_returns_the_picture_itself():
@@ -338,13 +363,46 @@ def test_matte_as_a_png_sequence_numbered_as_the_output(face_master, astronaut_p
     assert changed.any() and not np.any(changed & (alpha == 0))
 
 
-def test_matte_refused_where_it_is_not_written_yet(face_clip, astronaut_path, tmp_path):
+def test_a_deep_inputs_face_layer_keeps_its_low_bits(face_master, astronaut_path, tmp_path):
+    """The 16-bit face layer of a 10-bit input takes its plate from the frame's own picture: where
+    its alpha is full it is the 10-bit output's colour (low bits and all, not an 8-bit value
+    times 257), and over the input it gives the output back. (RGB of the 10-bit pictures by
+    native.rgb_box: swscale's rgb48 scales 10 bits by 64 · 1.004, white is 65283, not 65535.)"""
+    layer = tmp_path / "face.%04d.png"
+    out = render_with_matte(
+        face_master, astronaut_path, tmp_path, tmp_path / "m.%04d.png", "--blend", "feather",
+        "--face-only-output", layer,
+    )  # fmt: skip
+
+    def rgb16(path: Path) -> list[np.ndarray]:
+        with av.open(str(path)) as container:
+            pictures = [NativePicture.from_av(f, f.format.name, 640, 360) for f in container.decode(video=0)]
+        return [rgb_box(p, (0, 0, 640, 360)).astype(np.float64) * 65535 for p in pictures]
+
+    full = deep = 0
+    for n, (plate, output) in enumerate(zip(rgb16(face_master), rgb16(out), strict=True)):
+        with av.open(str(tmp_path / f"face.{1001 + n:04d}.png")) as image:
+            face = image.decode(video=0).__next__().to_ndarray(format="rgba64le").astype(np.float64)
+        alpha = face[..., 3] / 65535
+        opaque = alpha == 1
+        full += int(opaque.sum())
+        deep += int((face[opaque][:, :3] % 257 != 0).sum())
+        # luma (BT.709): the output's chroma holds the mean change of the two pixels it covers
+        luma = np.array([0.2126, 0.7152, 0.0722])
+        d = np.abs(face[opaque][:, :3] @ luma - output[opaque] @ luma)
+        assert np.median(d) < 0.25 * 257 and np.percentile(d, 99) < 257, (np.median(d), np.percentile(d, 99))
+        inside = alpha > 0
+        back = alpha[..., None] * face[..., :3] + (1 - alpha[..., None]) * plate
+        assert np.percentile(np.abs(back @ luma - output @ luma)[inside], 99) < 257
+    assert full > 2000 and deep > 0.5 * 3 * full
+
+
+def test_matte_refused_in_formats_it_is_not_written_in(face_clip, astronaut_path, tmp_path):
     base = ("render", face_clip, "-s", astronaut_path, "-o", tmp_path / "o.mkv", "--encoder", "ffv1")
     for extra, words in (
         (("--matte-output", tmp_path / "m.%04d.jpg"), "a matte sequence is written as"),
         (("--matte-output", tmp_path / "m.mp4"), "FFV1 in .mkv or .avi"),
         (("--matte-output", tmp_path / "m.%04d.exr"), "a matte sequence is written as"),
-        (("--matte-output", tmp_path / "m.mkv", "--ray", "auto"), "not yet written with --ray"),
     ):
         proc = ffbatch(*base, *extra)
         assert proc.returncode == 2 and words in proc.stderr and "Traceback" not in proc.stderr, proc.stderr

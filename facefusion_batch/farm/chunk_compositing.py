@@ -11,6 +11,7 @@ copy) into their outputs, so no compositing file appears before the job is compl
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
 
@@ -95,6 +96,31 @@ class ChunkVideos:
             writer.abort()
 
 
+def prepare_staged(settings: RenderSettings, work: Path) -> None:
+    """The staging folders of the compositing outputs, without what a killed run left half written
+    (its video segments' and sequence frames' temporary files). The job holds its output's lock."""
+    for option, path in compositing_outputs(settings):
+        where = staged(work, option, path)
+        folder = where.parent if is_sequence_pattern(path) else where
+        folder.mkdir(parents=True, exist_ok=True)
+        remove_stale_partials(folder)  # a killed run's video segment
+        for stale in folder.glob(".*.partial"):  # and its sequence frames
+            stale.unlink(missing_ok=True)
+
+
+def segment_settings(settings: RenderSettings, work: Path, start: int, end: int) -> RenderSettings:
+    """`settings` for a job that renders only frames [start, end) as a segment (`render --gpus`'s
+    process, a Ray actor): its compositing outputs go where a chunk's share waits, a sequence's
+    frames at their own numbers, a video as that range's segment."""
+    moved = {}
+    for option, path in compositing_outputs(settings):
+        share = staged(work, option, path) if is_sequence_pattern(path) else None
+        moved[option.removeprefix("--").replace("-", "_")] = share or chunk_segment(
+            work, option, path, start, end
+        )
+    return replace(settings, **moved)
+
+
 def open_staged_compositing(
     settings: RenderSettings,
     work: Path,
@@ -104,15 +130,11 @@ def open_staged_compositing(
 ) -> CompositingWriters | None:
     """The compositing writers of the chunks `ranges`, writing into the work directory."""
     number = compositing_start_number(settings)
+    prepare_staged(settings, work)
     writers: dict[str, object] = {}
     try:
         for option, path in compositing_outputs(settings):
             where = staged(work, option, path)
-            folder = where.parent if is_sequence_pattern(path) else where
-            folder.mkdir(parents=True, exist_ok=True)
-            remove_stale_partials(folder)  # a killed run's video segment
-            for stale in folder.glob(".*.partial"):  # and its sequence frames
-                stale.unlink(missing_ok=True)
             opener = open_matte_writer if option == "--matte-output" else open_face_layer_writer
             if is_sequence_pattern(path):
                 writers[option] = opener(where, info, number)

@@ -349,7 +349,7 @@ def _render_plain(renderer, settings, info, report, timer, on_progress, on_start
     log_start(settings, info, report, info.frame_count)
     if on_start:
         on_start(info.frame_count)
-    layout = renderer.frame_layout(info, report)
+    layout = renderer.frame_layout(info, report, bgr_view=bool(compositing_outputs(settings)))
     reader = FrameReader(
         settings.input,
         info=info,

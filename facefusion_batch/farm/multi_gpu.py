@@ -8,6 +8,11 @@ streams and engines. The segments are then joined by stream copy with the
 input's audio (farm/concat.py): no frame re-encoded twice, none lost or
 doubled (the segments' frame tags are checked). Segments live in the output's
 work directory; a failed run leaves the finished ones, and a rerun reuses them.
+
+The compositing outputs (`--matte-output`, `--face-only-output`) are staged there as a chunked
+render stages them (farm/chunk_compositing.py): each process writes its range's sequence frames
+and video segment into the work directory, and after the output's join they move to their
+names (sequences) or are joined into them (videos); nothing appears before.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing import Any
 
 from facefusion_batch.config import RenderSettings, validate
 from facefusion_batch.errors import FfbatchError, InputError
+from facefusion_batch.farm.chunk_compositing import prepare_staged, publish_staged, segment_settings
 from facefusion_batch.farm.concat import join_segments
 from facefusion_batch.farm.jobs import render
 from facefusion_batch.farm.manifest import remove_work_dir, segment_name, work_dir_for
@@ -76,23 +82,21 @@ def render_on_gpus(settings: RenderSettings, gpus: tuple[int, ...]) -> dict[str,
     ranges = split_ranges(count, len(gpus))
     work = work_dir_for(settings.output)
     work.mkdir(parents=True, exist_ok=True)
+    prepare_staged(settings, work)
     jobs = []
     suffix = segment_suffix(settings.encoder.codec)
     for gpu, (start, end) in zip(gpus, ranges, strict=False):
-        jobs.append(
-            (
-                gpu,
-                replace(
-                    settings,
-                    frames=(start, end),
-                    output=work / f"gpu{gpu}-{segment_name(start, end, suffix)}",
-                    report=work / f"gpu{gpu}-report.json",
-                    chunk_frames=None,
-                    quiet=True,
-                    device=replace(settings.device, gpu=0),  # the process sees only its GPU
-                ),
-            )
+        job = replace(
+            settings,
+            frames=(start, end),
+            output=work / f"gpu{gpu}-{segment_name(start, end, suffix)}",
+            report=work / f"gpu{gpu}-report.json",
+            chunk_frames=None,
+            quiet=True,
+            overwrite=True,  # all it writes is in the job's work directory (a stale segment, frames)
+            device=replace(settings.device, gpu=0),  # the process sees only its GPU
         )
+        jobs.append((gpu, segment_settings(job, work, start, end)))
     log.info(
         "rendering %s on %d GPUs: %s",
         settings.input,
@@ -126,6 +130,15 @@ def render_on_gpus(settings: RenderSettings, gpus: tuple[int, ...]) -> dict[str,
     finally:
         for pool in pools:
             pool.shutdown(wait=True, cancel_futures=True)
+    # a segment that a failed run finished is up to date: its process skips it, its frames count
+    frames_out = sum(
+        job.frames[1] - job.frames[0]
+        if reports[gpu].get("status") == "skipped"
+        else reports[gpu]["frames_out"]
+        for gpu, job in jobs
+    )
+    if frames_out != count:
+        raise FfbatchError(f"--gpus: {frames_out} frames rendered for an input of {count}")
     segments = [job.output for _, job in jobs]
     join = join_segments(
         segments,
@@ -133,9 +146,9 @@ def render_on_gpus(settings: RenderSettings, gpus: tuple[int, ...]) -> dict[str,
         audio_from=settings.input if info.audio_streams else None,
         overwrite=settings.overwrite,
     )
+    publish_staged(settings, work, ranges, count)
     remove_work_dir(work)
     wall = time.perf_counter() - started
-    frames_out = sum(r.get("frames_out", 0) for r in reports.values())
     merged = {
         "input": str(settings.input),
         "output": str(settings.output),
@@ -145,14 +158,13 @@ def render_on_gpus(settings: RenderSettings, gpus: tuple[int, ...]) -> dict[str,
         "faces_found": sum(r.get("faces_found", 0) for r in reports.values()),
         "faces_swapped": sum(r.get("faces_swapped", 0) for r in reports.values()),
         "wall_seconds": round(wall, 3),
-        "fps": round(frames_out / wall, 3) if wall > 0 else 0.0,
+        "fps": round(sum(r.get("frames_out", 0) for r in reports.values()) / wall, 3) if wall > 0 else 0.0,
         "join_seconds": round(join.seconds, 3),
         "audio": "copied" if info.audio_streams else "none",
         "per_gpu": {str(g): r for g, r in sorted(reports.items())},
+        "segments_reused": sum(r.get("status") == "skipped" for r in reports.values()),
         "status": "ok",
     }
-    if frames_out != count:
-        raise FfbatchError(f"--gpus: {frames_out} frames rendered for an input of {count}")
     if settings.report:
         write_json_atomically(Path(settings.report), merged)
     return merged

@@ -12,6 +12,11 @@ frames of every finished segment (the progress bar), records it in the
 manifest, and joins an input's segments with its audio as soon as they are
 all there.
 
+The compositing outputs (`--matte-output`, `--face-only-output`) are staged in
+the work directory as a chunked render stages them (farm/chunk_compositing.py):
+each actor writes its segment's sequence frames and video piece there, and the
+driver moves them to their names, or joins them, after the output's join.
+
 Every host must see the inputs, the sources and the output directory at the
 same paths (a shared file system): actors write the segments straight into the
 work directory. Ray is imported only here, and only when `--ray` is given.
@@ -38,6 +43,7 @@ from facefusion_batch.errors import (
     InputError,
     Interrupted,
 )
+from facefusion_batch.farm.chunk_compositing import prepare_staged, publish_staged, segment_settings
 from facefusion_batch.farm.concat import join_segments
 from facefusion_batch.farm.manifest import (
     job_lock,
@@ -254,11 +260,11 @@ def render_with_ray(
             entries = [replace(e, settings=on_actor_gpu(e.settings)) for e in entries]
         tasks: deque[SegmentTask] = deque()
         for number, entry in enumerate(entries):
-            if batch and is_done(entry.settings):
-                entry.status, entry.message = "skipped", "up to date"
-                log.info("%s is up to date; skipping it", entry.settings.output)
-                continue
-            try:
+            try:  # up to date but not its compositing outputs: that input fails, as a local batch's
+                if batch and is_done(entry.settings):
+                    entry.status, entry.message = "skipped", "up to date"
+                    log.info("%s is up to date; skipping it", entry.settings.output)
+                    continue
                 _prepare(entry, stack, count)
             except FfbatchError as exc:
                 if not batch:
@@ -332,6 +338,7 @@ def _prepare(entry: InputJob, stack: contextlib.ExitStack, actors: int) -> None:
     work = work_dir_for(output)
     stack.enter_context(job_lock(work, output))
     remove_stale_partials(work)
+    prepare_staged(settings, work)
     manifest = open_job_manifest(settings, output, work, digest, chunk, index.count)
     done, missing = plan_segments(settings, index, chunk, manifest, digest)
     entry.info, entry.manifest, entry.done, entry.missing = info, manifest, done, missing
@@ -362,7 +369,8 @@ def _schedule(ray, actors, tasks: deque, entries: list[InputJob], progress, on_d
             number = actors.index(actor)
             start, end = task.frames
             task.attempts += 1
-            ref = actor.render.remote(entry.settings, start, end, str(task.path), entry.tags_for(start, end))
+            settings = segment_settings(entry.settings, entry.manifest.work_dir, start, end)
+            ref = actor.render.remote(settings, start, end, str(task.path), entry.tags_for(start, end))
             running[ref] = (number, task)
             if on_dispatch:
                 on_dispatch(actor, task)
@@ -443,6 +451,7 @@ def _join(entry: InputJob, tags: dict | None, batch: bool) -> None:
             audio_codec=settings.encoder.audio_codec,
             audio_bitrate=settings.encoder.audio_bitrate,
         )
+        publish_staged(settings, entry.manifest.work_dir, list(entry.done), entry.manifest.frame_count)
     except FfbatchError as exc:
         _fail(entry, str(exc), batch)
         return

@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from facefusion_batch.config import RenderSettings
+from facefusion_batch.config import RenderSettings, compositing_outputs
 from facefusion_batch.errors import FfbatchError, Interrupted
 from facefusion_batch.farm.chunk_compositing import open_staged_compositing, publish_staged, staged_complete
 from facefusion_batch.farm.concat import join_segments
@@ -193,7 +193,7 @@ def render_chunked(
             return segment_tags(settings, start, end, index.count, digest)
 
         if missing:
-            layout = renderer.frame_layout(info, report)
+            layout = renderer.frame_layout(info, report, bgr_view=bool(compositing_outputs(settings)))
             sink = SegmentSink(
                 work,
                 missing,

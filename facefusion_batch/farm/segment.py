@@ -134,7 +134,7 @@ def write_segment(
 ) -> None:
     """Render frames [start, end) of `settings.input` into `path` (atomically, video only)."""
     start, end = frames
-    layout = renderer.frame_layout(info, report)
+    layout = renderer.frame_layout(info, report, bgr_view=bool(compositing_outputs(settings)))
     pixels = pixel_format_of(layout)
     reader = read_ranges(settings, info, [(start, end)], index, layout, warmup=settings.tracking.memory)
     writer = VideoWriter(path, info, settings.encoder, metadata=tags, pixel_format=pixels)

@@ -33,7 +33,7 @@ from facefusion_batch.kernels.geometry import (
     plan_waves,
     split_tiles_nchw,
 )
-from facefusion_batch.kernels.torch_paint import gather_canvases, paint_faces
+from facefusion_batch.kernels.torch_paint import gather_canvases, paint_faces, record_matte
 from facefusion_batch.runtime.batching import BatchPolicy
 from facefusion_batch.runtime.session import run_chunked
 from facefusion_batch.runtime.streams import DeviceTimer, download, is_cuda, on_thread_stream
@@ -97,8 +97,11 @@ class TorchKernels:
                 with self.timer.stage("device:bgr_to_yuv", self.device):
                     _write_back_planes(frames.staged, frames.pixels, frames.layout, frames.painted)
                 out = frames.staged
-            host = download({"frames": out})["frames"]
-        return [host[i] for i in range(frames.count)]
+            mattes = frames.mattes or {}
+            host = download({"frames": out, **{f"matte{i}": m for i, m in mattes.items()}})
+        if frames.mattes is not None:  # the host set's form: {frame: [H, W] float32 numpy}
+            frames.mattes = {i: host[f"matte{i}"] for i in mattes}
+        return [host["frames"][i] for i in range(frames.count)]
 
     def _stream(self):
         return on_thread_stream(self.device)
@@ -228,7 +231,9 @@ class TorchKernels:
 
     def paste(self, frames: Frames, frame_index, crops, alpha, affines) -> None:
         with self._stream(), self.timer.stage("device:paste", self.device):
-            frames.painted += paste_crops(frames.pixels, frame_index, crops, alpha, affines)
+            frames.painted += paste_crops(
+                frames.pixels, frame_index, crops, alpha, affines, mattes=frames.mattes
+            )
 
     def textures(self, textures: list[np.ndarray]) -> list[torch.Tensor]:
         with self._stream():
@@ -243,7 +248,14 @@ class TorchKernels:
         self, frames: Frames, regions: list[FaceRegion], textures, settings: PaintSettings
     ) -> None:
         with self._stream(), self.timer.stage("device:paint", self.device):
-            paint_faces(frames.pixels, regions, textures, settings, host_blend=_host_blend(settings))
+            paint_faces(
+                frames.pixels,
+                regions,
+                textures,
+                settings,
+                host_blend=_host_blend(settings),
+                mattes=frames.mattes,
+            )
         frames.painted += [(r.frame, r.x0, r.y0, r.width, r.height) for r in regions]
 
 
@@ -287,11 +299,12 @@ def paste_crops(
     affines: np.ndarray,
     *,
     max_faces: int | None = None,
+    mattes: dict[int, torch.Tensor] | None = None,
 ) -> list[Rect]:
     """The host set's paste into the uint8 frames [B, H, W, 3], in place, every face at once:
     crops [F, 3, S, S] (0–255, border replicated) and alpha [F, S, S] (0–1, zero outside) warped
     back through the affines by one grid_sample each, blended over each crop's footprint.
-    Returns the rectangles written."""
+    Returns the rectangles written; `mattes`: the alpha each used is recorded there."""
     size = int(crops.shape[-1])
     height, width = int(frames.shape[1]), int(frames.shape[2])
     rects = [footprint(affines[f], size, (height, width)) for f in range(len(affines))]
@@ -311,19 +324,22 @@ def paste_crops(
         for start in range(0, len(wave), max_faces):
             rows = np.asarray(wave[start : start + max_faces])
             chosen = np.asarray(faces)[rows]
-            pasted = _paste_chunk(
+            pasted, used = _paste_chunk(
                 frames, index[rows], crops, alpha, affines[chosen], chosen, origins[rows], canvas
             )
             for i, r in enumerate(rows):
                 fi, x, y, rw, rh = int(index[r]), int(x0[r]), int(y0[r]), int(w[r]), int(h[r])
                 oy, ox = int(origins[r][0]), int(origins[r][1])
-                frames[fi, y : y + rh, x : x + rw] = pasted[i, y - oy : y - oy + rh, x - ox : x - ox + rw]
+                window = np.s_[y - oy : y - oy + rh, x - ox : x - ox + rw]
+                frames[fi, y : y + rh, x : x + rw] = pasted[i][window]
+                record_matte(mattes, fi, x, y, used[i][window], (height, width))
                 written.append((fi, x, y, rw, rh))
     return written
 
 
-def _paste_chunk(frames, index, crops, alpha, affines, chosen, origins, canvas) -> torch.Tensor:
-    """The pasted canvases [n, ch, cw, 3] uint8 of the faces `chosen` (rows of crops/alpha)."""
+def _paste_chunk(frames, index, crops, alpha, affines, chosen, origins, canvas):
+    """The pasted canvases [n, ch, cw, 3] uint8 of the faces `chosen` (rows of crops/alpha), and
+    the alpha each used [n, ch, cw]."""
     ch, cw = canvas
     size = int(crops.shape[-1])
     device = frames.device
@@ -356,4 +372,4 @@ def _paste_chunk(frames, index, crops, alpha, affines, chosen, origins, canvas) 
     region = gather_canvases(frames, index, origins, canvas)
     # truncated, as the host set and FaceFusion's paste_back do
     out = torch.floor(torch.clamp(region * (1 - a) + face * a, 0, 255)).to(torch.uint8)
-    return out.permute(0, 2, 3, 1)
+    return out.permute(0, 2, 3, 1), a[:, 0]

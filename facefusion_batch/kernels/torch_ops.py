@@ -693,3 +693,20 @@ def multiband(target: Tensor, face: Tensor, alpha: Tensor, levels: int | None = 
             lap_t[level], lap_f[level], gauss_a[level]
         )
     return out
+
+
+def multiband_weights(alpha: Tensor, levels: int | None = None) -> Tensor:
+    """host_ops.multiband_weights on [..., H, W]: the widest weight `multiband` gives the face at
+    each pixel (every level's mask brought back to full size, the largest), for a matte."""
+    h, w = alpha.shape[-2:]
+    levels = pyramid_levels(h, w) if levels is None else levels
+    gauss = [alpha]
+    for _ in range(levels):
+        gauss.append(pyr_down(gauss[-1]))
+    weights = alpha
+    for level in range(1, levels + 1):
+        up = gauss[level]
+        for finer in range(level - 1, -1, -1):
+            up = pyr_up(up, tuple(gauss[finer].shape[-2:]))
+        weights = torch.maximum(weights, up)
+    return torch.clamp(weights, 0.0, 1.0)

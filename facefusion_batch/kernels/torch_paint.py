@@ -45,6 +45,22 @@ def gather_canvases(frames: torch.Tensor, index: np.ndarray, origins: np.ndarray
     return windows.permute(0, 3, 1, 2).float()
 
 
+def record_matte(
+    mattes: dict[int, torch.Tensor] | None, index: int, x0: int, y0: int, alpha: torch.Tensor, size
+) -> None:
+    """Keep the alpha [h, w] a paste used at (x0, y0) of frame `index` (of `size` (H, W)), the
+    largest where faces overlap, when mattes are asked for (`Frames.mattes`: device tensors here,
+    brought to the host with the frames)."""
+    if mattes is None:
+        return
+    matte = mattes.get(index)
+    if matte is None:
+        matte = mattes[index] = torch.zeros(size, dtype=torch.float32, device=alpha.device)
+    h, w = alpha.shape
+    region = matte[y0 : y0 + h, x0 : x0 + w]
+    region.copy_(torch.maximum(region, alpha[: region.shape[0], : region.shape[1]]))
+
+
 def _maps(regions: list[FaceRegion], origins: np.ndarray, canvas: tuple[int, int]) -> np.ndarray:
     """[F, 2, ch, cw] source coordinates, NaN outside each face's own warp map."""
     ch, cw = canvas
@@ -97,10 +113,12 @@ def paint_faces(
     *,
     max_faces: int | None = None,
     host_blend=None,
+    mattes: dict[int, torch.Tensor] | None = None,
 ) -> None:
     """Paint `regions` into the uint8 frames [B, H, W, 3] in place (ClassicalSettings: colour,
     colour_strength, blend). `host_blend(target, face, alpha)` for blends without a device twin
-    (poisson), per face."""
+    (poisson), per face. `mattes`: record each face's blend weight there (`record_matte`), as the
+    host set's paint_region returns it."""
     if not regions:
         return
     frame_hw = (int(frames.shape[1]), int(frames.shape[2]))
@@ -111,11 +129,18 @@ def paint_faces(
         for start in range(0, len(wave), max_faces):
             chunk = wave[start : start + max_faces]
             _paint_chunk(
-                frames, [regions[i] for i in chunk], origins[chunk], canvas, textures, settings, host_blend
+                frames,
+                [regions[i] for i in chunk],
+                origins[chunk],
+                canvas,
+                textures,
+                settings,
+                host_blend,
+                mattes,
             )
 
 
-def _paint_chunk(frames, regions, origins, canvas, textures, settings, host_blend) -> None:
+def _paint_chunk(frames, regions, origins, canvas, textures, settings, host_blend, mattes) -> None:
     device = frames.device
     index = np.array([r.frame for r in regions])
     target = gather_canvases(frames, index, origins, canvas)
@@ -145,22 +170,29 @@ def _paint_chunk(frames, regions, origins, canvas, textures, settings, host_blen
         face = torch.where(covered[:, None], face, target)
     if settings.match_grain:
         face = D.match_grain(face, target, skin, have, goal)
+    used = alpha
     if settings.blend == "multiband":
         # as many pyramid levels as the host gives each face's own region
         levels = np.array([pyramid_levels(r.height, r.width) for r in regions])
         result = torch.empty_like(target)
+        used = torch.empty_like(alpha) if mattes is not None else alpha
         for n in np.unique(levels):
             sel = D.to_device(np.flatnonzero(levels == n), device)
             part = D.multiband(target[sel], face[sel], alpha[sel], levels=int(n))
             result.index_copy_(0, sel, part)
+            if mattes is not None:
+                used.index_copy_(0, sel, D.multiband_weights(alpha[sel], levels=int(n)))
     elif settings.blend == "feather":
         result = D.feather(target, face, alpha)
     else:
         result = torch.stack([host_blend(target[f], face[f], alpha[f]) for f in range(len(regions))])
     if visible is not None:  # an occluder stays in front exactly: no pyramid level bleeds into it
         result = D.feather(target, result, visible)
+        used = used * visible
     result = D.to_uint8_levels(result).to(torch.uint8).permute(0, 2, 3, 1)  # [F, ch, cw, 3]
+    frame_hw = (int(frames.shape[1]), int(frames.shape[2]))
     for f, r in enumerate(regions):
         dy, dx = r.y0 - origins[f, 0], r.x0 - origins[f, 1]
         h, w = min(r.height, canvas[0] - dy), min(r.width, canvas[1] - dx)
         frames[r.frame, r.y0 : r.y0 + h, r.x0 : r.x0 + w] = result[f, dy : dy + h, dx : dx + w]
+        record_matte(mattes, r.frame, r.x0, r.y0, used[f, dy : dy + h, dx : dx + w], frame_hw)

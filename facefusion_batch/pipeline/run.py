@@ -212,16 +212,21 @@ class Renderer:
         return all(getattr(settings, k) == getattr(self.settings, k) for k in _RENDERER_KEYS)
 
     def frame_layout(
-        self, info: VideoInfo, report: RenderReport | None = None
+        self, info: VideoInfo, report: RenderReport | None = None, *, bgr_view: bool = False
     ) -> PlaneLayout | NativeFrames | None:
         """The layout a job's frames keep from decoder to encoder: yuv420p planes (PlaneLayout),
         BGR with each frame's own picture beside it (NativeFrames), or None for BGR frames.
 
         Planes only where the pipeline converts colour on the device (`accepts_planes`) and the
-        input and output allow it exactly (video/planes.py); otherwise the native pictures where
-        the input's pixel format allows (video/native.py); said in the log and the report."""
+        input and output allow it exactly (video/planes.py), and the job needs no 8-bit BGR view
+        of its swapped frames (`bgr_view`: the compositing outputs are made from it); otherwise
+        the native pictures where the input's pixel format allows (video/native.py); said in the
+        log and the report."""
         pix_fmt = self._output_pix_fmt(info)
         if not self.accepts_planes:
+            return self._native_layout(info, pix_fmt, report)
+        if bgr_view:
+            log.info("frames cross to the device as BGR: the compositing outputs are made from the BGR view")
             return self._native_layout(info, pix_fmt, report)
         layout, why_not = plane_layout_for(info, pix_fmt)
         if layout is None:
@@ -304,7 +309,7 @@ def run_frames(
                 result.mattes = matte_pictures(result.mattes or {}, images)
                 with timer.stage("compositing"):
                     result.compositing = {
-                        i: compositing.prepare(frame.image, result.frames[i], result.mattes[i])
+                        i: compositing.prepare(frame.image, result.frames[i], result.mattes[i], frame.native)
                         for i, frame in enumerate(batch.items)
                         if not frame.warmup
                     }

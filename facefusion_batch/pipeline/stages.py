@@ -20,7 +20,6 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from facefusion_batch.errors import InputError
 from facefusion_batch.faces.detect import YuNetDetector
 from facefusion_batch.faces.table import FaceTable
 from facefusion_batch.faces.track import FaceTracker, InOrder, TrackStage, thumbnails
@@ -140,12 +139,8 @@ class FacePipeline:
         """Swap a batch of BGR frames, or of packed yuv420p frames of layout `planes` (returned in
         the same form; only where `k.accepts_planes`). `seq`: the batch's number in its job, for
         the ordered track stage (None: a batch on its own, tracked from scratch). `matte`: keep
-        the paste alpha of every painted frame (`BatchResult.mattes`; the host kernel set)."""
-        if matte and k.name != "host":
-            raise InputError(
-                "--matte-output and --face-only-output are recorded by the host kernel set: "
-                "render with --backend cpu"
-            )
+        the paste alpha of every painted frame (`BatchResult.mattes`, host arrays from either
+        kernel set)."""
         if not images:
             return BatchResult(frames=[], faces_found=0, faces_swapped=0, frames_with_faces=0)
         passed = seq is None

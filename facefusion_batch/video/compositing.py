@@ -13,6 +13,10 @@ ProRes 4444 with alpha (prores_ks, yuva444p10le) in .mov, or as an RGBA image se
 half (float for inputs deeper than 10 bits), PNG / TIFF 8-bit RGBA (16-bit for inputs deeper
 than 8 bits).
 
+For an input deeper than 8 bits the plate is read from the frame's own picture at its precision
+and only the swap's change (out − plate, from the 8-bit view the face stages saw) is 8-bit, as
+in the main output (video/native.py), so the layer keeps the input's gradients inside the faces.
+
 Sequences are numbered by the input frame: `start_number + frame index`, so a segment
 (`--frames A:B`) or a chunk writes exactly its own frames and any split gives the files a whole
 render gives.
@@ -31,7 +35,7 @@ import numpy as np
 
 from facefusion_batch.errors import InputError, OutputError
 from facefusion_batch.video.matte import MATTE_PIX_FMT, check_matte_output, matte_info, matte_picture
-from facefusion_batch.video.native import NativePicture
+from facefusion_batch.video.native import NativePicture, native_format, rgb_box
 from facefusion_batch.video.planes import NATIVE
 from facefusion_batch.video.probe import VideoInfo
 from facefusion_batch.video.sequence import SequenceWriter, frame_path, is_sequence_pattern, sequence_codec
@@ -131,11 +135,21 @@ def open_matte_writer(
     return VideoWriter(path, grey, MATTE_ENCODER, metadata=metadata, pixel_format=NATIVE)
 
 
-def face_layer(original: np.ndarray, swapped: np.ndarray, matte: np.ndarray, bits: int = 16) -> np.ndarray:
+def face_layer(
+    original: np.ndarray,
+    swapped: np.ndarray,
+    matte: np.ndarray,
+    bits: int = 16,
+    native: NativePicture | None = None,
+) -> np.ndarray:
     """[H, W, 4] straight RGBA (uint8 or uint16 for `bits` 8 / 16) from one frame's 8-bit BGR
     before and after the swap and its uint8 matte: F = plate + (out − plate) / a inside the matte
     (so a·F + (1 − a)·plate = out), transparent black outside. Only the matte's bounding box is
-    computed."""
+    computed.
+
+    `native`: the frame's own picture before the swap, deeper than 8 bits (video/native.py): the
+    plate is then read from it at its precision and only the swap's change comes from the 8-bit
+    view, as the main output composes it, so the layer keeps the input's gradients too."""
     height, width = matte.shape
     scale, dtype = (1, np.uint8) if bits == 8 else (257, np.uint16)
     layer = np.zeros((height, width, 4), dtype)
@@ -148,7 +162,11 @@ def face_layer(original: np.ndarray, swapped: np.ndarray, matte: np.ndarray, bit
     out = swapped[box][..., ::-1].astype(np.float32)
     painted = alpha > 0
     safe = np.where(painted, alpha, np.float32(255))[..., None] / np.float32(255)
-    colour = np.where(painted[..., None], plate + (out - plate) / safe, 0)
+    base = plate
+    if native is not None and bits == 16:
+        base = rgb_box(native, (int(cols[0]), int(rows[0]), int(cols[-1]) + 1, int(rows[-1]) + 1))
+        base = base * np.float32(255)
+    colour = np.where(painted[..., None], base + (out - plate) / safe, 0)
     top = 255 * scale
     layer[box][..., :3] = np.clip(np.rint(colour * scale), 0, top).astype(dtype)
     layer[box][..., 3] = alpha.astype(dtype) * scale
@@ -176,11 +194,21 @@ class CompositingWriters:
     def writers(self) -> list[Writer]:
         return [w for w in (self.matte, self.layer) if w is not None]
 
-    def prepare(self, original: np.ndarray, swapped: np.ndarray, matte: np.ndarray) -> tuple:
+    def prepare(
+        self,
+        original: np.ndarray,
+        swapped: np.ndarray,
+        matte: np.ndarray,
+        native: NativePicture | None = None,
+    ) -> tuple:
         """One frame's (matte, layer) as their writers take them: a sequence's encoded image, a
         video's picture (None: not asked for). Called on the render workers, so the layer and
-        the images are made in parallel; `write` then only files them, in order."""
-        layer = face_layer(original, swapped, matte, self.layer_bits) if self.layer is not None else None
+        the images are made in parallel; `write` then only files them, in order. `native`: the
+        frame's own picture before the swap (the plate of a deep input's layer)."""
+        layer = None
+        if self.layer is not None:
+            deep = native if native is not None and native_format(native.pix_fmt).bits > 8 else None
+            layer = face_layer(original, swapped, matte, self.layer_bits, deep)
         prepared = []
         for writer, picture in ((self.matte, matte), (self.layer, layer)):
             if writer is None:

@@ -166,6 +166,38 @@ def _yuv_scales(bits: int, full_range: bool) -> tuple[float, float]:
     return 219.0 * step, 224.0 * step
 
 
+def rgb_box(picture: NativePicture, box: tuple[int, int, int, int]) -> np.ndarray:
+    """[h, w, 3] float32 RGB in 0–1 units of `picture` inside `box` (x0, y0, x1, y1), at the
+    picture's own precision: `compose`'s arithmetic run backwards (each chroma sample repeated
+    over the pixels it covers; values past the code range are kept, not clipped)."""
+    fmt = native_format(picture.pix_fmt)
+    x0, y0, x1, y1 = box
+    top = np.float32((1 << fmt.bits) - 1)
+    if fmt.kind == "rgb":
+        n = fmt.components
+        region = picture.planes[0][y0:y1, x0 * n : x1 * n].reshape(y1 - y0, x1 - x0, n)
+        return region[..., :3].astype(np.float32) / top
+    if fmt.kind == "gbr":
+        g, b, r = (plane[y0:y1, x0:x1] for plane in picture.planes[:3])
+        return np.stack([r, g, b], axis=-1).astype(np.float32) / top
+    full = picture.color_range == 2
+    luma_scale, chroma_scale = _yuv_scales(fmt.bits, full)
+    luma_zero = 0 if full else 16 << (fmt.bits - 8)
+    chroma_zero = 1 << (fmt.bits - 1)
+    sx, sy = fmt.chroma_shift
+    rows, cols = np.arange(y0, y1)[:, None] >> sy, np.arange(x0, x1)[None, :] >> sx
+    ycbcr = np.stack(
+        [
+            (picture.planes[0][y0:y1, x0:x1].astype(np.float32) - luma_zero) / luma_scale,
+            (picture.planes[1][rows, cols].astype(np.float32) - chroma_zero) / chroma_scale,
+            (picture.planes[2][rows, cols].astype(np.float32) - chroma_zero) / chroma_scale,
+        ],
+        axis=-1,
+    )
+    matrix = COLORSPACE_MATRICES.get(picture.colorspace, "bt601")
+    return ycbcr @ np.linalg.inv(_rgb_to_ycbcr(matrix)).T.astype(np.float32)
+
+
 def _add(plane: np.ndarray, x0: int, y0: int, change: np.ndarray, top: int) -> None:
     """plane[y0:, x0:] += change (rounded, clipped to the code range), in place."""
     h, w = change.shape[:2]

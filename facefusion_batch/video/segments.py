@@ -29,6 +29,7 @@ import av.error
 
 from facefusion_batch.errors import InputError
 from facefusion_batch.fsutil import ffmpeg_path
+from facefusion_batch.video.h264_fields import FieldPairs
 from facefusion_batch.video.mpeg4 import NotCodedVops
 from facefusion_batch.video.probe import pick_video_stream
 from facefusion_batch.video.stream_end import PacketEnd
@@ -121,17 +122,24 @@ def gives_frame(packet: av.Packet) -> bool:
 class FramePackets:
     """Which demuxed video packets of `stream` stand for a frame, asked in decode order: those
     `gives_frame` accepts, less MPEG-4 Part 2 not-coded VOPs (video/mpeg4.py), which a decoder
-    shows no picture for."""
+    shows no picture for, and the second fields of H.264 field pairs (video/h264_fields.py),
+    which complete the frame their first field began."""
 
     def __init__(self, stream) -> None:
         ctx = stream.codec_context
-        self._vops = NotCodedVops(ctx.extradata) if ctx is not None and ctx.name == "mpeg4" else None
+        name = ctx.name if ctx is not None else ""
+        self._vops = NotCodedVops(ctx.extradata) if name == "mpeg4" else None
+        self._fields = FieldPairs(ctx.extradata) if name == "h264" else None
         self.held: int | None = None  # pts of a last packet that gave no frame yet (see `at_end`)
         self._held = False
 
     def __call__(self, packet: av.Packet) -> bool:
         if not gives_frame(packet):
             return False
+        if self._fields is not None and self._fields.progressive:
+            self._fields = None  # its SPS allows no fields: the packets need no reading
+        if self._fields is not None:
+            return self._fields.gives_frame(bytes(packet))
         gives = self._vops is None or self._vops.gives_frame(bytes(packet))
         self._held, self.held = not gives, (None if gives else packet.pts)
         return gives
