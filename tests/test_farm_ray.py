@@ -147,6 +147,60 @@ def test_ray_writes_a_local_renders_matte_and_face_layer(work, clip, source, loc
     assert all(np.array_equal(a, b) for a, b in zip(*layers, strict=True))
 
 
+@pytest.mark.slow
+def test_ray_writes_each_inputs_compositing_outputs_from_templates(work, clip, source, local_ray):
+    """Several inputs on Ray (`--output-dir`) with templated compositing paths: each input's
+    matte video and face-layer sequence are its local single-input render's; run again, all up
+    to date."""
+    from facefusion_batch.farm.jobs import run_render_command
+
+    photo = cv2.resize(cv2.imread(str(asset_path("t1.jpg"))), (640, 443), interpolation=cv2.INTER_AREA)
+    second = make_clip(work / "second.mp4", image=photo[:, ::-1].copy(), size=(320, 240), frames=10)
+    folder = work / "templated"
+    (folder / "out").mkdir(parents=True)
+    base = RenderSettings(
+        input=clip,
+        output=folder / "unused.mp4",
+        sources=(source,),
+        encoder=EncoderSettings(crf=0),
+        matte_output=folder / "{stem}.matte.mkv",
+        face_only_output=folder / "{stem}.face.%04d.png",
+        quiet=True,
+    )
+    local = {}
+    for path in (clip, second):
+        own = folder / f"local {path.stem}"
+        own.mkdir()
+        job = replace(
+            base,
+            input=path,
+            output=own / "out.mp4",
+            matte_output=own / "m.mkv",
+            face_only_output=own / "f.%04d.png",
+        )
+        render(job)
+        local[path.stem] = job
+
+    def run() -> int:
+        return run_render_command(
+            replace(base, chunk_frames=8), [clip, second], output=None, output_dir=folder / "out",
+            output_pattern="{stem}-swapped{ext}", frames=None, ray="auto", ray_workers=2,
+        )  # fmt: skip
+
+    assert run() == 0
+    for stem, count in (("in", 16), ("second", 10)):
+        got, pts = decoded(folder / f"{stem}.matte.mkv", "gray")
+        want, want_pts = decoded(local[stem].matte_output, "gray")
+        assert pts == want_pts and len(got) == count
+        assert all(np.array_equal(a, b) for a, b in zip(got, want, strict=True))
+        numbers = range(1001, 1001 + count)
+        own = local[stem].output.parent
+        layers = [sequence(folder, f"{stem}.face", numbers, "rgba"), sequence(own, "f", numbers, "rgba")]
+        assert all(np.array_equal(a, b) for a, b in zip(*layers, strict=True))
+    written = {p: p.stat().st_mtime_ns for p in folder.glob("*.*")}
+    assert run() == 0 and {p: p.stat().st_mtime_ns for p in written} == written
+
+
 @pytest.fixture
 def ffbatch_logger():
     """`main()` sets up the ffbatch logger for a terminal; put it back for the tests after this one."""
