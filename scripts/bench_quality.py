@@ -181,6 +181,12 @@ def main() -> None:
     input_embeddings = {
         row: embed(pan[analysed.frame_index[row]], analysed.box[row]) for row in range(len(analysed))
     }
+    t1_embeddings = [embed(t1, b) for b in t1_faces.box]
+    # which of t1's faces each detection is (the per-target breakdown)
+    target_of = {
+        row: f"face{int(np.argmin([np.linalg.norm(e - t) for t in t1_embeddings]))}"
+        for row, e in input_embeddings.items()
+    }
     results, sheet_rows = {}, []
     for name, path in sources.items():
         pipeline = build_pipeline(models, (path,), settings, "many")
@@ -198,9 +204,9 @@ def main() -> None:
         # the t1 face that is the source itself is left out (its own face is not a target)
         own = None
         if name.startswith("t1-face"):
-            t1_embeddings = [embed(t1, b) for b in t1_faces.box]
             own = t1_embeddings[int(np.argmin([np.linalg.norm(e - source_embedding) for e in t1_embeddings]))]
         closer, d_src, d_orig, worst_de, shifted = [], [], [], [], []
+        per_target: dict[str, list[bool]] = {}
         swapped = {}
         for row in range(len(analysed)):
             f = int(analysed.frame_index[row])
@@ -218,6 +224,7 @@ def main() -> None:
             d_src.append(ds)
             d_orig.append(do)
             closer.append(ds < do)
+            per_target.setdefault(target_of[row], []).append(ds < do)
             blocks = skin_blocks(analysed.mesh[row], models.regions, pan[f].shape[:2])
             de, sh = colour_errors(pan[f], out_frames[f], blocks)
             worst_de.append(de)
@@ -249,6 +256,10 @@ def main() -> None:
             "blocks_ab_shift_gt4_pct": round(100 * float(np.nanmean(shifted)), 2) if shifted else None,
             "swap_toggles": int(toggles),
             "static_noisy_change_ratio": round(float(change_out / max(change_in, 1e-6)), 2),
+            # per target face of t1: its faces transferred, % (of how many)
+            "transferred_pct_by_target": {
+                t: [round(100 * float(np.mean(v)), 1), len(v)] for t, v in sorted(per_target.items())
+            },
         }
         print(name, results[name], flush=True)
         sheet_rows.append((name, pan[len(pan) // 2], out_frames[len(pan) // 2], source_image))

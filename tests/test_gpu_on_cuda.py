@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import threading
 
+import av
 import hostk
 import numpy as np
 import pytest
@@ -213,6 +214,37 @@ def test_render_on_the_gpu_through_the_cli(tmp_path, t1_small):
     before, _ = decode_all(clip)
     after, _ = decode_all(out)
     assert [p for p, _ in after] == [p for p, _ in before]
+
+
+def test_compositing_outputs_on_the_gpu_match_the_cpus(tmp_path, t1_small):
+    """--matte-output and --face-only-output on --backend cuda: the torch kernel set's mattes on
+    the GPU against the host set's (the CPU test's tolerance, loosened for fp16 models)."""
+    from facefusion_batch.models.assets import asset_path
+
+    clip = make_clip(
+        tmp_path / "in.mkv", frames=12, size=(640, 360), image=t1_small, audio=None, codec="ffv1",
+        pix_fmt="bgr0",
+    )  # fmt: skip
+    mattes = {}
+    for backend in ("cpu", "cuda"):
+        matte = tmp_path / f"{backend}.matte.mkv"
+        proc = ffbatch(
+            "render", clip, "-s", asset_path("astronaut.png"), "-o", tmp_path / f"{backend}.mkv",
+            "--encoder", "ffv1", "--backend", backend, "--matte-output", matte,
+            "--face-only-output", tmp_path / f"{backend}.face.%04d.png", timeout=300,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        mattes[backend] = [frame.to_ndarray(format="gray") for frame in av_frames(matte)]
+        assert len(list(tmp_path.glob(f"{backend}.face.*.png"))) == 12
+    assert len(mattes["cuda"]) == len(mattes["cpu"]) == 12
+    d = np.abs(np.stack(mattes["cuda"]).astype(int) - np.stack(mattes["cpu"]).astype(int))
+    assert d.mean() < 1.0 and (d > 8).mean() < 0.02, (d.mean(), (d > 8).mean())
+    assert np.stack(mattes["cuda"]).max() == 255
+
+
+def av_frames(path):
+    with av.open(str(path)) as container:
+        return list(container.decode(video=0))
 
 
 def test_doctor_on_the_gpu_picks_a_gpu_backend():
