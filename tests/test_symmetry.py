@@ -9,10 +9,11 @@ import cv2
 import numpy as np
 import pytest
 
+from facefusion_batch.faces.mesh import LEFT_EYE_OUTER, RIGHT_EYE_OUTER
 from facefusion_batch.kernels.host import HostKernels
 from facefusion_batch.pipeline.build import build_pipeline, prepare_sources
 from facefusion_batch.swap.classical import ClassicalSettings, eye_frame
-from facefusion_batch.swap.symmetry import mirror_weights, symmetric_pair, triangle_areas
+from facefusion_batch.swap.symmetry import NASION, far_half, mirror_weights, symmetric_pair, triangle_areas
 
 HOST = HostKernels()
 
@@ -80,6 +81,26 @@ def test_both_halves_hold_the_same_blend_where_the_paint_switches():
         b = other_out[int(round(full[v, 1])), min(int(round(full[v, 0])), 49), 0]
         assert abs(a - b) < 25, (v, a, b)
     assert np.all(own_out[..., 3:] == own[..., 3:])  # alpha and skin untouched
+
+
+def test_a_strongly_turned_face_gives_its_far_half_from_the_midline(t1_faces, models):
+    """far_half: nothing for t1's frontal and three-quarter faces; for its near profile the
+    far eye's corner all, the near one's nothing, the midline half; and mirror_weights take it."""
+    yaws = np.array([eye_frame(m)[2] for m in t1_faces.mesh])
+    for mesh in t1_faces.mesh[np.abs(yaws) < 0.3]:
+        assert not far_half(mesh).any()
+    mesh = t1_faces.mesh[int(np.argmax(np.abs(yaws)))]
+    assert abs(yaws).max() > 0.4
+    half = far_half(mesh)
+    # the nose tip is displaced toward the far side: that eye's corner is the far one
+    far, near = (
+        (LEFT_EYE_OUTER, RIGHT_EYE_OUTER)
+        if yaws[np.argmax(np.abs(yaws))] < 0
+        else (RIGHT_EYE_OUTER, LEFT_EYE_OUTER)
+    )
+    assert half[far] == pytest.approx(1.0) and half[near] == 0.0 and half[NASION] == pytest.approx(0.5)
+    weights = mirror_weights(mesh, mesh, models.triangles)  # no squeeze against itself: far_half alone
+    assert weights[far] > 0.9 and weights[near] < 0.1
 
 
 def test_a_turned_photo_takes_one_side_from_the_flipped_photo(models, turned_photo):
