@@ -36,6 +36,7 @@ from facefusion_batch.farm.concat import concat_command
 from facefusion_batch.farm.jobs import run_render_command
 from facefusion_batch.farm.multi_gpu import render_on_several_gpus
 from facefusion_batch.farm.plan import plan_command
+from facefusion_batch.fsutil import remove_live_temps
 from facefusion_batch.tools import doctor as tools_doctor
 from facefusion_batch.tools import engines as tools_engines
 from facefusion_batch.tools import models as tools_models
@@ -1042,6 +1043,8 @@ def main(argv: list[str] | None = None) -> None:
             file=sys.stderr,
         )
         code = EXIT_INTERNAL
+    finally:  # a signal that landed before a temporary file's own clean-up could run
+        remove_live_temps()
     sys.exit(code if isinstance(code, int) else 0)
 
 

@@ -10,10 +10,12 @@ on failure the temporary file is removed.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import json
 import os
+import random
 import re
 import tempfile
 import threading
@@ -25,6 +27,10 @@ from facefusion_batch.errors import InputError, OutputError
 
 _lock = threading.Lock()
 _mode: int | None = None
+# the temporary files of AtomicFiles neither committed nor aborted: what a signal that lands
+# between creating one and the code that would remove it leaves behind (`remove_live_temps`)
+_live: set[Path] = set()
+_NAMES, _NAME_CHARS = random.SystemRandom(), "abcdefghijklmnopqrstuvwxyz0123456789_"  # as mkstemp's
 PARTIAL = ".partial-"  # what every temporary name holds: `.{stem}.partial-XXXXXXXX{suffix}`
 NAME_MAX = 255  # bytes in one file name on the file systems renders land on
 
@@ -91,12 +97,9 @@ class AtomicFile:
             if make_parent:
                 parent.mkdir(parents=True, exist_ok=True)
             prefix, suffix = temp_prefix(self.path)
-            fd, name = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=parent)
-            os.fchmod(fd, default_file_mode())
-            os.close(fd)
+            self.temp = _create_registered(parent, prefix, suffix)
         except OSError as exc:
             raise OutputError(f"cannot write {self.path}: {exc.strerror or exc}") from None
-        self.temp = Path(name)
         self.done = False
 
     def commit(self) -> None:
@@ -109,6 +112,7 @@ class AtomicFile:
             self.abort()
             raise OutputError(f"cannot write {self.path}: {exc.strerror or exc}") from None
         self.done = True
+        _forget(self.temp)
         with contextlib.suppress(OSError):
             fd = os.open(self.temp.parent, os.O_RDONLY)
             try:
@@ -119,6 +123,7 @@ class AtomicFile:
     def abort(self) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.temp)
+        _forget(self.temp)
 
     def __enter__(self) -> AtomicFile:
         return self
@@ -128,6 +133,43 @@ class AtomicFile:
             self.commit()
         elif not self.done:
             self.abort()
+
+
+def _create_registered(parent: Path, prefix: str, suffix: str) -> Path:
+    """A new empty file `parent/{prefix}XXXXXXXX{suffix}` (as tempfile.mkstemp names it), its
+    name registered in `_live` *before* it is created: a signal handler that runs at any point
+    in between finds it registered, or finds no file to leave behind."""
+    for _ in range(tempfile.TMP_MAX):
+        temp = parent / f"{prefix}{''.join(_NAMES.choices(_NAME_CHARS, k=8))}{suffix}"
+        with _lock:
+            _live.add(temp)
+        try:
+            fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:  # another file's name: not ours to remove
+            _forget(temp)
+            continue
+        try:
+            os.fchmod(fd, default_file_mode())
+        finally:
+            os.close(fd)
+        return temp
+    raise FileExistsError(errno.EEXIST, "no unused temporary name")
+
+
+def _forget(temp: Path) -> None:
+    with _lock:
+        _live.discard(temp)
+
+
+def remove_live_temps() -> None:
+    """Remove the temporary files of AtomicFiles still open: the command is ending, and one of
+    them survives only when a signal landed before the code that would remove it could run."""
+    with _lock:
+        temps = list(_live)
+        _live.clear()
+    for temp in temps:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
 
 
 def write_bytes_atomically(path: Path, data: bytes, *, make_parent: bool = True) -> None:

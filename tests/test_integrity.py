@@ -22,12 +22,12 @@ import typer.main
 from media import audio_packets, decode_all, make_clip
 from test_cli import assert_usage_error, ffbatch, leftovers
 
-from facefusion_batch import cli
+from facefusion_batch import cli, fsutil
 from facefusion_batch.config import render_settings
 from facefusion_batch.errors import Interrupted
 from facefusion_batch.farm.manifest import file_fingerprint, settings_digest
 from facefusion_batch.farm.outputs import job_for
-from facefusion_batch.fsutil import claim_output
+from facefusion_batch.fsutil import AtomicFile, claim_output, remove_live_temps
 from facefusion_batch.runtime import onnxruntime_backend
 from facefusion_batch.video.stills import MAX_IMAGE_PIXELS, exif_orientation, image_size, read_image
 
@@ -574,6 +574,38 @@ def long_segment(path: Path, copies: int) -> Path:
                 q.time_base, q.stream = p.time_base, stream
                 out.mux(q)
     return path
+
+
+def test_a_temporary_file_a_signal_orphaned_is_removed_when_the_command_ends(tmp_path):
+    """A signal that lands between an AtomicFile's creation and the `with` that would remove it
+    (seen under load: SIGTERM right as concat opened its output) leaves a registered temporary
+    file, which the CLI removes as it exits; committed and aborted ones are not registered."""
+    orphan = AtomicFile(tmp_path / "a.mp4")  # as if interrupted before its `with`
+    with AtomicFile(tmp_path / "b.mp4") as done:
+        done.temp.write_bytes(b"b")
+    aborted = AtomicFile(tmp_path / "c.mp4")
+    aborted.abort()
+    assert orphan.temp.exists() and (tmp_path / "b.mp4").read_bytes() == b"b"
+    remove_live_temps()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.mp4"]
+    # the name is registered before the file exists: a signal at any point leaves nothing behind
+    registered = []
+    real_open = os.open
+
+    def interrupted_open(path, *args):
+        registered.append(fsutil._live.copy())
+        fd = real_open(path, *args)
+        os.close(fd)
+        raise KeyboardInterrupt  # lands right after the file was made
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(fsutil.os, "open", interrupted_open)
+        with pytest.raises(KeyboardInterrupt):
+            AtomicFile(tmp_path / "d.mp4")
+    assert any(p.name.startswith(".d.partial-") for p in registered[0])
+    assert any(p.name.startswith(".d.partial-") for p in tmp_path.iterdir())
+    remove_live_temps()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.mp4"]
 
 
 @pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGHUP, 129)], ids=["TERM", "HUP"])
