@@ -44,6 +44,7 @@ LEGACY = {
     "mirror_fill": False,
     "match_sharpness": False,
     "match_grain": False,
+    "feather": 0.25,
 }
 
 
