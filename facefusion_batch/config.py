@@ -284,6 +284,11 @@ def check_writes(writes: list[tuple[str, Path]], reads: list[tuple[str, Path]]) 
                 raise InputError(f"{what} {path} and {other_what} {other} are one file; choose two paths")
 
 
+def option_field(option: str) -> str:
+    """The RenderSettings field of a render option: --matte-output → matte_output."""
+    return option.removeprefix("--").replace("-", "_")
+
+
 def compositing_outputs(settings: RenderSettings) -> list[tuple[str, Path]]:
     """(option, path) of each compositing output asked for: --matte-output, --face-only-output."""
     named = (("--matte-output", settings.matte_output), ("--face-only-output", settings.face_only_output))

@@ -15,7 +15,12 @@ from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
 
-from facefusion_batch.config import RenderSettings, compositing_outputs, compositing_start_number
+from facefusion_batch.config import (
+    RenderSettings,
+    compositing_outputs,
+    compositing_start_number,
+    option_field,
+)
 from facefusion_batch.errors import FfbatchError
 from facefusion_batch.farm.concat import join_segments
 from facefusion_batch.farm.manifest import remove_stale_partials, segment_name
@@ -115,9 +120,7 @@ def segment_settings(settings: RenderSettings, work: Path, start: int, end: int)
     moved = {}
     for option, path in compositing_outputs(settings):
         share = staged(work, option, path) if is_sequence_pattern(path) else None
-        moved[option.removeprefix("--").replace("-", "_")] = share or chunk_segment(
-            work, option, path, start, end
-        )
+        moved[option_field(option)] = share or chunk_segment(work, option, path, start, end)
     return replace(settings, **moved)
 
 

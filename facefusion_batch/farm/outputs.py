@@ -16,6 +16,7 @@ from facefusion_batch.config import (
     compositing_outputs,
     compositing_start_number,
     expand_template,
+    option_field,
 )
 from facefusion_batch.errors import InputError
 from facefusion_batch.farm.manifest import settings_digest
@@ -73,11 +74,6 @@ def compositing_paths(templates: list[tuple[str, Path]], input: Path) -> list[tu
     input's name with --output-pattern's fields (`mattes/{stem}.matte.mkv`); a sequence's `%06d`
     is left to its writer."""
     return [(option, Path(expand_template(str(path), input, option))) for option, path in templates]
-
-
-def option_field(option: str) -> str:
-    """The RenderSettings field of a render option: --matte-output → matte_output."""
-    return option.removeprefix("--").replace("-", "_")
 
 
 def compositing_complete(settings: RenderSettings, frames: int) -> bool:

@@ -35,13 +35,14 @@ from facefusion_batch.config import (
     check_writes,
     compositing_outputs,
     files_read,
+    option_field,
     render_settings,
     template_literal,
 )
 from facefusion_batch.errors import InputError
 from facefusion_batch.farm.chunk_compositing import chunk_segment
 from facefusion_batch.farm.manifest import segment_name, work_dir_for
-from facefusion_batch.farm.outputs import DEFAULT_PATTERN, compositing_paths, option_field, outputs_for
+from facefusion_batch.farm.outputs import DEFAULT_PATTERN, compositing_paths, outputs_for
 from facefusion_batch.video.formats import check_fits, segment_suffix
 from facefusion_batch.video.probe import probe
 from facefusion_batch.video.segments import format_range, frame_index, split_frames

@@ -18,39 +18,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from facefusion_batch.video.bits import BitReader
+
 _SLICE, _IDR, _SPS, _PPS = 1, 5, 7, 8
 # profiles whose SPS carries chroma format, bit depths and scaling matrices (7.3.2.1.1)
 _HIGH_PROFILES = {100, 110, 122, 244, 44, 83, 86, 118, 128, 138, 139, 134, 135}
 
 
-class _Bits:
-    """An RBSP (emulation prevention bytes removed) read bit by bit, with Exp-Golomb codes."""
-
-    def __init__(self, data: bytes) -> None:
-        self._data = data.replace(b"\x00\x00\x03", b"\x00\x00")
-        self._pos = 0
-
-    def u(self, count: int) -> int:
-        value = 0
-        for _ in range(count):
-            byte = self._pos >> 3
-            if byte >= len(self._data):
-                raise EOFError
-            value = (value << 1) | ((self._data[byte] >> (7 - (self._pos & 7))) & 1)
-            self._pos += 1
-        return value
-
-    def ue(self) -> int:
-        zeros = 0
-        while not self.u(1):
-            zeros += 1
-            if zeros > 31:
-                raise EOFError
-        return (1 << zeros) - 1 + self.u(zeros)
-
-    def se(self) -> int:
-        k = self.ue()
-        return (k + 1) // 2 if k % 2 else -(k // 2)
+def _rbsp(data: bytes) -> BitReader:
+    """The bits of a NAL unit's payload, its emulation prevention bytes (00 00 03) removed."""
+    return BitReader(data.replace(b"\x00\x00\x03", b"\x00\x00"))
 
 
 @dataclass(frozen=True)
@@ -60,7 +37,7 @@ class _Sps:
     separate_colour_planes: bool
 
 
-def _skip_scaling_list(bits: _Bits, size: int) -> None:
+def _skip_scaling_list(bits: BitReader, size: int) -> None:
     last = following = 8
     for _ in range(size):
         if following:
@@ -70,37 +47,37 @@ def _skip_scaling_list(bits: _Bits, size: int) -> None:
 
 def parse_sps(rbsp: bytes) -> tuple[int, _Sps]:
     """(seq_parameter_set_id, what the slice headers need) from an SPS NAL's payload."""
-    bits = _Bits(rbsp)
-    profile = bits.u(8)
-    bits.u(16)  # constraint flags, level_idc
+    bits = _rbsp(rbsp)
+    profile = bits.read(8)
+    bits.read(16)  # constraint flags, level_idc
     sps_id = bits.ue()
     separate = False
     if profile in _HIGH_PROFILES:
         chroma_format = bits.ue()
         if chroma_format == 3:
-            separate = bool(bits.u(1))
+            separate = bool(bits.read(1))
         bits.ue()  # bit_depth_luma_minus8
         bits.ue()  # bit_depth_chroma_minus8
-        bits.u(1)  # qpprime_y_zero_transform_bypass_flag
-        if bits.u(1):  # seq_scaling_matrix_present_flag
+        bits.read(1)  # qpprime_y_zero_transform_bypass_flag
+        if bits.read(1):  # seq_scaling_matrix_present_flag
             for i in range(12 if chroma_format == 3 else 8):
-                if bits.u(1):
+                if bits.read(1):
                     _skip_scaling_list(bits, 16 if i < 6 else 64)
     frame_num_bits = bits.ue() + 4
     poc_type = bits.ue()
     if poc_type == 0:
         bits.ue()  # log2_max_pic_order_cnt_lsb_minus4
     elif poc_type == 1:
-        bits.u(1)
+        bits.read(1)
         bits.se()
         bits.se()
         for _ in range(bits.ue()):
             bits.se()
     bits.ue()  # max_num_ref_frames
-    bits.u(1)  # gaps_in_frame_num_value_allowed_flag
+    bits.read(1)  # gaps_in_frame_num_value_allowed_flag
     bits.ue()  # pic_width_in_mbs_minus1
     bits.ue()  # pic_height_in_map_units_minus1
-    return sps_id, _Sps(frame_num_bits, bool(bits.u(1)), separate)
+    return sps_id, _Sps(frame_num_bits, bool(bits.read(1)), separate)
 
 
 def nal_units(data: bytes, length_size: int | None) -> list[bytes]:
@@ -173,7 +150,7 @@ class FieldPairs:
                 if self._fields_possible is None or not sps.frame_mbs_only:
                     self._fields_possible = not sps.frame_mbs_only
             elif kind == _PPS:
-                bits = _Bits(unit[1:])
+                bits = _rbsp(unit[1:])
                 pps_id = bits.ue()
                 self._pps[pps_id] = bits.ue()
         except EOFError:
@@ -203,7 +180,7 @@ class FieldPairs:
     def _picture(self, unit: bytes) -> bool | None:
         """For the first slice of a picture: whether the picture is a frame or a first field
         (False: the second field of a pair); None for a later slice of a picture."""
-        bits = _Bits(unit[1:24])
+        bits = _rbsp(unit[1:24])
         try:
             if bits.ue() != 0:  # first_mb_in_slice
                 return None
@@ -212,10 +189,10 @@ class FieldPairs:
             if sps is None:
                 return True
             if sps.separate_colour_planes:
-                bits.u(2)
-            frame_num = bits.u(sps.frame_num_bits)
-            field = not sps.frame_mbs_only and bits.u(1)
-            bottom = bits.u(1) if field else 0
+                bits.read(2)
+            frame_num = bits.read(sps.frame_num_bits)
+            field = not sps.frame_mbs_only and bits.read(1)
+            bottom = bits.read(1) if field else 0
         except EOFError:
             return True
         if not field:

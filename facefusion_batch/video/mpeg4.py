@@ -11,25 +11,11 @@ Video Object Layer header (ISO/IEC 14496-2 6.2.3) in the extradata or the first 
 
 from __future__ import annotations
 
+from facefusion_batch.video.bits import BitReader
+
 _VOP = b"\x00\x00\x01\xb6"
 _VOL_FIRST, _VOL_LAST = 0x20, 0x2F  # video_object_layer_start_code 00 00 01 2x
 _GRAYSCALE = 3
-
-
-class _Bits:
-    def __init__(self, data: bytes, start: int) -> None:
-        self._data = data
-        self._pos = start * 8
-
-    def read(self, count: int) -> int:
-        value = 0
-        for _ in range(count):
-            byte = self._pos >> 3
-            if byte >= len(self._data):
-                raise EOFError
-            value = (value << 1) | ((self._data[byte] >> (7 - (self._pos & 7))) & 1)
-            self._pos += 1
-        return value
 
 
 def increment_bits(data: bytes | None) -> int | None:
@@ -40,14 +26,14 @@ def increment_bits(data: bytes | None) -> int | None:
     while at >= 0:
         if at + 3 < len(data) and _VOL_FIRST <= data[at + 3] <= _VOL_LAST:
             try:
-                return _vol_increment_bits(_Bits(data, at + 4))
+                return _vol_increment_bits(BitReader(data, at + 4))
             except EOFError:
                 return None
         at = data.find(b"\x00\x00\x01", at + 3)
     return None
 
 
-def _vol_increment_bits(bits: _Bits) -> int | None:
+def _vol_increment_bits(bits: BitReader) -> int | None:
     bits.read(1 + 8)  # random_accessible_vol, video_object_type_indication
     verid = 1
     if bits.read(1):  # is_object_layer_identifier
@@ -72,7 +58,7 @@ def _vol_increment_bits(bits: _Bits) -> int | None:
 
 def vop_coded(data: bytes, at: int, width: int) -> bool:
     """Whether the VOP whose start code is at `data[at]` is coded (False: an N-VOP)."""
-    bits = _Bits(data, at + 4)
+    bits = BitReader(data, at + 4)
     try:
         bits.read(2)  # vop_coding_type
         while bits.read(1):  # modulo_time_base
