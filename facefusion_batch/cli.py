@@ -690,7 +690,7 @@ def render(
     if facefusion_job is not None:  # read before parsing (main); here only through the app itself
         raise InputError("--facefusion-job runs through `ffbatch render --facefusion-job JOB`")
     settings, gpus_of_run = render_settings(ctx.params, given=given_options(ctx))
-    check_matte_run(settings, len(inputs), ray, several_gpus=bool(gpus_of_run))
+    check_matte_run(settings, len(inputs))
     if gpus_of_run:
         render_on_several_gpus(
             settings, gpus_of_run, inputs=list(inputs), output=output, frames=frames, ray=ray

@@ -310,7 +310,7 @@ def compositing_start_number(settings: RenderSettings) -> int:
     return default_start_number(settings.input) if start is None else start
 
 
-def check_matte_run(settings: RenderSettings, inputs: int, ray: str | None, several_gpus: bool) -> None:
+def check_matte_run(settings: RenderSettings, inputs: int) -> None:
     """The compositing outputs are one set of files per input: exit 2 where several inputs would
     share one path (no template field). (One input split over Ray or several GPUs stages them per
     segment, as a chunked render does: farm/chunk_compositing.py.)"""

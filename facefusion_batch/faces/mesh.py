@@ -22,6 +22,16 @@ RIGHT_EYE_OUTER = 263  # image-right outer eye corner
 NOSE_TIP = 4
 
 
+def eye_frame(mesh: np.ndarray) -> tuple[float, float, float]:
+    """Angle of the eye line, interocular distance (outer corners) and a yaw proxy."""
+    left, right, nose = mesh[LEFT_EYE_OUTER, :2], mesh[RIGHT_EYE_OUTER, :2], mesh[NOSE_TIP, :2]
+    d = right - left
+    span = float(np.hypot(*d))
+    angle = float(np.arctan2(d[1], d[0]))
+    along = float(np.dot(nose - (left + right) / 2, d / max(span, 1e-6)))
+    return angle, span, along / max(span, 1e-6)
+
+
 @dataclass(frozen=True)
 class MeshSettings:
     passes: int = 2

@@ -451,7 +451,7 @@ def plan_command(
             "plan joins video segments; image sequences are rendered whole with `ffbatch render`"
         )
     # each input's compositing paths (templates of its name), passed to its chunks by make_plan
-    check_matte_run(settings, len(params["inputs"]), None, several_gpus=False)
+    check_matte_run(settings, len(params["inputs"]))
     compositing = compositing_outputs(settings)
     per_chunk = frozenset(option_field(option) for option, _ in compositing)
     command = shlex.split(ffbatch)

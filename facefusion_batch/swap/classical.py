@@ -18,7 +18,7 @@ import cv2
 import numpy as np
 
 from facefusion_batch.faces.align import align_crops, host_crops, transform_points
-from facefusion_batch.faces.mesh import LEFT_EYE_OUTER, NOSE_TIP, RIGHT_EYE_OUTER
+from facefusion_batch.faces.mesh import LEFT_EYE_OUTER, RIGHT_EYE_OUTER, eye_frame
 from facefusion_batch.faces.table import FaceTable
 from facefusion_batch.kernels.base import (
     BLEND_MODES,
@@ -92,16 +92,6 @@ class ClassicalSettings:
             match_sharpness=self.match_sharpness,
             match_grain=self.match_grain,
         )
-
-
-def eye_frame(mesh: np.ndarray) -> tuple[float, float, float]:
-    """Angle of the eye line, interocular distance (outer corners) and a yaw proxy."""
-    left, right, nose = mesh[LEFT_EYE_OUTER, :2], mesh[RIGHT_EYE_OUTER, :2], mesh[NOSE_TIP, :2]
-    d = right - left
-    span = float(np.hypot(*d))
-    angle = float(np.arctan2(d[1], d[0]))
-    along = float(np.dot(nose - (left + right) / 2, d / max(span, 1e-6)))
-    return angle, span, along / max(span, 1e-6)
 
 
 def fan_triangles(loop: np.ndarray) -> np.ndarray:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
-from facefusion_batch.faces.mesh import LEFT_EYE_OUTER, NOSE_TIP, RIGHT_EYE_OUTER
+from facefusion_batch.faces.mesh import LEFT_EYE_OUTER, NOSE_TIP, RIGHT_EYE_OUTER, eye_frame
 from facefusion_batch.swap.raster import rasterize
 
 LOW, HIGH = 0.5, 0.78  # share of the two areas over which a triangle turns to the flipped photo
@@ -65,14 +65,12 @@ def far_half(mesh: np.ndarray) -> np.ndarray:
     faces closer to the source; a full half already from 0.2 cost the second 16 points.)"""
     if len(mesh) <= max(LEFT_EYE_OUTER, RIGHT_EYE_OUTER, NOSE_TIP, NASION):
         return np.zeros(len(mesh))  # not a face mesh: no eyes to tell its sides by
-    left, right = mesh[LEFT_EYE_OUTER, :2], mesh[RIGHT_EYE_OUTER, :2]
-    span = max(float(np.hypot(*(right - left))), 1e-6)
-    axis = (right - left) / span
-    yaw = float(np.dot(mesh[NOSE_TIP, :2] - (left + right) / 2, axis)) / span
+    angle, span, yaw = eye_frame(mesh)
+    axis = np.array([np.cos(angle), np.sin(angle)])
     turned = float(_smoothstep((abs(yaw) - TURNED_FROM) / (TURNED_FULLY - TURNED_FROM)))
     if turned == 0:
         return np.zeros(len(mesh))
-    offset = np.sign(yaw) * ((mesh[:, :2] - mesh[NASION, :2]) @ axis) / span
+    offset = np.sign(yaw) * ((mesh[:, :2] - mesh[NASION, :2]) @ axis) / max(span, 1e-6)
     return turned * _smoothstep((offset + MIDLINE_BAND) / (2 * MIDLINE_BAND))
 
 
