@@ -993,7 +993,9 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point: maps every failure to a message on stderr and an exit status."""
     debug = bool(os.environ.get("FFBATCH_DEBUG"))
     _fill_closed_std_fds()
+    handlers = {}  # put back as main() ends: a caller in-process (a test) keeps its own
     if threading.current_thread() is threading.main_thread():
+        handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
         signal.signal(signal.SIGTERM, _stop)
         signal.signal(signal.SIGHUP, _stop)
         if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not ignored (nohup, &)
@@ -1045,6 +1047,9 @@ def main(argv: list[str] | None = None) -> None:
         code = EXIT_INTERNAL
     finally:  # a signal that landed before a temporary file's own clean-up could run
         remove_live_temps()
+        for signum, handler in handlers.items():
+            if handler is not None:  # None: set outside Python, cannot be put back
+                signal.signal(signum, handler)
     sys.exit(code if isinstance(code, int) else 0)
 
 

@@ -558,16 +558,13 @@ def test_a_terminate_that_a_c_extension_turns_into_another_error_still_exits_143
         except Exception:
             raise ImportError("initialization failed") from None  # the extension drops the cause
 
-    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
-    # main() installs its own handlers; the test process gets its own back after each call
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
     monkeypatch.setattr(cli, "app", command)
     monkeypatch.setattr(errors, "_received", [])
-    try:
-        with pytest.raises(SystemExit) as stopped:
-            cli.main(["render"])
-    finally:
-        for s, handler in handlers.items():
-            signal.signal(s, handler)
+    with pytest.raises(SystemExit) as stopped:
+        cli.main(["render"])
+    # main() installs its own handlers and puts the caller's back as it ends
+    assert {s: signal.getsignal(s) for s in handlers} == handlers
     assert stopped.value.code == 143
     assert "terminated (SIGTERM)" in capsys.readouterr().err
     monkeypatch.setattr(errors, "_received", [])
@@ -576,10 +573,7 @@ def test_a_terminate_that_a_c_extension_turns_into_another_error_still_exits_143
         raise ImportError("initialization failed")
 
     monkeypatch.setattr(cli, "app", broken)
-    try:
-        with pytest.raises(SystemExit) as failed:
-            cli.main(["render"])
-    finally:
-        for s, handler in handlers.items():
-            signal.signal(s, handler)
+    with pytest.raises(SystemExit) as failed:
+        cli.main(["render"])
+    assert {s: signal.getsignal(s) for s in handlers} == handlers
     assert failed.value.code == 1  # no signal: a real internal error stays one

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -111,6 +112,39 @@ def test_ray_renders_like_a_local_render_and_retries_a_dead_worker(work, clip, s
     assert all(np.array_equal(a, b) for (_, a), (_, b) in zip(got, ref, strict=True))
     assert audio_packets(out) == audio_packets(clip)
     assert not (work / ".ray out.mp4.ffbatch").exists()
+
+
+@pytest.mark.slow
+def test_a_worker_the_cluster_cannot_start_holds_no_segment(work, clip, source, local_ray, monkeypatch):
+    """Three one-CPU actors on a two-CPU Ray: the third never starts while the others live, so
+    it gets no segment and the two render all four (a segment handed to it would wait forever).
+    With no actor able to start at all, the job fails once the start timeout passes."""
+    from facefusion_batch.errors import FfbatchError
+    from facefusion_batch.farm import ray_runner
+
+    settings = RenderSettings(
+        input=clip, output=work / "three.mp4", sources=(source,), quiet=True, chunk_frames=4
+    )
+    report = work / "three.json"
+    given = []
+    code = ray_runner.render_with_ray(
+        [settings], address="auto", workers=3, report_path=report,
+        on_dispatch=lambda actor, task: given.append(actor),
+    )  # fmt: skip
+    assert code == 0
+    job = json.loads(report.read_text())["jobs"][0]
+    assert job["segments"] == {"total": 4, "reused": 0, "rendered": 4} and job["retries"] == 0
+    assert len(given) == 4 and len(set(given)) <= 2 and len(job["workers"]) <= 2
+    assert len(decode_all(settings.output)[0]) == 16
+
+    monkeypatch.setattr(ray_runner, "plan_pool", lambda ray, workers: (1, {"num_cpus": 64}, 1))
+    started = time.monotonic()
+    with pytest.raises(FfbatchError, match="no Ray worker started within 2 s"):
+        ray_runner.render_with_ray(
+            [replace(settings, output=work / "never.mp4")], address="auto", start_timeout=2
+        )
+    assert time.monotonic() - started < 60
+    assert not (work / "never.mp4").exists()
 
 
 @pytest.mark.slow

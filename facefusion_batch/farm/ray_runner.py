@@ -69,6 +69,7 @@ log = logging.getLogger("ffbatch")
 MAX_ATTEMPTS = 3  # a segment whose actor died is tried this many times in all
 DEFAULT_CHUNK = 1500
 MIN_CHUNK = 25
+START_TIMEOUT = 600.0  # seconds with no actor started and none rendering before the job fails
 
 
 def import_ray():
@@ -234,6 +235,7 @@ def render_with_ray(
     report_path: Path | None = None,
     batch: bool = False,
     on_dispatch: Callable[[Any, SegmentTask], None] | None = None,
+    start_timeout: float = START_TIMEOUT,
 ) -> int:
     """Render `jobs` on Ray; returns the exit status (2 if any input failed).
 
@@ -243,7 +245,8 @@ def render_with_ray(
 
     `batch`: several inputs (`--output-dir`): up-to-date outputs are skipped, a failed input does
     not stop the others. Otherwise one input, whose failure raises. `on_dispatch(actor, task)`
-    is called as each segment is handed out (progress displays, tests).
+    is called as each segment is handed out (progress displays, tests). `start_timeout`: how
+    long to wait when nothing but actors' starts is left to wait for.
     """
     if workers is not None and workers < 1:
         raise InputError(f"--ray-workers must be at least 1 (got {workers})")
@@ -292,18 +295,19 @@ def render_with_ray(
                 remote.options(**resources).remote(template, threads) for _ in range(min(count, len(tasks)))
             ]
 
+        up: set[int] = set()
         try:
             with Progress(enabled=not jobs[0].quiet) as progress:
                 progress.start(total_frames)
-                _schedule(ray, actors, tasks, entries, progress, on_dispatch, batch)
+                _schedule(ray, actors, tasks, entries, progress, on_dispatch, batch, up, start_timeout)
         except KeyboardInterrupt:
             raise Interrupted(
                 "interrupted (SIGINT); finished segments are kept: run the same command to resume"
             ) from None
-        finally:
-            for actor in actors:
+        finally:  # the never-started first: a started one's freed CPU could go to one of them
+            for number in sorted(range(len(actors)), key=lambda n: n in up):
                 with contextlib.suppress(Exception):
-                    ray.kill(actor)
+                    ray.kill(actors[number])
         for entry in entries:
             if entry.status == "rendering":
                 _join(entry, output_tags(entry.settings) if batch else None, batch)
@@ -352,13 +356,32 @@ def _prepare(entry: InputJob, stack: contextlib.ExitStack, actors: int) -> None:
         )
 
 
-def _schedule(ray, actors, tasks: deque, entries: list[InputJob], progress, on_dispatch, batch: bool) -> None:
+def _schedule(
+    ray,
+    actors,
+    tasks: deque,
+    entries: list[InputJob],
+    progress,
+    on_dispatch,
+    batch: bool,
+    started: set[int],
+    start_timeout: float,
+) -> None:
+    """Hand segments to actors as they become free, retrying those whose actor died.
+
+    A segment goes only to an actor that has started (answered `where`): one whose creation
+    the cluster never schedules (no free CPU or GPU for it, a leaked lease) holds no segment,
+    and the others render everything. When nothing but actors' starts is left to wait for and
+    none comes in `start_timeout` seconds, the job fails instead of waiting forever. `started`
+    gets the numbers of the actors that started."""
     from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, WorkerCrashedError
 
     died = (RayActorError, ActorDiedError, ActorUnavailableError, WorkerCrashedError)
-    idle = list(actors)
-    alive = set(range(len(actors)))
+    idle: list = []
+    starting: dict[Any, int] = {actor.where.remote(): number for number, actor in enumerate(actors)}
     running: dict[Any, tuple[int, SegmentTask]] = {}
+    last_death = ""
+    waiting_since = time.monotonic()
     while tasks or running:
         while tasks and idle:
             task = tasks.popleft()
@@ -374,18 +397,40 @@ def _schedule(ray, actors, tasks: deque, entries: list[InputJob], progress, on_d
             running[ref] = (number, task)
             if on_dispatch:
                 on_dispatch(actor, task)
-        if not running:
+        if not running and not starting:
             if tasks:
-                raise FfbatchError("every Ray worker died; finished segments are kept, run again to resume")
+                why = f" (the last: {last_death})" if last_death else ""
+                raise FfbatchError(
+                    f"every Ray worker died{why}; finished segments are kept, run again to resume"
+                )
             break
-        ready, _ = ray.wait(list(running), num_returns=1)
+        timeout = None
+        if not running and not idle:  # nothing can finish but an actor's start
+            timeout = max(0.0, start_timeout - (time.monotonic() - waiting_since))
+        ready, _ = ray.wait([*running, *starting], num_returns=1, timeout=timeout)
+        if not ready:
+            raise FfbatchError(
+                f"no Ray worker started within {start_timeout:.0f} s: the cluster has no free "
+                "CPU or GPU for one ('ray status' shows what holds them); finished segments are kept"
+            )
+        waiting_since = time.monotonic()
         ref = ready[0]
+        if ref in starting:
+            number = starting.pop(ref)
+            try:
+                ray.get(ref)
+            except died as exc:  # its __init__ failed (models, device) or its node went away
+                last_death = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+                log.warning("ray: worker %d did not start: %s", number, last_death)
+                continue
+            started.add(number)
+            idle.append(actors[number])
+            continue
         number, task = running.pop(ref)
         entry = entries[task.job]
         try:
             result = ray.get(ref)
         except died as exc:
-            alive.discard(number)
             entry.retries += 1
             reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             if task.attempts >= MAX_ATTEMPTS:
