@@ -195,6 +195,45 @@ def test_colour_transfer_without_skin_keeps_the_face(face_region):
     np.testing.assert_array_equal(hwc(got), swapped)
 
 
+def test_the_inset_ramp_is_the_hosts_and_falls_to_zero_on_the_covered_edge():
+    from facefusion_batch.kernels.host_ops import inset_ramp
+
+    covered = np.zeros((3, 40, 50), bool)
+    cv2.ellipse(covered[0].view(np.uint8), (25, 20), (18, 12), 20, 0, 360, 1, -1)
+    covered[1, 5:30, :] = True  # a face cut by the region's edge (the frame's): full weight there
+    covered[2, 10:12, 10:40] = True  # thinner than its ramp
+    widths = [3, 2, 4]
+    got = D.inset_ramp(torch.from_numpy(covered), widths).numpy()
+    for f, width in enumerate(widths):
+        ref = inset_ramp(covered[f], width)
+        np.testing.assert_array_equal(got[f], ref)
+        edge = covered[f] & ~cv2.erode(covered[f].astype(np.uint8), np.ones((3, 3), np.uint8)).astype(bool)
+        assert (ref[edge] == 0).all() and (ref[~covered[f]] == 0).all()
+    assert (got[0][cv2.erode(covered[0].astype(np.uint8), np.ones((7, 7), np.uint8)) > 0] == 1).all()
+    assert (got[1][7:28, 0] == 1).all() and got[1][5, 0] == 0  # the cut edge keeps its weight
+
+
+def test_local_colour_keeps_the_sources_chroma_spread(face_region):
+    """`local` matches the lightness spread only: a source's reddish lids are not stretched to a
+    target whose a*/b* vary more (its shading brings the target's tint)."""
+    from facefusion_batch.kernels.host_ops import transfer_colour
+
+    target, swapped, mask = face_region
+    lab = cv2.cvtColor(target.astype(np.uint8), cv2.COLOR_BGR2LAB).astype(np.float32)
+    lab[..., 1:] = 128 + (lab[..., 1:] - 128) * 3  # a target with thrice the chroma spread
+    vivid = cv2.cvtColor(np.clip(lab, 0, 255).astype(np.uint8), cv2.COLOR_LAB2BGR).astype(np.float32)
+
+    def spread(bgr, mode):
+        out = transfer_colour(swapped, vivid, mask, 1.0, mode, 1e4)  # shading flat: only the stats
+        moved = cv2.cvtColor(np.clip(out + 0.5, 0, 255).astype(np.uint8), cv2.COLOR_BGR2LAB)
+        return moved[mask].astype(np.float32).std(axis=0)
+
+    source = cv2.cvtColor(swapped.astype(np.uint8), cv2.COLOR_BGR2LAB)[mask].astype(np.float32).std(axis=0)
+    local, global_ = spread(swapped, "local"), spread(swapped, "global")
+    assert np.allclose(local[1:], source[1:], rtol=0.15)
+    assert (global_[1:] > 1.2 * source[1:]).all()
+
+
 def test_feather_and_multiband_match_host(face_region):
     from facefusion_batch.kernels.host_ops import feather, multiband, multiband_weights
 

@@ -31,6 +31,11 @@ BLEND_MODES = ("multiband", "feather", "poisson")
 COLOUR_MODES = ("local", "global", "none")
 # colour transfer: the std ratio is clipped (a noisy region cannot blow it up)
 STD_RATIO_RANGE = (0.7, 1.4)
+# the weight of a painted face falls to 0 over this share of its eye distance toward the edge of
+# what its warp map covers: the source's own soft edge lands inside the target's outline when a
+# turned source's far side is mirrored, the mesh is reshaped or the map is rasterised coarser,
+# and a hard step there showed the source's temple hair as a dark line along a cheek
+EDGE_RAMP = 0.04
 MODEL_MASK_BLUR = 5.0  # px: occlusion and region masks are blurred this much at crop size
 
 Array = Any  # a kernel set's own array: np.ndarray (host) or torch.Tensor (torch)
@@ -117,6 +122,9 @@ class FaceRegion:
     # [h,w] float32 0–1 over the region: how visible the target face is there (an occlusion
     # model's mask: hair, hands, glasses in front stay in front); None: visible everywhere
     visible: np.ndarray | None = None
+    # px over which the face's weight falls to 0 toward the edge of what its map covers
+    # (`inset_ramp`): the source texture's own soft edge does not always land there
+    edge: int = 1
 
     @property
     def height(self) -> int:

@@ -152,6 +152,7 @@ class HostKernels:
                 r.visible,
                 settings.match_grain,
                 matte=frames.mattes is not None,
+                edge=r.edge,
             )
             frames.painted.append((r.frame, r.x0, r.y0, r.width, r.height))
             _record_matte(frames, r.frame, r.x0, r.y0, used)

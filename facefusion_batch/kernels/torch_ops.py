@@ -606,6 +606,10 @@ def transfer_colour(
     mu_s, sd_s = stats(src)
     mu_t, sd_t = stats(dst)
     ratio = torch.clamp(sd_t / sd_s, *STD_RATIO_RANGE)
+    if mode == "local":  # the lightness spread only, as on the host
+        lightness = constant("lightness_only", lambda: np.array([1.0, 0.0, 0.0]), src.device, src.dtype)
+        lightness = lightness[:, None, None]
+        ratio = ratio * lightness + (1 - lightness)
     moved = (src - mu_s) * ratio + mu_t
     if mode == "local":
         shading = masked_blur(dst, skin, sigma) - masked_blur(moved, skin, sigma)
@@ -662,6 +666,18 @@ def match_grain(
     residual = torch.maximum(torch.minimum(residual, limit), -limit)
     gain = to_device(gain.astype(np.float32), face.device)[:, None, None, None]
     return face + gain * residual * skin[:, None].to(face.dtype)
+
+
+def inset_ramp(covered: Tensor, widths: list[int]) -> Tensor:
+    """host_ops.inset_ramp on device for [F, H, W] masks, face f over widths[f] px: 3x3
+    erosions as min pools (max_pool2d pads with -inf, so outside counts as covered)."""
+    widths_t = torch.as_tensor([max(1, int(w)) for w in widths], device=covered.device)
+    eroded = covered.to(torch.float32)[:, None]
+    total = torch.zeros_like(eroded)
+    for step in range(int(widths_t.max())):
+        eroded = -F.max_pool2d(-eroded, 3, stride=1, padding=1)
+        total += eroded * (step < widths_t).to(eroded.dtype)[:, None, None, None]
+    return (total / widths_t.to(eroded.dtype)[:, None, None, None])[:, 0]
 
 
 def feather(target: Tensor, face: Tensor, alpha: Tensor) -> Tensor:

@@ -150,6 +150,7 @@ def _paint_chunk(frames, regions, origins, canvas, textures, settings, host_blen
     warped = _sample_textures(textures, np.array([r.source for r in regions]), maps)
     face = torch.where(covered[:, None], warped[:, :3], target)
     alpha = torch.where(covered, warped[:, 3], torch.zeros_like(warped[:, 3]))
+    alpha = alpha * D.inset_ramp(covered, [r.edge for r in regions])
     holds = np.array([r.hold_eyes for r in regions], np.float32)
     if warped.shape[1] >= 7 and holds.max() > 0:
         held = D.to_device(holds, device)[:, :, None, None]

@@ -23,6 +23,7 @@ from facefusion_batch.faces.table import FaceTable
 from facefusion_batch.kernels.base import (
     BLEND_MODES,
     COLOUR_MODES,
+    EDGE_RAMP,
     FaceRegion,
     Frames,
     Kernels,
@@ -313,8 +314,9 @@ class ClassicalSwapper:
             if occlusion is not None:
                 visible = crop_to_region(occlusion[0][f], occlusion[1][f], x0, y0, map_x.shape)
             frame = int(table.frame_index[f])
+            edge = max(1, round(EDGE_RAMP * iod))
             out.append(
-                FaceRegion(frame, int(x0), int(y0), map_x, map_y, int(choice[f]), sigma, hold, visible)
+                FaceRegion(frame, int(x0), int(y0), map_x, map_y, int(choice[f]), sigma, hold, visible, edge)
             )
         return out
 
