@@ -295,17 +295,19 @@ def render_with_ray(
                 remote.options(**resources).remote(template, threads) for _ in range(min(count, len(tasks)))
             ]
 
-        up: set[int] = set()
+        started_actors: set[int] = set()
         try:
             with Progress(enabled=not jobs[0].quiet) as progress:
                 progress.start(total_frames)
-                _schedule(ray, actors, tasks, entries, progress, on_dispatch, batch, up, start_timeout)
+                _schedule(
+                    ray, actors, tasks, entries, progress, on_dispatch, batch, started_actors, start_timeout
+                )
         except KeyboardInterrupt:
             raise Interrupted(
                 "interrupted (SIGINT); finished segments are kept: run the same command to resume"
             ) from None
         finally:  # the never-started first: a started one's freed CPU could go to one of them
-            for number in sorted(range(len(actors)), key=lambda n: n in up):
+            for number in sorted(range(len(actors)), key=lambda n: n in started_actors):
                 with contextlib.suppress(Exception):
                     ray.kill(actors[number])
         for entry in entries:
