@@ -234,6 +234,53 @@ def test_local_colour_keeps_the_sources_chroma_spread(face_region):
     assert (global_[1:] > 1.2 * source[1:]).all()
 
 
+def test_local_colour_holds_the_targets_tint_and_keeps_the_sources_light_detail(monkeypatch):
+    """A smooth reddish and a yellowish spot of source skin (lids, a flushed cheek) at half the
+    shading's scale move toward the target's tint, on both kernel sets; a lighter spot of the
+    same size (the source's own shading, which carries its identity) keeps all its contrast."""
+    from facefusion_batch.kernels import host_ops
+    from facefusion_batch.kernels.base import TINT_LIMIT
+
+    h, w = 120, 100
+    target = np.full((h, w, 3), (120, 150, 200), np.float32)  # even skin
+
+    def lab_of(bgr):
+        return cv2.cvtColor(np.clip(bgr + 0.5, 0, 255).astype(np.uint8), cv2.COLOR_BGR2LAB).astype(np.float32)
+
+    yy, xx = np.mgrid[:h, :w]
+
+    def spot(y, x):
+        return np.exp(-((yy - y) ** 2 + (xx - x) ** 2) / (2 * 8.0**2))
+
+    lab = np.broadcast_to(lab_of(target)[0, 0], (h, w, 3)).copy()
+    lab[..., 1] += 14 * spot(40, 35)  # redder
+    lab[..., 2] -= 12 * spot(75, 55)  # bluer
+    lab[..., 0] += 30 * spot(80, 30)  # lighter
+    source = cv2.cvtColor(np.round(lab).astype(np.uint8), cv2.COLOR_LAB2BGR).astype(np.float32)
+    mask = np.zeros((h, w), bool)
+    mask[10:110, 10:90] = True
+    inner = np.zeros((h, w), bool)
+    inner[20:100, 20:80] = True
+
+    def measure(out):
+        got = lab_of(out)
+        tint = host_ops.masked_blur(got - lab_of(target), mask, 4.5)[..., 1:]  # at the tint's scale
+        return np.abs(tint[inner]).max(), got[76:85, 26:35, 0].mean() - got[76:85, 60:69, 0].mean()
+
+    def both():
+        host = host_ops.transfer_colour(source, target, mask, 1.0, "local", 9.0)
+        device = D.transfer_colour(chw(source), chw(target), torch.from_numpy(mask), 1.0, "local", 9.0)
+        return measure(host), measure(hwc(device))
+
+    held = both()
+    for module in (host_ops, D):
+        monkeypatch.setattr(module, "TINT_LIMIT", 1e9)
+    free = both()
+    for (tint, light), (tint_free, light_free) in zip(held, free, strict=True):
+        assert tint <= TINT_LIMIT + 1.5 and tint <= tint_free - 0.7, (tint, tint_free)
+        assert light > 10 and abs(light - light_free) < 0.5, (light, light_free)
+
+
 def test_feather_and_multiband_match_host(face_region):
     from facefusion_batch.kernels.host_ops import feather, multiband, multiband_weights
 

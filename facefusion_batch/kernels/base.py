@@ -31,6 +31,14 @@ BLEND_MODES = ("multiband", "feather", "poisson")
 COLOUR_MODES = ("local", "global", "none")
 # colour transfer: the std ratio is clipped (a noisy region cannot blow it up)
 STD_RATIO_RANGE = (0.7, 1.4)
+# local colour: after the shading, the tint (a*, b*) of the swapped skin may still differ from
+# the target's by at most TINT_LIMIT (8-bit LAB) at TINT_SCALE of the shading's scale: the
+# source's own chroma (red lids and lip rims, a rosy or sallow cheek) left blocks of skin off in
+# a*/b* by more than 4 and read as grey or ruddy patches (scripts/bench_quality.py, 7 sources:
+# 0.6-4.3 % of blocks -> 0.1-1.4 %, identity within 1.6 points); lightness is left alone: held
+# the same way (to 20 levels) it took the astronaut from 91 to 68 % transferred
+TINT_LIMIT = 3.0
+TINT_SCALE = 0.5
 # the weight of a painted face falls to 0 over this share of its eye distance toward the edge of
 # what its warp map covers: the source's own soft edge lands inside the target's outline when a
 # turned source's far side is mirrored, the mesh is reshaped or the map is rasterised coarser,

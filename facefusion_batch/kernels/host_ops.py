@@ -19,6 +19,8 @@ from facefusion_batch.kernels.base import (
     MODEL_MASK_BLUR,
     SHARPNESS_SIGMAS,
     STD_RATIO_RANGE,
+    TINT_LIMIT,
+    TINT_SCALE,
     grain_gain,
     sharpness_weights,
 )
@@ -213,6 +215,8 @@ def transfer_colour(
     lids and lip rims) reddened the source's lids and the rims of its features
     (scripts/bench_quality.py, two sources: skin blocks with a*/b* off by more than 4, 5.66 ->
     3.46 % and 2.17 -> 1.10 %, identity unchanged; the lightness ratio is what carries it).
+    After the shading, what is left of the tint's difference at the finer scale TINT_SCALE ×
+    `sigma` is held to TINT_LIMIT: the source's own red lids or sallow cheek do not survive it.
     """
     if mode == "none" or strength <= 0 or skin.sum() < 16:
         return swapped_bgr
@@ -232,6 +236,8 @@ def transfer_colour(
         shading = masked_blur(dst_lab, skin, sigma) - masked_blur(moved, skin, sigma)
         bound = np.asarray(limit, np.float32)
         moved = moved + np.clip(shading, -bound, bound)
+        tint = masked_blur(dst_lab, skin, TINT_SCALE * sigma) - masked_blur(moved, skin, TINT_SCALE * sigma)
+        moved[..., 1:] += tint[..., 1:] - np.clip(tint[..., 1:], -TINT_LIMIT, TINT_LIMIT)
     moved = src_lab + strength * (moved - src_lab)
     out = cv2.cvtColor(np.clip(moved + 0.5, 0, 255).astype(np.uint8), cv2.COLOR_LAB2BGR)
     return out.astype(np.float32)

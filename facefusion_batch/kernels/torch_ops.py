@@ -36,6 +36,8 @@ from facefusion_batch.kernels.base import (
     GRAIN_CLIP,
     SHARPNESS_SIGMAS,
     STD_RATIO_RANGE,
+    TINT_LIMIT,
+    TINT_SCALE,
     grain_gain,
     sharpness_weights,
 )
@@ -615,6 +617,10 @@ def transfer_colour(
         shading = masked_blur(dst, skin, sigma) - masked_blur(moved, skin, sigma)
         limit = constant(("shading_limit", tuple(limit)), lambda: limit, src.device, src.dtype)[:, None, None]
         moved = moved + torch.maximum(torch.minimum(shading, limit), -limit)
+        fine = TINT_SCALE * np.asarray(sigma, np.float64) if np.ndim(sigma) else TINT_SCALE * float(sigma)
+        tint = (masked_blur(dst, skin, fine) - masked_blur(moved, skin, fine))[..., 1:, :, :]
+        excess = tint - torch.clamp(tint, -TINT_LIMIT, TINT_LIMIT)
+        moved = torch.cat([moved[..., :1, :, :], moved[..., 1:, :, :] + excess], dim=-3)
     moved = src + strength * (moved - src)
     # fewer than 16 skin pixels: statistics are meaningless, keep the face as it is
     return torch.where(count >= 16, lab8_to_bgr(to_uint8_levels(moved)), swapped)
