@@ -9,10 +9,17 @@ import cv2
 import numpy as np
 import pytest
 
-from facefusion_batch.faces.mesh import LEFT_EYE_OUTER, RIGHT_EYE_OUTER
+from facefusion_batch.faces.mesh import LEFT_EYE_OUTER, RIGHT_EYE_OUTER, eye_frame
 from facefusion_batch.kernels.host import HostKernels
 from facefusion_batch.pipeline.build import prepare_sources
-from facefusion_batch.swap.classical import ClassicalSettings, ClassicalSwapper, eye_openness, held_eyes
+from facefusion_batch.swap.classical import (
+    FAR_EYE_TURN,
+    ClassicalSettings,
+    ClassicalSwapper,
+    eye_openness,
+    far_eye_holds,
+    held_eyes,
+)
 
 try:
     from facefusion_batch.kernels.torch_kernels import TorchKernels
@@ -55,6 +62,28 @@ def test_a_shut_eye_is_measured_shut(models, t1_faces):
     assert np.all(shut[:, 1] < 0.2 * open_[:, 1])
 
 
+def test_a_turned_targets_far_eye_stays_its_own(models, t1_faces, t1_image):
+    """Past FAR_EYE_TURN the eye the face turns away from (beside the nose, at the silhouette)
+    is held; the near eye and every frontal face's eyes are not; a mirrored face holds the same
+    eye of its own (the far one again)."""
+    yaw = np.array([eye_frame(m)[2] for m in t1_faces.mesh])
+    far = far_eye_holds(t1_faces.mesh)
+    turned = np.flatnonzero(np.abs(yaw) >= FAR_EYE_TURN[1])
+    assert len(turned) >= 1 and (np.abs(yaw) < FAR_EYE_TURN[0]).sum() >= 3  # t1.jpg: Matt's profile
+    for f in range(len(yaw)):
+        if abs(yaw[f]) < FAR_EYE_TURN[0]:
+            assert far[f].tolist() == [0.0, 0.0]
+    for f in turned:
+        assert sorted(far[f].tolist()) == [0.0, 1.0]
+        loops = (models.regions.left_eye, models.regions.right_eye)
+        nose = t1_faces.mesh[f, 4, 0]
+        gaps = [abs(t1_faces.mesh[f, loop, 0].mean() - nose) for loop in loops]
+        assert far[f, int(np.argmin(gaps))] == 1.0  # the held eye is the one beside the nose
+    mirrored = t1_faces.mesh.copy()
+    mirrored[:, :, 0] = t1_image.shape[1] - 1 - mirrored[:, :, 0]
+    np.testing.assert_allclose(far_eye_holds(mirrored), far, atol=1e-5)
+
+
 @pytest.fixture(scope="module")
 def swapper(models, astronaut_path):
     sources = prepare_sources(models, (astronaut_path,), ClassicalSettings())
@@ -79,7 +108,8 @@ def eye_change(before: np.ndarray, after: np.ndarray, table, regions) -> float:
 def test_shut_target_eyes_stay_the_targets_own(models, swapper, t1_image, t1_faces):
     image = np.ascontiguousarray(t1_image)
     shapes = np.array([image.shape[:2]])
-    assert all(r.hold_eyes == (0.0, 0.0) for r in swapper.regions(t1_faces, shapes))
+    far = far_eye_holds(t1_faces.mesh)  # a turned face's far eye is held all the same
+    assert [r.hold_eyes for r in swapper.regions(t1_faces, shapes)] == [tuple(h) for h in far.tolist()]
     shut = replace(t1_faces, mesh=closed(t1_faces.mesh, models.regions))
     assert all(r.hold_eyes == (1.0, 1.0) for r in swapper.regions(shut, shapes))
     # the painted pixels over the (unmoved) eyes: the source's when open, the target's when shut

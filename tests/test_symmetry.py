@@ -9,11 +9,19 @@ import cv2
 import numpy as np
 import pytest
 
-from facefusion_batch.faces.mesh import LEFT_EYE_OUTER, RIGHT_EYE_OUTER
+from facefusion_batch.faces.mesh import LEFT_EYE_OUTER, NOSE_TIP, RIGHT_EYE_OUTER
 from facefusion_batch.kernels.host import HostKernels
 from facefusion_batch.pipeline.build import build_pipeline, prepare_sources
 from facefusion_batch.swap.classical import ClassicalSettings, eye_frame
-from facefusion_batch.swap.symmetry import NASION, far_half, mirror_weights, symmetric_pair, triangle_areas
+from facefusion_batch.swap.symmetry import (
+    MIDLINE_INSET,
+    NASION,
+    far_half,
+    inset_midline,
+    mirror_weights,
+    symmetric_pair,
+    triangle_areas,
+)
 
 HOST = HostKernels()
 
@@ -103,6 +111,31 @@ def test_a_strongly_turned_face_gives_its_far_half_from_the_midline(t1_faces, mo
     assert weights[far] > 0.9 and weights[near] < 0.1
 
 
+def test_a_turned_faces_upper_midline_is_sampled_inward(t1_faces, t1_image):
+    """inset_midline: t1's frontal and three-quarter faces as they are; on its near profile the
+    skin between the brows moves MIDLINE_INSET of the eye span toward the near side, the eye
+    corners, the nose tip and the chin stay where they are; mirrored, the same move mirrored."""
+    yaws = np.array([eye_frame(m)[2] for m in t1_faces.mesh])
+    for mesh in t1_faces.mesh[np.abs(yaws) < 0.3]:
+        np.testing.assert_array_equal(inset_midline(mesh), mesh)
+    f = int(np.argmax(np.abs(yaws)))
+    mesh = t1_faces.mesh[f]
+    span = eye_frame(mesh)[1]
+    moved = inset_midline(mesh)
+    near = RIGHT_EYE_OUTER if yaws[f] < 0 else LEFT_EYE_OUTER
+    shift = np.linalg.norm(moved[NASION, :2] - mesh[NASION, :2])
+    assert shift == pytest.approx(MIDLINE_INSET * span, rel=0.05)
+    gap = np.linalg.norm(mesh[NASION, :2] - mesh[near, :2])
+    assert np.linalg.norm(moved[NASION, :2] - moved[near, :2]) < gap - 0.8 * shift  # toward the near eye
+    for point in (LEFT_EYE_OUTER, RIGHT_EYE_OUTER, NOSE_TIP, 152):  # 152: the chin
+        np.testing.assert_array_equal(moved[point], mesh[point])
+    flipped = mesh.copy()
+    flipped[:, 0] = t1_image.shape[1] - 1 - flipped[:, 0]
+    back = inset_midline(flipped)
+    back[:, 0] = t1_image.shape[1] - 1 - back[:, 0]
+    np.testing.assert_allclose(back, moved, atol=1e-6)
+
+
 def test_a_turned_photo_takes_one_side_from_the_flipped_photo(models, turned_photo):
     source = prepare_sources(models, (turned_photo,), ClassicalSettings())[0]
     assert source.use_mirror is not None
@@ -120,6 +153,13 @@ def test_a_turned_photo_takes_one_side_from_the_flipped_photo(models, turned_pho
 def test_a_frontal_photo_is_left_as_it_is(models, astronaut_path):
     source = prepare_sources(models, (astronaut_path,), ClassicalSettings())[0]
     assert source.use_mirror is None or source.use_mirror.mean() < 0.05
+    np.testing.assert_array_equal(source.mesh, source.geometry)  # sampled where it was measured
+
+
+def test_a_turned_photo_is_sampled_inward_but_keeps_its_measured_shape(models, turned_photo):
+    source = prepare_sources(models, (turned_photo,), ClassicalSettings())[0]
+    moved = np.linalg.norm(source.mesh[:, :2] - source.geometry[:, :2], axis=1)
+    assert moved[NASION] > 1.0 and moved[NOSE_TIP] == 0.0
 
 
 def test_the_squeezed_side_is_painted_from_the_source(models, turned_photo, astronaut_image):
@@ -142,7 +182,9 @@ def test_the_squeezed_side_is_painted_from_the_source(models, turned_photo, astr
     def change(image: np.ndarray) -> float:
         return float(np.abs(image.astype(np.float32) - target)[area].mean())
 
-    assert change(renders[True]) > 1.5 * change(renders[False]), (
+    # measured: 1.53x (the local colour's tint limit brings both renders' colour nearer the
+    # target's, so what is left is mostly the painted detail)
+    assert change(renders[True]) > 1.4 * change(renders[False]), (
         change(renders[True]),
         change(renders[False]),
     )

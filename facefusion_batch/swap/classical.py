@@ -34,7 +34,7 @@ from facefusion_batch.swap.raster import rasterize
 from facefusion_batch.swap.regions import FaceRegions
 from facefusion_batch.swap.shape import mouth_weight, shaped_meshes
 from facefusion_batch.swap.skin import skin_visibility
-from facefusion_batch.swap.symmetry import atlas, mirror_corners, symmetric_pair
+from facefusion_batch.swap.symmetry import atlas, inset_midline, mirror_corners, symmetric_pair
 
 EYES_MOUTH_CHOICES = ("eyes", "target", "source")
 RASTER_SPAN = 40.0  # eye-corner span (px) at which the warp map is rasterised
@@ -43,6 +43,10 @@ OCCLUSION_TEMPLATE, OCCLUSION_CROP = "arcface_128", 256
 EYE_MARGIN = 0.15  # IOD around each eye opening that goes with it (its lids)
 # target/source eye-opening ratios at which a target's eye starts to stay its own / fully does
 EYE_OPEN, EYE_CLOSED = 0.6, 0.35
+# the yaw proxy (faces/mesh.eye_frame: the nose's offset along the eye line over the eye span) at
+# which a turned target's far eye starts to stay its own, and from which it stays all its own
+# (Matt's near profile in t1.jpg: 0.41; Courteney, turned about 35 degrees: 0.30)
+FAR_EYE_TURN = (0.3, 0.4)
 
 
 @dataclass(frozen=True)
@@ -58,9 +62,10 @@ class ClassicalSettings:
     forehead_margin: float = 0.1  # IOD above the brows kept from the source (hair stays out)
     # IOD over which the mask ramps from 0 to 1 at its edges. Measured by scripts/bench_quality.py
     # (24 frames, 7 sources): 0.25 gave 75.8 % of faces closer to the source on average (the
-    # weakest source 31.6 %), 0.2 gives 82.2 % (61.1 %), 0.15 85.1 % (69.5 %) but lets the local
-    # colour's shading light the source's outer brow into an orange blob at 1:1
-    feather: float = 0.2
+    # weakest source 31.6 %), 0.2 82.2 % (61.1 %); 0.15 once lit the source's outer brow into an
+    # orange blob, which the edge ramp (kernels/base.py EDGE_RAMP) made as faint as with 0.2 at
+    # 1:1: with it, 0.2 gave 80.9 % (57.9 %, David), 0.15 84.0 % (69.5 %, Matthew)
+    feather: float = 0.15
     # how far the target mesh moves toward the source's brows, nose, eye spacing and size
     # (swap/shape.py); 0 paints the source's texture on the target's own geometry
     shape: float = 1.0
@@ -114,6 +119,13 @@ class SourceFace:
     # and per triangle of the swap, whether it is painted from there
     mirror_mesh: np.ndarray | None = None
     use_mirror: np.ndarray | None = None
+    # the mesh as the photo was measured, for the shape transfer (`mesh` is where the texture
+    # is sampled: on a turned photo its upper midline is moved inward, swap/symmetry.py)
+    shape_mesh: np.ndarray | None = None
+
+    @property
+    def geometry(self) -> np.ndarray:
+        return self.mesh if self.shape_mesh is None else self.shape_mesh
 
 
 def with_mirror(source: SourceFace, mirror: SourceFace, triangles: np.ndarray) -> SourceFace:
@@ -177,7 +189,6 @@ def prepare_source(
     grow = max(1, int(round(0.08 * iod)))
     not_skin = cv2.dilate(not_skin, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * grow + 1,) * 2))
     skin = ((alpha > 0.5) & (not_skin == 0)).astype(np.float32)
-
     eyes = []
     for loop in (regions.left_eye, regions.right_eye):
         eye = np.zeros((h, w), np.uint8)
@@ -188,7 +199,13 @@ def prepare_source(
         eyes.append(np.maximum(soft, eye / 255.0).astype(np.float32))
     texture = np.dstack([crop, alpha.astype(np.float32), skin, *eyes])
     opening = eye_openness(local[None], regions)[0]
-    return SourceFace(texture=texture, mesh=local.astype(np.float32), yaw=yaw, eye_open=tuple(opening))
+    return SourceFace(
+        texture=texture,
+        mesh=inset_midline(local).astype(np.float32),
+        yaw=yaw,
+        eye_open=tuple(opening),
+        shape_mesh=local.astype(np.float32),
+    )
 
 
 def eye_openness(meshes: np.ndarray, regions: FaceRegions) -> np.ndarray:
@@ -211,6 +228,18 @@ def held_eyes(target_open: np.ndarray, source_open: np.ndarray) -> np.ndarray:
     ratio = target_open / np.maximum(source_open, 1e-6)
     t = np.clip((EYE_OPEN - ratio) / (EYE_OPEN - EYE_CLOSED), 0.0, 1.0)
     return t * t * (3 - 2 * t)
+
+
+def far_eye_holds(meshes: np.ndarray) -> np.ndarray:
+    """[F,2] how much of each eye stays the target's because the face is turned away from it:
+    past FAR_EYE_TURN the far eye sits in the nose's shadow at the silhouette, and a frontal
+    source's eye squeezed in there showed its white as a pale speck beside the nose bridge.
+    Indexed as `eye_openness` (the face's own left eye first, which lies on the image's right)."""
+    yaw = np.array([eye_frame(m)[2] for m in meshes]).reshape(-1)
+    t = np.clip((np.abs(yaw) - FAR_EYE_TURN[0]) / (FAR_EYE_TURN[1] - FAR_EYE_TURN[0]), 0.0, 1.0)
+    far = t * t * (3 - 2 * t)
+    # a nose moved toward the image's left (yaw < 0): the eye on that side, the face's right, is far
+    return np.stack([np.where(yaw > 0, far, 0.0), np.where(yaw < 0, far, 0.0)], axis=1)
 
 
 def swap_triangles(triangles: np.ndarray, regions: FaceRegions, eyes_mouth: str) -> np.ndarray:
@@ -292,7 +321,7 @@ class ClassicalSwapper:
         bounds = np.ceil(shapes * scales[:, None]).astype(np.int64)
         geometry = table.mesh
         if self.settings.shape > 0 and self.settings.eyes_mouth != "target":  # the target's eyes stay put
-            sources = np.stack([self.sources[c].mesh for c in choice])
+            sources = np.stack([self.sources[c].geometry for c in choice])
             mouth = mouth_weight(self.source_yaw[choice]) if self.settings.mouth_shape else None
             geometry = shaped_meshes(table.mesh, sources, self.face_regions, self.settings.shape, mouth)
         maps = self.warp_maps(
@@ -302,6 +331,7 @@ class ClassicalSwapper:
         if self.settings.eyes_mouth == "eyes":  # closed eyes stay closed
             source_open = np.array([self.sources[c].eye_open for c in choice])
             holds = held_eyes(eye_openness(table.mesh, self.face_regions), source_open)
+            holds = np.maximum(holds, far_eye_holds(table.mesh))
         out: list[FaceRegion] = []
         for f, face_maps in enumerate(maps):
             if face_maps is None:
