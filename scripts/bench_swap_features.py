@@ -32,6 +32,7 @@ VARIANTS = {
     "no mirror fill": {"mirror_fill": False},
     "no sharpness match": {"match_sharpness": False},
     "no grain match": {"match_grain": False},
+    "no tint limit": {"tint_limit": float("inf")},
     "no held eyes (eyes: source)": {"eyes_mouth": "source"},
     "none of the four": {
         "mirror_fill": False,

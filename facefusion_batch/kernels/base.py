@@ -60,6 +60,9 @@ class PaintSettings:
     # how far `local` colour may move the source's low frequencies toward the target's, in 8-bit
     # LAB units (L scaled to 0–255): light (L) and tint (a, b)
     shading_limit: tuple[float, float, float] = (60.0, 30.0, 30.0)
+    # how far `local` colour lets the tint stay off the target's at the finer scale (TINT_LIMIT;
+    # inf: not held)
+    tint_limit: float = TINT_LIMIT
     # the source texture blurred to the target face's own sharpness (a defocused or soft face
     # does not get a crisp pasted one); never sharpened
     match_sharpness: bool = True

@@ -153,6 +153,7 @@ class HostKernels:
                 settings.match_grain,
                 matte=frames.mattes is not None,
                 edge=r.edge,
+                tint_limit=settings.tint_limit,
             )
             frames.painted.append((r.frame, r.x0, r.y0, r.width, r.height))
             _record_matte(frames, r.frame, r.x0, r.y0, used)

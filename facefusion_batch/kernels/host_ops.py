@@ -204,6 +204,7 @@ def transfer_colour(
     mode: str = "local",
     sigma: float = 8.0,
     limit: tuple[float, float, float] = (60.0, 30.0, 30.0),
+    tint_limit: float = TINT_LIMIT,
 ) -> np.ndarray:
     """Return `swapped_bgr` (float32 0–255) recoloured to match `target_bgr` on `skin` (bool).
 
@@ -216,7 +217,8 @@ def transfer_colour(
     (scripts/bench_quality.py, two sources: skin blocks with a*/b* off by more than 4, 5.66 ->
     3.46 % and 2.17 -> 1.10 %, identity unchanged; the lightness ratio is what carries it).
     After the shading, what is left of the tint's difference at the finer scale TINT_SCALE ×
-    `sigma` is held to TINT_LIMIT: the source's own red lids or sallow cheek do not survive it.
+    `sigma` is held to `tint_limit` (inf: not held): the source's own red lids or sallow cheek
+    do not survive it.
     """
     if mode == "none" or strength <= 0 or skin.sum() < 16:
         return swapped_bgr
@@ -236,8 +238,10 @@ def transfer_colour(
         shading = masked_blur(dst_lab, skin, sigma) - masked_blur(moved, skin, sigma)
         bound = np.asarray(limit, np.float32)
         moved = moved + np.clip(shading, -bound, bound)
-        tint = masked_blur(dst_lab, skin, TINT_SCALE * sigma) - masked_blur(moved, skin, TINT_SCALE * sigma)
-        moved[..., 1:] += tint[..., 1:] - np.clip(tint[..., 1:], -TINT_LIMIT, TINT_LIMIT)
+        if np.isfinite(tint_limit):
+            fine = TINT_SCALE * sigma
+            tint = masked_blur(dst_lab, skin, fine) - masked_blur(moved, skin, fine)
+            moved[..., 1:] += tint[..., 1:] - np.clip(tint[..., 1:], -tint_limit, tint_limit)
     moved = src_lab + strength * (moved - src_lab)
     out = cv2.cvtColor(np.clip(moved + 0.5, 0, 255).astype(np.uint8), cv2.COLOR_LAB2BGR)
     return out.astype(np.float32)
@@ -399,6 +403,7 @@ def paint_region(
     grain: bool = False,
     matte: bool = False,
     edge: int = 1,
+    tint_limit: float = TINT_LIMIT,
 ) -> np.ndarray | None:
     """Sample the source texture ([h,w,5]: BGR, alpha, skin, or [h,w,7] with the eye masks)
     through the map and blend it into frame[y0:, x0:], in place; the weight falls to 0 over
@@ -422,7 +427,7 @@ def paint_region(
     if sharpness:
         face, have, goal = match_sharpness(face, target, skin)
     if colour != "none":
-        face = transfer_colour(face, target, skin, colour_strength, colour, sigma, shading_limit)
+        face = transfer_colour(face, target, skin, colour_strength, colour, sigma, shading_limit, tint_limit)
         face = np.where(covered[..., None], face, target)
     if grain:
         face = match_grain(face, target, skin, have, goal)

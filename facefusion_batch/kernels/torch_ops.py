@@ -587,6 +587,7 @@ def transfer_colour(
     mode: str = "local",
     sigma: float = 8.0,
     limit: tuple[float, float, float] = (60.0, 30.0, 30.0),
+    tint_limit: float = TINT_LIMIT,
 ) -> Tensor:
     """host_ops.transfer_colour on device: BGR float [..., 3, H, W], skin bool [..., H, W] →
     recoloured [..., 3, H, W], each image on its own statistics; `sigma` one, or one per image."""
@@ -617,10 +618,11 @@ def transfer_colour(
         shading = masked_blur(dst, skin, sigma) - masked_blur(moved, skin, sigma)
         limit = constant(("shading_limit", tuple(limit)), lambda: limit, src.device, src.dtype)[:, None, None]
         moved = moved + torch.maximum(torch.minimum(shading, limit), -limit)
-        fine = TINT_SCALE * np.asarray(sigma, np.float64) if np.ndim(sigma) else TINT_SCALE * float(sigma)
-        tint = (masked_blur(dst, skin, fine) - masked_blur(moved, skin, fine))[..., 1:, :, :]
-        excess = tint - torch.clamp(tint, -TINT_LIMIT, TINT_LIMIT)
-        moved = torch.cat([moved[..., :1, :, :], moved[..., 1:, :, :] + excess], dim=-3)
+        if math.isfinite(tint_limit):
+            fine = TINT_SCALE * np.asarray(sigma, np.float64) if np.ndim(sigma) else TINT_SCALE * float(sigma)
+            tint = (masked_blur(dst, skin, fine) - masked_blur(moved, skin, fine))[..., 1:, :, :]
+            excess = tint - torch.clamp(tint, -tint_limit, tint_limit)
+            moved = torch.cat([moved[..., :1, :, :], moved[..., 1:, :, :] + excess], dim=-3)
     moved = src + strength * (moved - src)
     # fewer than 16 skin pixels: statistics are meaningless, keep the face as it is
     return torch.where(count >= 16, lab8_to_bgr(to_uint8_levels(moved)), swapped)

@@ -166,7 +166,14 @@ def _paint_chunk(frames, regions, origins, canvas, textures, settings, host_blen
     if settings.colour != "none":
         sigmas = [r.sigma for r in regions]
         face = D.transfer_colour(
-            face, target, skin, settings.colour_strength, settings.colour, sigmas, settings.shading_limit
+            face,
+            target,
+            skin,
+            settings.colour_strength,
+            settings.colour,
+            sigmas,
+            settings.shading_limit,
+            settings.tint_limit,
         )
         face = torch.where(covered[:, None], face, target)
     if settings.match_grain:

@@ -24,6 +24,7 @@ from facefusion_batch.kernels.base import (
     BLEND_MODES,
     COLOUR_MODES,
     EDGE_RAMP,
+    TINT_LIMIT,
     FaceRegion,
     Frames,
     Kernels,
@@ -63,6 +64,7 @@ class ClassicalSettings:
     colour_strength: float = 1.0  # 0–1: how far the colour moves toward the target
     shading_scale: float = 0.12  # local colour: Gaussian sigma of the carried shading, in IOD
     shading_limit: tuple[float, float, float] = (60.0, 30.0, 30.0)  # local colour: LAB bounds
+    tint_limit: float = TINT_LIMIT  # local colour: tint left off at the finer scale (inf: free)
     forehead_margin: float = 0.1  # IOD above the brows kept from the source (hair stays out)
     # IOD over which the mask ramps from 0 to 1 at its edges. Measured by scripts/bench_quality.py
     # (24 frames, 7 sources): 0.25 gave 75.8 % of faces closer to the source on average (the
@@ -99,6 +101,7 @@ class ClassicalSettings:
             colour_strength=self.colour_strength,
             blend=self.blend,
             shading_limit=self.shading_limit,
+            tint_limit=self.tint_limit,
             match_sharpness=self.match_sharpness,
             match_grain=self.match_grain,
         )
