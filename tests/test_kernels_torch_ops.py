@@ -177,13 +177,14 @@ def test_masked_blur_matches_host(face_region, sigma):
     assert diff(got, masked_blur(img, mask, sigma)).max() <= 1e-2
 
 
-@pytest.mark.parametrize("mode", ["global", "local"])
-def test_colour_transfer_matches_host(face_region, mode):
+@pytest.mark.parametrize(("mode", "sigma"), [("global", 9.0), ("local", 9.0), ("local", 30.0)])
+def test_colour_transfer_matches_host(face_region, mode, sigma):
+    """30: the shading's and the tint's blurs both run downscaled."""
     from facefusion_batch.kernels.host_ops import transfer_colour
 
     target, swapped, mask = face_region
-    ref = transfer_colour(swapped, target, mask, 1.0, mode, 9.0)
-    got = D.transfer_colour(chw(swapped), chw(target), torch.from_numpy(mask), 1.0, mode, 9.0)
+    ref = transfer_colour(swapped, target, mask, 1.0, mode, sigma)
+    got = D.transfer_colour(chw(swapped), chw(target), torch.from_numpy(mask), 1.0, mode, sigma)
     d = diff(np.clip(np.floor(hwc(got) + 0.5), 0, 255), ref)
     assert d.mean() <= 1.0 and np.percentile(d, 99) <= 4
 

@@ -193,7 +193,8 @@ def masked_blur(image: np.ndarray, mask: np.ndarray, sigma: float) -> np.ndarray
     both = cv2.GaussianBlur(both, (0, 0), sigma / step)
     if step > 1:
         both = cv2.resize(both, (w, h), interpolation=cv2.INTER_LINEAR)
-    return both[..., :3] / np.maximum(both[..., 3:], 1e-4)
+    n = image.shape[2]
+    return both[..., :n] / np.maximum(both[..., n:], 1e-4)
 
 
 def transfer_colour(
@@ -239,9 +240,9 @@ def transfer_colour(
         bound = np.asarray(limit, np.float32)
         moved = moved + np.clip(shading, -bound, bound)
         if np.isfinite(tint_limit):
-            fine = TINT_SCALE * sigma
-            tint = masked_blur(dst_lab, skin, fine) - masked_blur(moved, skin, fine)
-            moved[..., 1:] += tint[..., 1:] - np.clip(tint[..., 1:], -tint_limit, tint_limit)
+            fine = TINT_SCALE * sigma  # a*, b* only: the lightness is not held
+            tint = masked_blur(dst_lab[..., 1:], skin, fine) - masked_blur(moved[..., 1:], skin, fine)
+            moved[..., 1:] += tint - np.clip(tint, -tint_limit, tint_limit)
     moved = src_lab + strength * (moved - src_lab)
     out = cv2.cvtColor(np.clip(moved + 0.5, 0, 255).astype(np.uint8), cv2.COLOR_LAB2BGR)
     return out.astype(np.float32)
