@@ -68,9 +68,10 @@ class ClassicalSettings:
     forehead_margin: float = 0.1  # IOD above the brows kept from the source (hair stays out)
     # IOD over which the mask ramps from 0 to 1 at its edges. Measured by scripts/bench_quality.py
     # (24 frames, 7 sources): 0.25 gave 75.8 % of faces closer to the source on average (the
-    # weakest source 31.6 %), 0.2 82.2 % (61.1 %); 0.15 once lit the source's outer brow into an
-    # orange blob, which the edge ramp (kernels/base.py EDGE_RAMP) made as faint as with 0.2 at
-    # 1:1: with it, 0.2 gave 80.9 % (57.9 %, David), 0.15 84.0 % (69.5 %, Matthew)
+    # weakest source 31.6 %), 0.2 82.2 % (61.1 %). With the edge ramp (EDGE_RAMP) 0.2 gave 80.9 %
+    # (57.9 %, David), 0.15 84.0 % (69.5 %, Matthew), 0.1 85.1 % (71.6 %), but at 0.1 the mask's
+    # top edge shows as a line across the forehead at 1:1; 0.15 and 0.2 look the same there. (The
+    # orange blob 0.15 once lit at the outer brow was the source's fringe: HAIR_DARKER.)
     feather: float = 0.15
     # how far the target mesh moves toward the source's brows, nose, eye spacing and size
     # (swap/shape.py); 0 paints the source's texture on the target's own geometry
@@ -214,6 +215,7 @@ def prepare_source(
     grow = max(1, int(round(0.08 * iod)))
     not_skin = cv2.dilate(not_skin, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * grow + 1,) * 2))
     skin = ((alpha > 0.5) & (not_skin == 0)).astype(np.float32)
+
     eyes = []
     for loop in (regions.left_eye, regions.right_eye):
         eye = np.zeros((h, w), np.uint8)
