@@ -13,13 +13,13 @@ from facefusion_batch.faces.mesh import LEFT_EYE_OUTER, RIGHT_EYE_OUTER, eye_fra
 from facefusion_batch.kernels.host import HostKernels
 from facefusion_batch.pipeline.build import prepare_sources
 from facefusion_batch.swap.classical import (
-    FAR_EYE_TURN,
     ClassicalSettings,
     ClassicalSwapper,
     eye_openness,
     far_eye_holds,
     held_eyes,
 )
+from facefusion_batch.swap.symmetry import TURNED_FROM, TURNED_FULLY
 
 try:
     from facefusion_batch.kernels.torch_kernels import TorchKernels
@@ -63,15 +63,15 @@ def test_a_shut_eye_is_measured_shut(models, t1_faces):
 
 
 def test_a_turned_targets_far_eye_stays_its_own(models, t1_faces, t1_image):
-    """Past FAR_EYE_TURN the eye the face turns away from (beside the nose, at the silhouette)
+    """Past TURNED_FROM..TURNED_FULLY the eye the face turns away from (beside the nose, at the silhouette)
     is held; the near eye and every frontal face's eyes are not; a mirrored face holds the same
     eye of its own (the far one again)."""
     yaw = np.array([eye_frame(m)[2] for m in t1_faces.mesh])
     far = far_eye_holds(t1_faces.mesh)
-    turned = np.flatnonzero(np.abs(yaw) >= FAR_EYE_TURN[1])
-    assert len(turned) >= 1 and (np.abs(yaw) < FAR_EYE_TURN[0]).sum() >= 3  # t1.jpg: Matt's profile
+    turned = np.flatnonzero(np.abs(yaw) >= TURNED_FULLY)
+    assert len(turned) >= 1 and (np.abs(yaw) < TURNED_FROM).sum() >= 3  # t1.jpg: Matt's profile
     for f in range(len(yaw)):
-        if abs(yaw[f]) < FAR_EYE_TURN[0]:
+        if abs(yaw[f]) < TURNED_FROM:
             assert far[f].tolist() == [0.0, 0.0]
     for f in turned:
         assert sorted(far[f].tolist()) == [0.0, 1.0]

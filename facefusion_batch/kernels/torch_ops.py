@@ -619,7 +619,7 @@ def transfer_colour(
         limit = constant(("shading_limit", tuple(limit)), lambda: limit, src.device, src.dtype)[:, None, None]
         moved = moved + torch.maximum(torch.minimum(shading, limit), -limit)
         if math.isfinite(tint_limit):
-            fine = TINT_SCALE * np.asarray(sigma, np.float64) if np.ndim(sigma) else TINT_SCALE * float(sigma)
+            fine = TINT_SCALE * np.asarray(sigma, np.float64)  # one, or one per image
             tint = masked_blur(dst[..., 1:, :, :], skin, fine) - masked_blur(moved[..., 1:, :, :], skin, fine)
             excess = tint - torch.clamp(tint, -tint_limit, tint_limit)
             moved = torch.cat([moved[..., :1, :, :], moved[..., 1:, :, :] + excess], dim=-3)

@@ -35,7 +35,7 @@ from facefusion_batch.swap.raster import rasterize
 from facefusion_batch.swap.regions import FaceRegions
 from facefusion_batch.swap.shape import mouth_weight, shaped_meshes
 from facefusion_batch.swap.skin import skin_visibility
-from facefusion_batch.swap.symmetry import atlas, inset_midline, mirror_corners, symmetric_pair
+from facefusion_batch.swap.symmetry import atlas, inset_midline, mirror_corners, symmetric_pair, turned
 
 EYES_MOUTH_CHOICES = ("eyes", "target", "source")
 RASTER_SPAN = 40.0  # eye-corner span (px) at which the warp map is rasterised
@@ -48,10 +48,6 @@ EYE_MARGIN = 0.15  # IOD around each eye opening that goes with it (its lids)
 HAIR_DARKER = 0.6
 # target/source eye-opening ratios at which a target's eye starts to stay its own / fully does
 EYE_OPEN, EYE_CLOSED = 0.6, 0.35
-# the yaw proxy (faces/mesh.eye_frame: the nose's offset along the eye line over the eye span) at
-# which a turned target's far eye starts to stay its own, and from which it stays all its own
-# (Matt's near profile in t1.jpg: 0.41; Courteney, turned about 35 degrees: 0.30)
-FAR_EYE_TURN = (0.3, 0.4)
 
 
 @dataclass(frozen=True)
@@ -259,12 +255,13 @@ def held_eyes(target_open: np.ndarray, source_open: np.ndarray) -> np.ndarray:
 
 def far_eye_holds(meshes: np.ndarray) -> np.ndarray:
     """[F,2] how much of each eye stays the target's because the face is turned away from it:
-    past FAR_EYE_TURN the far eye sits in the nose's shadow at the silhouette, and a frontal
-    source's eye squeezed in there showed its white as a pale speck beside the nose bridge.
-    Indexed as `eye_openness` (the face's own left eye first, which lies on the image's right)."""
+    as turned as `symmetry.turned` counts it (Matt's near profile in t1.jpg: 0.41 of the yaw
+    proxy, fully; Courteney, about 35 degrees: 0.30, not at all), the far eye sits in the nose's
+    shadow at the silhouette, and a frontal source's eye squeezed in there showed its white as a
+    pale speck beside the nose bridge. Indexed as `eye_openness` (the face's own left eye
+    first, which lies on the image's right)."""
     yaw = np.array([eye_frame(m)[2] for m in meshes]).reshape(-1)
-    t = np.clip((np.abs(yaw) - FAR_EYE_TURN[0]) / (FAR_EYE_TURN[1] - FAR_EYE_TURN[0]), 0.0, 1.0)
-    far = t * t * (3 - 2 * t)
+    far = turned(yaw)
     # a nose moved toward the image's left (yaw < 0): the eye on that side, the face's right, is far
     return np.stack([np.where(yaw > 0, far, 0.0), np.where(yaw < 0, far, 0.0)], axis=1)
 

@@ -56,6 +56,13 @@ def _smoothstep(t: np.ndarray | float) -> np.ndarray:
     return t * t * (3 - 2 * t)
 
 
+def turned(yaw: np.ndarray | float) -> np.ndarray:
+    """How turned a face is, 0 within TURNED_FROM of the yaw proxy (faces/mesh.eye_frame) to 1
+    from TURNED_FULLY: past it the far side is hidden behind the nose (the mirror fill's far
+    half, the inset midline, a target's held far eye)."""
+    return _smoothstep((np.abs(yaw) - TURNED_FROM) / (TURNED_FULLY - TURNED_FROM))
+
+
 def far_half(mesh: np.ndarray) -> np.ndarray:
     """Per vertex, how far it lies on the far side of a turned face (0 near side, 1 far side,
     0.5 on the midline), times how turned the face is (0 for a face within TURNED_FROM).
@@ -71,11 +78,11 @@ def far_half(mesh: np.ndarray) -> np.ndarray:
         return np.zeros(len(mesh))  # not a face mesh: no eyes to tell its sides by
     angle, span, yaw = eye_frame(mesh)
     axis = np.array([np.cos(angle), np.sin(angle)])
-    turned = float(_smoothstep((abs(yaw) - TURNED_FROM) / (TURNED_FULLY - TURNED_FROM)))
-    if turned == 0:
+    amount = float(turned(yaw))
+    if amount == 0:
         return np.zeros(len(mesh))
     offset = np.sign(yaw) * ((mesh[:, :2] - mesh[NASION, :2]) @ axis) / max(span, 1e-6)
-    return turned * _smoothstep((offset + MIDLINE_BAND) / (2 * MIDLINE_BAND))
+    return amount * _smoothstep((offset + MIDLINE_BAND) / (2 * MIDLINE_BAND))
 
 
 def inset_midline(mesh: np.ndarray) -> np.ndarray:
@@ -92,8 +99,8 @@ def inset_midline(mesh: np.ndarray) -> np.ndarray:
     if len(mesh) <= max(LEFT_EYE_OUTER, RIGHT_EYE_OUTER, NOSE_TIP, NASION):
         return mesh
     angle, span, yaw = eye_frame(mesh)
-    turned = float(_smoothstep((abs(yaw) - TURNED_FROM) / (TURNED_FULLY - TURNED_FROM)))
-    if turned == 0:
+    amount = float(turned(yaw))
+    if amount == 0:
         return mesh
     axis = np.array([np.cos(angle), np.sin(angle)])
     down = np.array([-axis[1], axis[0]])
@@ -103,7 +110,7 @@ def inset_midline(mesh: np.ndarray) -> np.ndarray:
     below = (rel @ down) / (nose if abs(nose) > 1e-6 else 1e-6)  # 0 at the nasion, 1 at the tip
     weight = np.clip(1 - np.abs(across) / INSET_BAND, 0.0, 1.0) * _smoothstep(1 - below / INSET_DOWN)
     out = mesh.copy()
-    out[:, :2] -= (np.sign(yaw) * MIDLINE_INSET * span * turned * weight)[:, None] * axis[None]
+    out[:, :2] -= (np.sign(yaw) * MIDLINE_INSET * span * amount * weight)[:, None] * axis[None]
     return out
 
 
