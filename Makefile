@@ -27,10 +27,11 @@ $(STAMP): pyproject.toml
 
 # what the tests add: the dev extras, and torch for the GPU backends' logic tests, run on the CPU:
 # pinned to the CPU build this machine kind has on disk (an unpinned torch pulls a multi-GB CUDA
-# build); not a package requirement
-$(TEST_STAMP): $(STAMP)
-	$(PIP) -e '.[dev]'
-	$(PIP) torch==2.13.0
+# build); not a package requirement. tests/constraints.txt pins the libraries whose builds decide
+# the exact pixels the golden checksums hold
+$(TEST_STAMP): $(STAMP) tests/constraints.txt
+	$(PIP) -e '.[dev]' -c tests/constraints.txt
+	$(PIP) torch==2.13.0 -c tests/constraints.txt
 	touch $(TEST_STAMP)
 
 models: $(STAMP)

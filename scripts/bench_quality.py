@@ -11,6 +11,7 @@ astronaut.png and each of t1's six faces as the source (a face is never swapped 
 - skin colour: LAB means of skin blocks (a quarter of the eye distance across) of each swapped
   face against the same blocks of the input: worst block ΔE76, share of blocks whose a* or b*
   moved by more than 4;
+- eyes: the mean change inside each target's eye openings (its eyes kept, or the source's);
 - stability: frame-to-frame change inside the swapped faces on a static clip with sensor
   noise, against the input's own change there; swap toggles per face across the pan clip;
   landmark slip of the tracked mesh against the known camera path (px RMS).
@@ -104,6 +105,14 @@ def skin_blocks(mesh: np.ndarray, regions, shape: tuple[int, int]) -> list[np.nd
             if m.sum() > 0.8 * step * step:
                 blocks.append(m)
     return blocks
+
+
+def eye_mask(mesh: np.ndarray, regions, shape: tuple[int, int]) -> np.ndarray:
+    """Boolean mask of a face's two eye openings (the mesh's eye loops)."""
+    mask = np.zeros(shape, np.uint8)
+    for loop in (regions.left_eye, regions.right_eye):
+        cv2.fillPoly(mask, [np.round(mesh[loop, :2]).astype(np.int32)], 1)
+    return mask > 0
 
 
 def colour_errors(before: np.ndarray, after: np.ndarray, blocks) -> tuple[float, float]:
@@ -207,6 +216,7 @@ def main() -> None:
             own = t1_embeddings[int(np.argmin([np.linalg.norm(e - source_embedding) for e in t1_embeddings]))]
         closer, d_src, d_orig, worst_de, shifted = [], [], [], [], []
         per_target: dict[str, list[bool]] = {}
+        eye_change: dict[str, list[float]] = {}
         swapped = {}
         for row in range(len(analysed)):
             f = int(analysed.frame_index[row])
@@ -225,6 +235,8 @@ def main() -> None:
             d_orig.append(do)
             closer.append(ds < do)
             per_target.setdefault(target_of[row], []).append(ds < do)
+            eyes = eye_mask(analysed.mesh[row], models.regions, pan[f].shape[:2])
+            eye_change.setdefault(target_of[row], []).append(float(diff[eyes].mean()) if eyes.any() else 0.0)
             blocks = skin_blocks(analysed.mesh[row], models.regions, pan[f].shape[:2])
             de, sh = colour_errors(pan[f], out_frames[f], blocks)
             worst_de.append(de)
@@ -260,6 +272,9 @@ def main() -> None:
             "transferred_pct_by_target": {
                 t: [round(100 * float(np.mean(v)), 1), len(v)] for t, v in sorted(per_target.items())
             },
+            # per target face: mean change inside its eye openings (0-255): small where its eyes
+            # stay its own (t1.jpg's face2 Lisa and face5 Jennifer have them shut or lowered)
+            "eye_change_by_target": {t: round(float(np.mean(v)), 1) for t, v in sorted(eye_change.items())},
         }
         print(name, results[name], flush=True)
         sheet_rows.append((name, pan[len(pan) // 2], out_frames[len(pan) // 2], source_image))

@@ -33,6 +33,7 @@ VARIANTS = {
     "no sharpness match": {"match_sharpness": False},
     "no grain match": {"match_grain": False},
     "no tint limit": {"tint_limit": float("inf")},
+    "no lids read": {"lids": False},
     "no held eyes (eyes: source)": {"eyes_mouth": "source"},
     "none of the four": {
         "mirror_fill": False,

@@ -220,7 +220,7 @@ def test_classical_swap_with_an_enhancer_on_both_kernel_sets(
 ):
     swap = SwapSettings(swapper="classical", learned=LearnedSettings(enhancer_model="gfpgan_1.4"))
     host, device = pipelines(models, standin_dir, astronaut_path, swap)
-    assert [s.name for s in device.stages] == ["select", "mesh", "track", "swap", "enhance"]
+    assert [s.name for s in device.stages] == ["select", "mesh", "lids", "track", "swap", "enhance"]
     compare(host, device, [t1_image], mean=0.3, p999=8)
 
 

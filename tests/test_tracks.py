@@ -198,3 +198,26 @@ def test_a_render_reports_its_tracks_and_no_toggles(tmp_path, face_clip, astrona
     assert proc.returncode == 0, proc.stderr
     data = json.loads(report.read_text())
     assert data["tracking"]["toggles"] == 0 and 1 <= data["tracking"]["tracks"] <= 12, data["tracking"]
+
+
+def test_a_lid_read_shut_on_one_frame_and_open_on_the_next_is_averaged_along_its_track():
+    """The classical swap's `lids` column (swap/lids.py) leaves the tracker as its mean over the
+    track's last `window` faces: an eye does not flicker between the source's and the target's;
+    a second face's lids are its own."""
+    s = TrackSettings(window=4)
+    tracker = FaceTracker(s)
+    shut = np.array([1.0, 0.0] * 6)  # face A: its left eye read shut every other frame
+    out = []
+    for start in range(0, 12, 4):
+        boxes = [[100, 50, 180, 130], [400, 60, 470, 130]] * 4
+        table = faces(boxes, [20.0] * 8, np.repeat(np.arange(4), 2))
+        a = shut[start : start + 4]
+        lids = np.zeros((8, 2), np.float32)
+        lids[0::2, 0] = a
+        lids[1::2] = 1.0  # face B: both eyes shut throughout
+        out.append(tracker.step(table.with_columns(lids=lids), 4))
+    lids = np.concatenate([o.lids for o in out])
+    first = np.concatenate([o.track == out[0].track[0] for o in out])
+    assert np.allclose(lids[first][s.window :, 0], 0.5)  # a full window: half of it shut
+    assert np.all(lids[first][:, 1] == 0.0)
+    assert np.all(lids[~first] == 1.0)

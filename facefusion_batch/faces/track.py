@@ -15,6 +15,8 @@ order (`InOrder`), then the swap paints them. No model runs here.
   above `start`. A weak face that hovers around a threshold keeps one state instead of flickering.
 - Persons (`--map`): a face's distances to the mapped people become their mean over the
   track's last 2 · `window` faces, so a track keeps one person instead of flipping on a frame.
+- Lids (the classical swap's `lids` column, swap/lids.py): their mean over the track's last
+  `window` faces, so an eye read shut on one frame and open on the next does not flicker.
 - Smoothing: the track's landmarks (mesh points and the five points) go through a One Euro
   filter (low lag on motion, strong smoothing when still); `smoothing` 0 turns it off.
 
@@ -86,6 +88,7 @@ class Track:
     meshes: list[np.ndarray] = field(default_factory=list)  # the last `window` observations
     points: list[np.ndarray] = field(default_factory=list)
     distances: list[np.ndarray] = field(default_factory=list)  # to each --map person, last 2 · window
+    lids: list[np.ndarray] = field(default_factory=list)  # how shut its eyes are, last `window`
     swapping: bool | None = None
 
     def decide(self, s: TrackSettings) -> bool:
@@ -157,6 +160,7 @@ class FaceTracker:
         mesh = None if table.mesh is None else table.mesh.copy()
         points = table.landmarks5.copy()
         person_distance = None if table.person_distance is None else table.person_distance.copy()
+        lids = None if table.lids is None else table.lids.copy()
         presence = table.presence if table.presence is not None else (table.score - 0.5) * 20
         spans = eye_span(table.landmarks5) if len(table) else np.zeros(0)
         for f in range(frame_count):
@@ -188,6 +192,9 @@ class FaceTracker:
                 if person_distance is not None:  # one person per track: the window's mean distances
                     track.distances = (track.distances + [table.person_distance[row]])[-2 * s.window :]
                     person_distance[row] = np.mean(track.distances, axis=0)
+                if lids is not None:  # a lid read shut on one frame and open on the next: between
+                    track.lids = (track.lids + [table.lids[row]])[-s.window :]
+                    lids[row] = np.mean(track.lids, axis=0)
                 swapping = track.decide(s)
                 if track.swapping is not None and swapping != track.swapping:
                     self.toggles += 1
@@ -197,7 +204,7 @@ class FaceTracker:
                     keep.append(int(row))
         self.frame += frame_count
         smoothed = table.with_columns(
-            landmarks5=points, mesh=mesh, track=track_of, person_distance=person_distance
+            landmarks5=points, mesh=mesh, track=track_of, person_distance=person_distance, lids=lids
         )
         return smoothed.select(np.array(sorted(keep), np.int64))
 

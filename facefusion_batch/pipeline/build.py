@@ -53,6 +53,7 @@ from facefusion_batch.swap.classical import (
 )
 from facefusion_batch.swap.enhance import FaceEnhancer
 from facefusion_batch.swap.learned import AUTO_ORDER, LearnedSwapper
+from facefusion_batch.swap.lids import LidReader, shut_lids
 from facefusion_batch.swap.mapped import PersonRouter
 from facefusion_batch.swap.masks import AreaMasker, CropMasker, Occluder, RegionParser
 from facefusion_batch.swap.regions import FaceRegions
@@ -205,6 +206,9 @@ def prepare_sources(
     sources = [
         prepare_source(frames.pixels[i], table.mesh[r], models.regions, settings) for i, r in enumerate(rows)
     ]
+    if settings.eyes_mouth == "eyes" and settings.lids:  # a photo with shut eyes gives none
+        shut = shut_lids(k, frames, table.select(np.array(rows)), models.regions)
+        sources = [replace(s, lid_shut=(float(a), float(b))) for s, (a, b) in zip(sources, shut, strict=True)]
     if not settings.mirror_fill:
         return sources
     triangles = swap_triangles(models.triangles, models.regions, settings.eyes_mouth)
@@ -331,7 +335,13 @@ def build_pipeline(
             swapper = PersonRouter([classical(paths) for paths in person_sources])
         else:
             swapper = classical(source_paths)
-        stages += [mesh, *track, *assign, swapper]
+        # closed eyes the mesh keeps open, read before the tracker so it averages them per track
+        lids = (
+            [LidReader(models.regions)]
+            if settings.classical.eyes_mouth == "eyes" and settings.classical.lids
+            else []
+        )
+        stages += [mesh, *lids, *track, *assign, swapper]
     else:
         model = learned_model(swapper_name)
         session, base_path = load_learned(models, swapper_name)

@@ -30,6 +30,7 @@ from facefusion_batch.kernels.base import (
     Kernels,
     PaintSettings,
 )
+from facefusion_batch.swap.lids import shut_lids
 from facefusion_batch.swap.masks import Occluder
 from facefusion_batch.swap.raster import rasterize
 from facefusion_batch.swap.regions import FaceRegions
@@ -41,7 +42,11 @@ EYES_MOUTH_CHOICES = ("eyes", "target", "source")
 RASTER_SPAN = 40.0  # eye-corner span (px) at which the warp map is rasterised
 # the occlusion model's crop (as the learned swap's inswapper crop: FaceFusion's xseg setting)
 OCCLUSION_TEMPLATE, OCCLUSION_CROP = "arcface_128", 256
-EYE_MARGIN = 0.15  # IOD around each eye opening that goes with it (its lids)
+# IOD around each eye opening that stays the target's with a held eye: a pixel or two, so the
+# source's lid and brow bone stay and carry its identity. Measured by scripts/bench_quality.py
+# with shut lids read from the picture (swap/lids.py), the astronaut as the source: 0.15 (the
+# lids too) 40.3 % of faces closer to the source, 0.04 63.0 %, 0.015 69.7 %; no seam at 4x
+EYE_MARGIN = 0.015
 # above the brows, a source pixel darker than this share of the face's median grey is hair
 # (scripts/bench_quality.py: the astronaut's fringe; 90.8 -> 91.6 % transferred, skin blocks
 # with a*/b* off by > 4 1.0 -> 0.26 %, the worst block 10.0 -> 11.1 ΔE; no other source moved)
@@ -82,6 +87,8 @@ class ClassicalSettings:
     match_sharpness: bool = True
     # the target's own grain carried onto a face smoother than it (a noisy shot stays noisy)
     match_grain: bool = True
+    # closed eyes the mesh keeps open (a shut or lowered lid) told from the picture (swap/lids.py)
+    lids: bool = True
 
     def __post_init__(self) -> None:
         if self.colour not in COLOUR_MODES:
@@ -126,6 +133,9 @@ class SourceFace:
     # the mesh as the photo was measured, for the shape transfer (`mesh` is where the texture
     # is sampled: on a turned photo its upper midline is moved inward, swap/symmetry.py)
     shape_mesh: np.ndarray | None = None
+    # how shut the photo's own left and right eye are by their lids (swap/lids.py): a source
+    # with shut eyes has no open eye to give, and every target keeps its own there
+    lid_shut: tuple[float, float] = (0.0, 0.0)
 
     @property
     def geometry(self) -> np.ndarray:
@@ -335,10 +345,12 @@ class ClassicalSwapper:
         table: FaceTable,
         frame_shapes: np.ndarray,
         occlusion: tuple[np.ndarray, np.ndarray] | None = None,
+        lids: np.ndarray | None = None,
     ) -> list[FaceRegion]:
         """Every face's warp map (source texture coordinates over its region of the frame);
         `frame_shapes` [B, 2]: (height, width) of each frame of the batch; `occlusion`: per
-        face, an occlusion model's mask on an aligned crop and the crop's affine."""
+        face, an occlusion model's mask on an aligned crop and the crop's affine; `lids` [F, 2]:
+        how much of each eye a lowered lid keeps the target's (swap/lids.py)."""
         choice = self.choose_sources(table)
         scales = self.raster_scales(table)
         shapes = frame_shapes[table.frame_index].astype(np.float64)
@@ -356,6 +368,9 @@ class ClassicalSwapper:
             source_open = np.array([self.sources[c].eye_open for c in choice])
             holds = held_eyes(eye_openness(table.mesh, self.face_regions), source_open)
             holds = np.maximum(holds, far_eye_holds(table.mesh))
+            if lids is not None:
+                holds = np.maximum(holds, lids)
+            holds = np.maximum(holds, np.array([self.sources[c].lid_shut for c in choice]).reshape(-1, 2))
         out: list[FaceRegion] = []
         for f, face_maps in enumerate(maps):
             if face_maps is None:
@@ -445,7 +460,10 @@ class ClassicalSwapper:
                 meshes = transform_points(table.mesh[:, :, :2].astype(np.float64), affines)
                 masks.append(skin_visibility(host_crops(k, crops), meshes, self.face_regions))
             occlusion = (np.prod(masks, axis=0).astype(np.float32), affines)
-        regions = self.regions(table, frames.shapes, occlusion)
+        lids = table.lids  # read before the tracker (LidReader), and averaged along each track
+        if lids is None and self.settings.eyes_mouth == "eyes" and self.settings.lids:
+            lids = shut_lids(k, frames, table, self.face_regions)  # no reader ran: this batch's own
+        regions = self.regions(table, frames.shapes, occlusion, lids)
         k.paint_faces(frames, regions, self.textures_for(k), self.settings.paint)
         return table
 

@@ -1,0 +1,117 @@
+"""Closed eyes the mesh keeps open stay closed: t1.jpg's Lisa (eyes shut, smiling) and Jennifer
+(lids lowered, looking down) measure as open as David in the mesh; the picture tells them apart
+(swap/lids.py), and the classical swap keeps their own eyes, on both kernel sets."""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+import pytest
+
+from facefusion_batch.faces.align import align_crops, host_crops, transform_points
+from facefusion_batch.kernels.host import HostKernels
+from facefusion_batch.pipeline.build import prepare_sources
+from facefusion_batch.swap.classical import (
+    ClassicalSettings,
+    ClassicalSwapper,
+    eye_openness,
+)
+from facefusion_batch.swap.lids import LID_CROP, LID_OPEN, LID_SHUT, LID_TEMPLATE, lid_holds, lid_skin_shares
+
+try:
+    from facefusion_batch.kernels.torch_kernels import TorchKernels
+except ImportError:  # torch is a test extra
+    TorchKernels = None
+
+HOST = HostKernels()
+# t1.jpg's faces by the left edge of their box (px): who they are and how their eyes are
+JENNIFER, DAVID, COURTENEY, MATTHEW, MATT, LISA = 52, 462, 270, 750, 898, 1132
+
+
+def by_x(table, x: int) -> int:
+    return int(np.argmin(np.abs(table.box[:, 0] - x)))
+
+
+def shares(k, image: np.ndarray, table, regions) -> np.ndarray:
+    frames = k.upload([image])
+    crops, affines = align_crops(k, frames, table.frame_index, table.landmarks5, LID_TEMPLATE, LID_CROP)
+    meshes = transform_points(table.mesh[:, :, :2].astype(np.float64), affines)
+    return lid_skin_shares(host_crops(k, crops), meshes, regions)
+
+
+def test_the_mesh_alone_cannot_tell_these_lids(models, t1_faces):
+    """Why swap/lids.py exists: by mesh opening the shut eyes are as open as David's."""
+    opening = eye_openness(t1_faces.mesh, models.regions)
+    for who in (JENNIFER, LISA):
+        assert opening[by_x(t1_faces, who)].min() >= 0.8 * opening[by_x(t1_faces, DAVID)].min()
+
+
+def test_shut_and_lowered_lids_are_told_from_open_eyes(models, t1_image, t1_faces, astronaut_image):
+    s = shares(HOST, np.ascontiguousarray(t1_image), t1_faces, models.regions)
+    for who in (JENNIFER, LISA):
+        assert np.all(s[by_x(t1_faces, who)] >= LID_SHUT), (who, s)
+    for who in (DAVID, COURTENEY, MATT):  # open (Courteney's looks down, but her iris shows)
+        assert np.all(s[by_x(t1_faces, who)] < LID_OPEN), (who, s)
+    astronaut = models.mesh(
+        HOST, HOST.upload([astronaut_image]), models.detector(HOST, HOST.upload([astronaut_image]))
+    )
+    assert np.all(shares(HOST, np.ascontiguousarray(astronaut_image), astronaut, models.regions) < LID_OPEN)
+    holds = lid_holds(s)
+    assert holds[by_x(t1_faces, LISA)].tolist() == [1.0, 1.0]
+    assert holds[by_x(t1_faces, DAVID)].tolist() == [0.0, 0.0]
+
+
+def test_an_eye_too_small_to_tell_is_not_held(models, t1_faces):
+    """A crop where the eye loops hold almost no pixels gives NaN, which holds nothing."""
+    tiny = np.full((len(t1_faces), 8, 8, 3), 128, np.uint8)
+    s = lid_skin_shares(tiny, t1_faces.mesh[:, :, :2] * 0.0 + 4.0, models.regions)
+    assert np.isnan(s).all() and lid_holds(s).max() == 0.0
+
+
+@pytest.fixture(scope="module")
+def swappers(models, astronaut_path):
+    sources = prepare_sources(models, (astronaut_path,), ClassicalSettings())
+    return {
+        lids: ClassicalSwapper(sources, models.triangles, models.regions, ClassicalSettings(lids=lids))
+        for lids in (True, False)
+    }
+
+
+def eye_change(before: np.ndarray, after: np.ndarray, mesh: np.ndarray, regions) -> float:
+    mask = np.zeros(before.shape[:2], np.uint8)
+    for loop in (regions.left_eye, regions.right_eye):
+        cv2.fillPoly(mask, [np.round(mesh[loop, :2]).astype(np.int32)], 1)
+    return float(np.abs(after.astype(np.int16) - before.astype(np.int16))[mask > 0].mean())
+
+
+def paint(k, swapper, image, table) -> np.ndarray:
+    frames = k.upload([image])
+    swapper(k, frames, table)
+    return k.download(frames)[0]
+
+
+def test_a_shut_eye_keeps_its_lid_and_an_open_one_takes_the_sources(models, swappers, t1_image, t1_faces):
+    image = np.ascontiguousarray(t1_image)
+    out = {lids: paint(HOST, s, image, t1_faces) for lids, s in swappers.items()}
+    lisa, david = t1_faces.mesh[by_x(t1_faces, LISA)], t1_faces.mesh[by_x(t1_faces, DAVID)]
+    # without the lids the astronaut's open eyes are painted over Lisa's shut ones
+    assert eye_change(image, out[False], lisa, models.regions) > 15
+    assert eye_change(image, out[True], lisa, models.regions) < 0.35 * eye_change(
+        image, out[False], lisa, models.regions
+    )
+    # David's open eyes take the source's either way
+    assert eye_change(image, out[True], david, models.regions) > 15
+    assert eye_change(image, out[True], david, models.regions) == pytest.approx(
+        eye_change(image, out[False], david, models.regions), rel=0.05
+    )
+
+
+def test_lids_are_told_alike_on_both_kernel_sets(models, t1_image, t1_faces):
+    if TorchKernels is None:
+        pytest.skip("torch is not installed")
+    image = np.ascontiguousarray(t1_image)
+    host, device = (
+        shares(HOST, image, t1_faces, models.regions),
+        shares(TorchKernels("cpu"), image, t1_faces, models.regions),
+    )
+    np.testing.assert_allclose(lid_holds(host), lid_holds(device), atol=0.05)
