@@ -23,7 +23,7 @@ from facefusion_batch.faces.mesh import LEFT_EYE_OUTER, RIGHT_EYE_OUTER
 from facefusion_batch.faces.table import FaceTable
 from facefusion_batch.kernels.base import Frames, Kernels
 from facefusion_batch.swap.regions import FaceRegions
-from facefusion_batch.swap.skin import SPREAD_FLOOR, feature_and_face_masks
+from facefusion_batch.swap.skin import feature_and_face_masks, skin_statistics
 
 # the aligned crop a lid is told from (the occlusion model's template): the eye spans ~20 px
 LID_TEMPLATE, LID_CROP = "arcface_128", 128
@@ -41,16 +41,12 @@ def lid_skin_shares(crops: np.ndarray, meshes: np.ndarray, regions: FaceRegions)
     in crop pixels."""
     count, size = crops.shape[0], crops.shape[1]
     out = np.full((count, 2), np.nan)
-    floor = np.asarray(SPREAD_FLOOR, np.float32)
     for f in range(count):  # image operations per crop; no model is called
         features, face = feature_and_face_masks(meshes[f], regions, size)
-        reference = face & ~features
-        if reference.sum() < 64:
+        measured = skin_statistics(crops[f], face & ~features)
+        if measured is None:
             continue
-        ycc = cv2.cvtColor(np.ascontiguousarray(crops[f]), cv2.COLOR_BGR2YCrCb).astype(np.float32)
-        skin = ycc[reference]
-        centre = np.median(skin, axis=0)
-        spread = np.maximum(1.4826 * np.median(np.abs(skin - centre), axis=0), floor)
+        ycc, centre, spread = measured
         d = meshes[f, RIGHT_EYE_OUTER, :2] - meshes[f, LEFT_EYE_OUTER, :2]
         across = np.array([-d[1], d[0]]) / max(float(np.hypot(*d)), 1e-6)  # points down the face
         for e, loop in enumerate((regions.left_eye, regions.right_eye)):

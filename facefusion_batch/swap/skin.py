@@ -53,22 +53,34 @@ def feature_and_face_masks(
     return features > 0, face > 0
 
 
+def skin_statistics(
+    crop: np.ndarray, reference: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(the crop in YCrCb float32, the median and the robust spread of its Y, Cr, Cb over
+    `reference`, the face's own skin; at least SPREAD_FLOOR), or None where too little skin
+    shows (fewer than 64 pixels) to measure it."""
+    if reference.sum() < 64:
+        return None
+    ycc = cv2.cvtColor(np.ascontiguousarray(crop), cv2.COLOR_BGR2YCrCb).astype(np.float32)
+    skin = ycc[reference]
+    centre = np.median(skin, axis=0)
+    spread = 1.4826 * np.median(np.abs(skin - centre), axis=0)
+    return ycc, centre, np.maximum(spread, np.asarray(SPREAD_FLOOR, np.float32))
+
+
 def skin_visibility(crops: np.ndarray, meshes: np.ndarray, regions: FaceRegions) -> np.ndarray:
     """[F, S, S] float32: 1 where the face shows, 0 where something not skin is in front of it;
     `crops` [F, S, S, 3] uint8 BGR, `meshes` [F, 468, 2+] in crop pixels."""
     count, size = crops.shape[0], crops.shape[1]
     out = np.ones((count, size, size), np.float32)
-    floor = np.asarray(SPREAD_FLOOR, np.float32)
     min_part = MIN_PART * size * size
     for f in range(count):  # image operations per crop; no model is called
         features, face = feature_and_face_masks(meshes[f], regions, size)
         reference = face & ~features
-        if reference.sum() < 64:
+        measured = skin_statistics(crops[f], reference)
+        if measured is None:
             continue
-        ycc = cv2.cvtColor(np.ascontiguousarray(crops[f]), cv2.COLOR_BGR2YCrCb).astype(np.float32)
-        skin = ycc[reference]
-        centre = np.median(skin, axis=0)
-        spread = np.maximum(1.4826 * np.median(np.abs(skin - centre), axis=0), floor)
+        ycc, centre, spread = measured
         z = (ycc - centre) / spread
         darker = np.maximum(-z[..., 0], 0.0)
         front = (darker**2 + z[..., 1] ** 2 + z[..., 2] ** 2 > OCCLUDER_Z**2) & reference
