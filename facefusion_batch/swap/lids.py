@@ -29,7 +29,8 @@ from facefusion_batch.swap.skin import feature_and_face_masks, skin_statistics
 LID_TEMPLATE, LID_CROP = "arcface_128", 128
 LID_Z = 2.5  # robust spreads of the skin's Cr/Cb (and, darker only, Y) within which a pixel is skin
 # share of the loop's upper half that is skin at which an eye starts to count as shut / fully
-# does (t1.jpg, 256 px crops: open eyes 0.00–0.11, Lisa's and Jennifer's lids 0.20–0.71)
+# does (t1.jpg and its pan clip, 128 px crops: open eyes 0.00, Matthew's squinting eye 0.00–0.30;
+# his wink 0.35–0.68, Lisa's shut eyes 0.38–0.80, Jennifer's lowered lids 0.81–1.0)
 LID_OPEN, LID_SHUT = 0.12, 0.22
 MIN_PIXELS = 12  # fewer pixels in a half: the eye is too small or too turned to tell
 
