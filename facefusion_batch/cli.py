@@ -161,9 +161,9 @@ BlendOpt = Annotated[str, typer.Option(help="multiband | feather | poisson.")]
 EyesMouthOpt = Annotated[
     str,
     typer.Option(
-        help="eyes: the source's eyes, following the target's eyelids (a shut or lowered eye stays "
-        "the target's), and the target's inner mouth (default); target: keep the target's eyes and "
-        "mouth; source: paint the source's both."
+        help="eyes: the source's eyes, following the target's eyelids (a shut or lowered eye takes "
+        "the source's eye drawn shut), and the target's inner mouth (default); target: keep the "
+        "target's eyes and mouth; source: paint the source's both."
     ),
 ]
 ColourOpt = Annotated[

@@ -86,9 +86,19 @@ def test_a_turned_targets_far_eye_stays_its_own(models, t1_faces, t1_image):
 
 @pytest.fixture(scope="module")
 def swapper(models, astronaut_path):
+    """The default: a closed target eye takes the source's lid drawn shut (11 texture layers)."""
     sources = prepare_sources(models, (astronaut_path,), ClassicalSettings())
-    assert sources[0].texture.shape[2] == 7
+    assert sources[0].texture.shape[2] == 11
     return ClassicalSwapper(sources, models.triangles, models.regions, ClassicalSettings())
+
+
+@pytest.fixture(scope="module")
+def own_eyes(models, astronaut_path):
+    """Without the source lids: a closed target eye stays the target's own (7 texture layers)."""
+    settings = ClassicalSettings(source_lids=False)
+    sources = prepare_sources(models, (astronaut_path,), settings)
+    assert sources[0].texture.shape[2] == 7
+    return ClassicalSwapper(sources, models.triangles, models.regions, settings)
 
 
 def paint(k, swapper, image, table):
@@ -105,20 +115,25 @@ def eye_change(before: np.ndarray, after: np.ndarray, table, regions) -> float:
     return float(np.abs(after.astype(np.int16) - before.astype(np.int16))[mask > 0].mean())
 
 
-def test_shut_target_eyes_stay_the_targets_own(models, swapper, t1_image, t1_faces):
+def test_shut_target_eyes_stay_the_targets_own(models, own_eyes, swapper, t1_image, t1_faces):
     image = np.ascontiguousarray(t1_image)
     shapes = np.array([image.shape[:2]])
     far = far_eye_holds(t1_faces.mesh)  # a turned face's far eye is held all the same
-    assert [r.hold_eyes for r in swapper.regions(t1_faces, shapes)] == [tuple(h) for h in far.tolist()]
+    assert [r.hold_eyes for r in own_eyes.regions(t1_faces, shapes)] == [tuple(h) for h in far.tolist()]
     shut = replace(t1_faces, mesh=closed(t1_faces.mesh, models.regions))
-    assert all(r.hold_eyes == (1.0, 1.0) for r in swapper.regions(shut, shapes))
+    assert all(r.hold_eyes == (1.0, 1.0) for r in own_eyes.regions(shut, shapes))
+    assert all(r.close_eyes == (0.0, 0.0) for r in own_eyes.regions(shut, shapes))
+    # with the source lids (the default) the shut eyes take the source's lid drawn shut instead,
+    # and only a turned face's far eye stays the target's
+    drawn = swapper.regions(shut, shapes)
+    assert all(r.close_eyes == (1.0, 1.0) for r in drawn)
+    assert [r.hold_eyes for r in drawn] == [tuple(h) for h in far_eye_holds(shut.mesh).tolist()]
     # the painted pixels along the shut eyes' lash lines: the source's while the mesh has the
     # eyes open, the target's once it has them shut (the lid above comes from the source:
     # EYE_MARGIN is a pixel or two, so the source's lid and brow bone carry its identity).
     # Feather blending: multiband carries the lid's low frequencies into a one-pixel slit
-    feather = ClassicalSwapper(
-        swapper.sources, models.triangles, models.regions, ClassicalSettings(blend="feather")
-    )
+    settings = ClassicalSettings(blend="feather", source_lids=False)
+    feather = ClassicalSwapper(own_eyes.sources, models.triangles, models.regions, settings)
     wide = eye_change(image, paint(HOST, feather, image, t1_faces), shut, models.regions)
     held = eye_change(image, paint(HOST, feather, image, shut), shut, models.regions)
     assert wide > 10 and held < 0.3 * wide, (wide, held)

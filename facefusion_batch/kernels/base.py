@@ -138,6 +138,9 @@ class FaceRegion:
     # px over which the face's weight falls to 0 toward the edge of what its map covers
     # (`inset_ramp`): the source texture's own soft edge does not always land there
     edge: int = 1
+    # how much of each eye shows the source's lid drawn shut (texture channels 7–9, the eye
+    # a pixel belongs to in 10): a closed target eye takes the source's closed eye
+    close_eyes: tuple[float, float] = (0.0, 0.0)
 
     @property
     def height(self) -> int:

@@ -154,6 +154,7 @@ class HostKernels:
                 matte=frames.mattes is not None,
                 edge=r.edge,
                 tint_limit=settings.tint_limit,
+                close_eyes=r.close_eyes,
             )
             frames.painted.append((r.frame, r.x0, r.y0, r.width, r.height))
             _record_matte(frames, r.frame, r.x0, r.y0, used)

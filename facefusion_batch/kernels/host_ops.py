@@ -405,8 +405,10 @@ def paint_region(
     matte: bool = False,
     edge: int = 1,
     tint_limit: float = TINT_LIMIT,
+    close_eyes: tuple[float, float] = (0.0, 0.0),
 ) -> np.ndarray | None:
-    """Sample the source texture ([h,w,5]: BGR, alpha, skin, or [h,w,7] with the eye masks)
+    """Sample the source texture ([h,w,5]: BGR, alpha, skin, or [h,w,7] with the eye masks, or
+    [h,w,11] with the eyes drawn shut)
     through the map and blend it into frame[y0:, x0:], in place; the weight falls to 0 over
     `edge` px toward the edge of what the map covers (`inset_ramp`). `matte`: return the blend's
     weight of the face over the region ([h, w], 0–1; for multiband the widest of its levels',
@@ -417,7 +419,11 @@ def paint_region(
     map_y[~covered] = -1e4
     warped = cv2.remap(texture, map_x, map_y, cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT, borderValue=0)
     target = frame[y0 : y0 + rh, x0 : x0 + rw].astype(np.float32)
-    face = np.where(covered[..., None], warped[..., :3], target)
+    colour_layer = warped[..., :3]
+    if warped.shape[2] >= 11 and max(close_eyes) > 0:  # the source's eyes drawn shut
+        shut = close_eyes[0] * warped[..., 10] + close_eyes[1] * (1 - warped[..., 10])
+        colour_layer = colour_layer + shut[..., None] * (warped[..., 7:10] - colour_layer)
+    face = np.where(covered[..., None], colour_layer, target)
     alpha = np.where(covered, warped[..., 3], 0.0).astype(np.float32) * inset_ramp(covered, edge)
     if warped.shape[2] >= 7 and max(hold_eyes) > 0:
         alpha *= (1 - hold_eyes[0] * warped[..., 5]) * (1 - hold_eyes[1] * warped[..., 6])

@@ -148,7 +148,13 @@ def _paint_chunk(frames, regions, origins, canvas, textures, settings, host_blen
     covered = ~torch.isnan(maps[:, 0])
     maps = torch.where(covered[:, None], maps, torch.full_like(maps, -1e4))
     warped = _sample_textures(textures, np.array([r.source for r in regions]), maps)
-    face = torch.where(covered[:, None], warped[:, :3], target)
+    colour_layer = warped[:, :3]
+    closes = np.array([r.close_eyes for r in regions], np.float32)
+    if warped.shape[1] >= 11 and closes.max() > 0:  # the source's eyes drawn shut
+        close = D.to_device(closes, device)[:, :, None, None]
+        shut = close[:, 0] * warped[:, 10] + close[:, 1] * (1 - warped[:, 10])
+        colour_layer = colour_layer + shut[:, None] * (warped[:, 7:10] - colour_layer)
+    face = torch.where(covered[:, None], colour_layer, target)
     alpha = torch.where(covered, warped[:, 3], torch.zeros_like(warped[:, 3]))
     alpha = alpha * D.inset_ramp(covered, [r.edge for r in regions])
     holds = np.array([r.hold_eyes for r in regions], np.float32)

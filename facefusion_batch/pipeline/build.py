@@ -203,19 +203,21 @@ def prepare_sources(
     (faces ordered largest first: 0, the default, is the largest)."""
     k, frames, table = detect_sources(models, source_paths, face_index, mesh=True)
     rows = [int(np.flatnonzero(table.frame_index == i)[0]) for i in range(frames.count)]
-    sources = [
-        prepare_source(frames.pixels[i], table.mesh[r], models.regions, settings) for i, r in enumerate(rows)
-    ]
+    shut = np.zeros((len(rows), 2))
     if settings.eyes_mouth == "eyes" and settings.lids:  # a photo with shut eyes gives none
-        shut = shut_lids(k, frames, table.select(np.array(rows)), models.regions)
-        sources = [replace(s, lid_shut=(float(a), float(b))) for s, (a, b) in zip(sources, shut, strict=True)]
+        shut = shut_lids(k, frames, table.select(np.array(rows)), models.regions).astype(np.float64)
+    sources = [
+        prepare_source(frames.pixels[i], table.mesh[r], models.regions, settings, (shut[i, 0], shut[i, 1]))
+        for i, r in enumerate(rows)
+    ]
     if not settings.mirror_fill:
         return sources
     triangles = swap_triangles(models.triangles, models.regions, settings.eyes_mouth)
     flipped = [np.ascontiguousarray(frames.pixels[i][:, ::-1]) for i in range(frames.count)]
     for i, mesh in enumerate(mirrored_meshes(models, k, flipped, table.select(np.array(rows)))):
         if mesh is not None:
-            mirror = prepare_source(flipped[i], mesh, models.regions, settings)
+            # flipped, the photo's left eye is the mirror face's right: its lids swap sides
+            mirror = prepare_source(flipped[i], mesh, models.regions, settings, (shut[i, 1], shut[i, 0]))
             sources[i] = with_mirror(sources[i], mirror, triangles)
     return sources
 

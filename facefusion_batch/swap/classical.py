@@ -35,6 +35,7 @@ from facefusion_batch.swap.masks import Occluder
 from facefusion_batch.swap.raster import rasterize
 from facefusion_batch.swap.regions import FaceRegions
 from facefusion_batch.swap.shape import mouth_weight, shaped_meshes
+from facefusion_batch.swap.shut_eyes import shut_eye_layer
 from facefusion_batch.swap.skin import skin_visibility
 from facefusion_batch.swap.symmetry import atlas, inset_midline, mirror_corners, symmetric_pair, turned
 
@@ -89,6 +90,9 @@ class ClassicalSettings:
     match_grain: bool = True
     # closed eyes the mesh keeps open (a shut or lowered lid) told from the picture (swap/lids.py)
     lids: bool = True
+    # a closed target eye shows the source's own lid drawn shut (swap/shut_eyes.py); off: the
+    # target's own eye shows there
+    source_lids: bool = True
 
     def __post_init__(self) -> None:
         if self.colour not in COLOUR_MODES:
@@ -121,7 +125,9 @@ class SourceFace:
     """One source face ready to paint: texture channels BGR + alpha + skin, and its mesh."""
 
     # [h,w,7] float32: B, G, R (0–255), alpha (0–1), skin (0/1), and soft masks (0–1) of the
-    # left and right eye with their lids, through which a target's closed eye stays its own
+    # left and right eye with their lids, through which a target's closed eye stays its own;
+    # [h,w,11] with the source lids: then B, G, R with both eyes drawn shut, and which eye a
+    # pixel belongs to (1: the left; swap/shut_eyes.py)
     texture: np.ndarray
     mesh: np.ndarray  # [468,3] in texture pixels
     yaw: float
@@ -171,9 +177,14 @@ def hair_above_brows(
 
 
 def prepare_source(
-    image: np.ndarray, mesh: np.ndarray, regions: FaceRegions, settings: ClassicalSettings
+    image: np.ndarray,
+    mesh: np.ndarray,
+    regions: FaceRegions,
+    settings: ClassicalSettings,
+    lid_shut: tuple[float, float] = (0.0, 0.0),
 ) -> SourceFace:
-    """Cut the source face out once: texture, soft alpha and a skin mask for colour statistics."""
+    """Cut the source face out once: texture, soft alpha and a skin mask for colour statistics;
+    `lid_shut`: how shut the photo's own eyes are (swap/lids.py; a shut eye is not drawn shut)."""
     angle, span, yaw = eye_frame(mesh)
     iod = span * 0.7  # eye-centre distance is about 0.7 of the outer-corner span
     pad = int(0.3 * span) + 4
@@ -230,7 +241,11 @@ def prepare_source(
         eye = cv2.dilate(eye, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * grow + 1,) * 2))
         soft = cv2.GaussianBlur(eye.astype(np.float32) / 255, (0, 0), max(1.0, 0.5 * EYE_MARGIN * iod))
         eyes.append(np.maximum(soft, eye / 255.0).astype(np.float32))
-    texture = np.dstack([crop, alpha.astype(np.float32), skin, *eyes])
+    layers = [crop, alpha.astype(np.float32), skin, *eyes]
+    if settings.eyes_mouth == "eyes" and settings.source_lids:  # the source's eyes drawn shut
+        shut, side = shut_eye_layer(crop, local, regions, skin > 0, (1 - lid_shut[0], 1 - lid_shut[1]))
+        layers += [shut, side]
+    texture = np.dstack(layers)
     opening = eye_openness(local[None], regions)[0]
     return SourceFace(
         texture=texture,
@@ -238,6 +253,7 @@ def prepare_source(
         yaw=yaw,
         eye_open=tuple(opening),
         shape_mesh=local.astype(np.float32),
+        lid_shut=(float(lid_shut[0]), float(lid_shut[1])),
     )
 
 
@@ -363,14 +379,7 @@ class ClassicalSwapper:
         maps = self.warp_maps(
             choice, geometry[:, :, :2] * scales[:, None, None], table.mesh[:, :, 2], bounds, scales, shapes
         )
-        holds = np.zeros((len(table), 2))
-        if self.settings.eyes_mouth == "eyes":  # closed eyes stay closed
-            source_open = np.array([self.sources[c].eye_open for c in choice])
-            holds = held_eyes(eye_openness(table.mesh, self.face_regions), source_open)
-            holds = np.maximum(holds, far_eye_holds(table.mesh))
-            if lids is not None:
-                holds = np.maximum(holds, lids)
-            holds = np.maximum(holds, np.array([self.sources[c].lid_shut for c in choice]).reshape(-1, 2))
+        holds, closes = self.eye_holds(table, choice, lids)
         out: list[FaceRegion] = []
         for f, face_maps in enumerate(maps):
             if face_maps is None:
@@ -379,15 +388,40 @@ class ClassicalSwapper:
             iod = 0.7 * eye_frame(table.mesh[f])[1]
             sigma = max(1.0, self.settings.shading_scale * iod)
             hold = (float(holds[f, 0]), float(holds[f, 1]))
+            close = (float(closes[f, 0]), float(closes[f, 1]))
             visible = None
             if occlusion is not None:
                 visible = crop_to_region(occlusion[0][f], occlusion[1][f], x0, y0, map_x.shape)
             frame = int(table.frame_index[f])
             edge = max(1, round(EDGE_RAMP * iod))
             out.append(
-                FaceRegion(frame, int(x0), int(y0), map_x, map_y, int(choice[f]), sigma, hold, visible, edge)
+                FaceRegion(
+                    frame, int(x0), int(y0), map_x, map_y, int(choice[f]), sigma, hold, visible, edge, close
+                )
             )
         return out
+
+    def eye_holds(
+        self, table: FaceTable, choice: np.ndarray, lids: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """[F,2] twice: how much of each eye stays the target's own, and how much shows the
+        source's eye drawn shut. A target's closed eye (a blink the mesh sees, a lid read from
+        the picture) takes the source's lid drawn shut, or with the source lids off stays the
+        target's; a far eye of a turned face stays the target's; a source photo's shut eye has
+        no open eye to give, so an open target eye stays the target's there, and a closed one
+        takes the photo's own shut lid."""
+        none = np.zeros((len(table), 2))
+        if self.settings.eyes_mouth != "eyes":
+            return none, none
+        source_open = np.array([self.sources[c].eye_open for c in choice])
+        closed = held_eyes(eye_openness(table.mesh, self.face_regions), source_open)
+        if lids is not None:
+            closed = np.maximum(closed, lids)
+        far = far_eye_holds(table.mesh)
+        source_shut = np.array([self.sources[c].lid_shut for c in choice]).reshape(-1, 2)
+        if not self.settings.source_lids or self.sources[0].texture.shape[2] < 11:
+            return np.maximum(np.maximum(closed, far), source_shut), none
+        return np.maximum(far, source_shut * (1 - closed)), closed
 
     def warp_maps(
         self,

@@ -159,10 +159,12 @@ def symmetric_pair(
     weights = mirror_weights(mesh, mirror_mesh, triangles)
     use = weights[triangles].mean(axis=1) > 0.5
     texture, mirror = texture.copy(), mirror.copy()
-    from_mirror, w_own = _warp(mirror[..., :3], mesh, mirror_mesh, weights, triangles, texture.shape)
-    from_own, w_mirror = _warp(texture[..., :3], mirror_mesh, mesh, weights, triangles, mirror.shape)
-    texture[..., :3] += w_own[..., None] * (from_mirror - texture[..., :3])
-    mirror[..., :3] = from_own + w_mirror[..., None] * (mirror[..., :3] - from_own)
+    # the colour layers: B, G, R, and with the source lids the same drawn shut (7–9)
+    colour = np.r_[0:3, 7:10] if texture.shape[2] >= 10 else np.r_[0:3]
+    from_mirror, w_own = _warp(mirror[..., colour], mesh, mirror_mesh, weights, triangles, texture.shape)
+    from_own, w_mirror = _warp(texture[..., colour], mirror_mesh, mesh, weights, triangles, mirror.shape)
+    texture[..., colour] += w_own[..., None] * (from_mirror - texture[..., colour])
+    mirror[..., colour] = from_own + w_mirror[..., None] * (mirror[..., colour] - from_own)
     return texture, mirror, use
 
 
