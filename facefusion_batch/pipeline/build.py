@@ -206,6 +206,13 @@ def prepare_sources(
     shut = np.zeros((len(rows), 2))
     if settings.eyes_mouth == "eyes" and settings.lids:  # a photo with shut eyes gives none
         shut = shut_lids(k, frames, table.select(np.array(rows)), models.regions).astype(np.float64)
+        for path, (left, right) in zip(source_paths, shut, strict=True):
+            if min(left, right) >= 0.5:
+                log.warning(
+                    "%s: the source face's eyes are shut: open eyes in the video keep their own, "
+                    "so less of the source shows (a photo with open eyes gives them)",
+                    path,
+                )
     sources = [
         prepare_source(frames.pixels[i], table.mesh[r], models.regions, settings, (shut[i, 0], shut[i, 1]))
         for i, r in enumerate(rows)
@@ -218,7 +225,7 @@ def prepare_sources(
         if mesh is not None:
             # flipped, the photo's left eye is the mirror face's right: its lids swap sides
             mirror = prepare_source(flipped[i], mesh, models.regions, settings, (shut[i, 1], shut[i, 0]))
-            sources[i] = with_mirror(sources[i], mirror, triangles)
+            sources[i] = with_mirror(sources[i], mirror, triangles, models.regions)
     return sources
 
 

@@ -37,7 +37,15 @@ from facefusion_batch.swap.regions import FaceRegions
 from facefusion_batch.swap.shape import mouth_weight, shaped_meshes
 from facefusion_batch.swap.shut_eyes import shut_eye_layer
 from facefusion_batch.swap.skin import skin_visibility
-from facefusion_batch.swap.symmetry import atlas, inset_midline, mirror_corners, symmetric_pair, turned
+from facefusion_batch.swap.symmetry import (
+    atlas,
+    inset_midline,
+    mirror_corners,
+    shut_eye_weights,
+    symmetric_pair,
+    turned,
+    wink_shares,
+)
 
 EYES_MOUTH_CHOICES = ("eyes", "target", "source")
 RASTER_SPAN = 40.0  # eye-corner span (px) at which the warp map is rasterised
@@ -148,13 +156,27 @@ class SourceFace:
         return self.mesh if self.shape_mesh is None else self.shape_mesh
 
 
-def with_mirror(source: SourceFace, mirror: SourceFace, triangles: np.ndarray) -> SourceFace:
+def with_mirror(
+    source: SourceFace, mirror: SourceFace, triangles: np.ndarray, regions: FaceRegions
+) -> SourceFace:
     """`source` whose squeezed side is painted from `mirror`, the same face in the photo
-    flipped left-right (prepared the same way), over `triangles` (the swap's)."""
-    own, flipped, use = symmetric_pair(source.texture, source.mesh, mirror.texture, mirror.mesh, triangles)
+    flipped left-right (prepared the same way), over `triangles` (the swap's); an eye the
+    photo has shut while the other is open (a wink) is painted from there too (the flipped
+    photo's open eye), and counts as open from then on."""
+    shut = source.lid_shut
+    extra = shut_eye_weights(source.mesh, shut, (regions.left_eye, regions.right_eye))
+    own, flipped, use = symmetric_pair(
+        source.texture, source.mesh, mirror.texture, mirror.mesh, triangles, extra
+    )
     texture, offset = atlas(own, flipped)
     mirror_mesh = mirror.mesh + np.array([offset, 0.0, 0.0], np.float32)
-    return replace(source, texture=texture, mirror_mesh=mirror_mesh, use_mirror=use)
+    # a wink's shut eye is the open one now, as open as it (a shut pair stays shut)
+    wink, opening = wink_shares(shut), source.eye_open
+    lid_shut = tuple(shut[e] + wink[e] * (shut[1 - e] - shut[e]) for e in (0, 1))
+    eye_open = tuple(opening[e] + wink[e] * (opening[1 - e] - opening[e]) for e in (0, 1))
+    return replace(
+        source, texture=texture, mirror_mesh=mirror_mesh, use_mirror=use, lid_shut=lid_shut, eye_open=eye_open
+    )
 
 
 def _poly(mask: np.ndarray, points: np.ndarray, value: int) -> None:

@@ -33,6 +33,9 @@ SMOOTHING = 2  # rounds of neighbour averaging: the turn spreads over a band of 
 # sampled this many eye-corner spans inward, toward its near side, fading out over INSET_BAND
 # spans either side of the midline and from the nasion to INSET_DOWN of the way to the nose tip
 MIDLINE_INSET, INSET_BAND, INSET_DOWN = 0.09, 0.12, 0.5
+# eye-corner spans round a photo's shut eye (the other open) painted from the flipped photo,
+# which holds the open one there: the eye, its lids and the socket, not the brow
+SHUT_EYE_REACH = 0.17
 
 
 def triangle_areas(mesh: np.ndarray, triangles: np.ndarray) -> np.ndarray:
@@ -114,13 +117,49 @@ def inset_midline(mesh: np.ndarray) -> np.ndarray:
     return out
 
 
-def mirror_weights(mesh: np.ndarray, mirror_mesh: np.ndarray, triangles: np.ndarray) -> np.ndarray:
+def wink_shares(shut: tuple[float, float]) -> tuple[float, float]:
+    """Per eye (left, right), how much of it to paint from the flipped photo because the photo
+    has that eye clearly shut (more than half held by its lid, swap/lids.py) and the other open:
+    a wink. A pair both shut, or an eye half read, gives none."""
+    left, right = (float(v) for v in shut)
+    return (
+        float(np.clip(2 * left - 1, 0.0, 1.0)) * (1.0 - right),
+        float(np.clip(2 * right - 1, 0.0, 1.0)) * (1.0 - left),
+    )
+
+
+def shut_eye_weights(
+    mesh: np.ndarray, shut: tuple[float, float], eyes: tuple[np.ndarray, np.ndarray]
+) -> np.ndarray:
+    """Per vertex, how much the flipped photo should give round an eye the photo has shut while
+    the other is open (a wink, `wink_shares`): there the flipped photo holds the open eye, so
+    every target gets an open eye to take on both sides. 1 within SHUT_EYE_REACH eye-corner
+    spans of the shut eye's centre, fading to 0 over as much again. `eyes`: the left and right
+    eye loops' point indices (`shut` is indexed alike)."""
+    if len(mesh) <= max(LEFT_EYE_OUTER, RIGHT_EYE_OUTER):
+        return np.zeros(len(mesh))
+    span = max(eye_frame(mesh)[1], 1e-6)
+    out = np.zeros(len(mesh))
+    for loop, amount in zip(eyes, wink_shares(shut), strict=True):
+        if amount <= 0:
+            continue
+        distance = np.linalg.norm(mesh[:, :2] - mesh[loop, :2].mean(axis=0), axis=1) / span
+        out = np.maximum(out, amount * _smoothstep(2 - distance / SHUT_EYE_REACH))
+    return out
+
+
+def mirror_weights(
+    mesh: np.ndarray, mirror_mesh: np.ndarray, triangles: np.ndarray, extra: np.ndarray | None = None
+) -> np.ndarray:
     """Per vertex, how much the flipped photo should give there (0: none, 1: all): high where
     the photo's own triangles are squeezed against the flipped photo's, or on the far half of a
-    strongly turned face (`far_half`), smooth over the mesh."""
+    strongly turned face (`far_half`), or where `extra` says so (per vertex: `shut_eye_weights`),
+    smooth over the mesh."""
     own, other = triangle_areas(mesh, triangles), triangle_areas(mirror_mesh, triangles)
     t = np.clip((other / np.maximum(own + other, 1e-9) - LOW) / (HIGH - LOW), 0.0, 1.0)
     weights = np.maximum(_per_vertex(_smoothstep(t), triangles, len(mesh)), far_half(mesh))
+    if extra is not None:
+        weights = np.maximum(weights, extra)
     for _ in range(SMOOTHING):
         weights = _per_vertex(weights[triangles].mean(axis=1), triangles, len(mesh))
     return weights
@@ -150,13 +189,18 @@ def _warp(
 
 
 def symmetric_pair(
-    texture: np.ndarray, mesh: np.ndarray, mirror: np.ndarray, mirror_mesh: np.ndarray, triangles: np.ndarray
+    texture: np.ndarray,
+    mesh: np.ndarray,
+    mirror: np.ndarray,
+    mirror_mesh: np.ndarray,
+    triangles: np.ndarray,
+    extra: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The photo's and the flipped photo's textures ([h,w,5], meshes in their pixels) blended
     into each other over the band where the mesh turns from one to the other, and [T] which
     triangles are painted from the flipped one. Each texture keeps its own layout (its own
     resolution), and at the turn both hold the same blend, so no seam shows where it switches."""
-    weights = mirror_weights(mesh, mirror_mesh, triangles)
+    weights = mirror_weights(mesh, mirror_mesh, triangles, extra)
     use = weights[triangles].mean(axis=1) > 0.5
     texture, mirror = texture.copy(), mirror.copy()
     # the colour layers: B, G, R, and with the source lids the same drawn shut (7–9)
