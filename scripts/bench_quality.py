@@ -169,6 +169,9 @@ def main() -> None:
         metavar="FIELD=VALUE",
         help="a ClassicalSettings field away from its default (repeatable), for A/B runs",
     )
+    parser.add_argument(
+        "--crops", action="store_true", help="also write crops/<source>.png: each face before|after, 3x"
+    )
     args = parser.parse_args()
     settings = classical_settings(args.set)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -278,6 +281,10 @@ def main() -> None:
         }
         print(name, results[name], flush=True)
         sheet_rows.append((name, pan[len(pan) // 2], out_frames[len(pan) // 2], source_image))
+        if args.crops:
+            mid = len(pan) // 2
+            boxes = analysed.select(analysed.frame_index == mid).box
+            write_crops(pan[mid], out_frames[mid], boxes, args.out / "crops" / f"{name}.png")
     slips = []
     ph, pw = t1.shape[:2]
     base = max(SIZE[0] / pw, SIZE[1] / ph) * camera_path(0.0, DURATION)[0]
@@ -307,6 +314,22 @@ def main() -> None:
     draw(sheet_rows, results, args.out / "quality.png")
     print(json.dumps({k: v for k, v in summary.items() if k != "sources"}))
     print(f"wrote {args.out / 'quality.json'} and {args.out / 'quality.png'}")
+
+
+def write_crops(before: np.ndarray, after: np.ndarray, boxes: np.ndarray, path: Path) -> None:
+    """Each face of one frame before and after, side by side, enlarged 3x (nearest: the pixels
+    as they are), in a column: for looking at seams, lids and colour up close."""
+    tiles = []
+    for x0, y0, x1, y1 in boxes:
+        pad = 0.15 * (x1 - x0)
+        ys = slice(int(max(0, y0 - pad)), int(y1 + pad))
+        xs = slice(int(max(0, x0 - pad)), int(x1 + pad))
+        pair = np.hstack([before[ys, xs], after[ys, xs]])
+        tiles.append(cv2.resize(pair, None, fx=3, fy=3, interpolation=cv2.INTER_NEAREST))
+    width = max(t.shape[1] for t in tiles)
+    tiles = [np.hstack([t, np.full((t.shape[0], width - t.shape[1], 3), 255, np.uint8)]) for t in tiles]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    cv2.imwrite(str(path), np.vstack(tiles))
 
 
 def draw(rows, results, path: Path) -> None:

@@ -16,7 +16,7 @@ from facefusion_batch.kernels.host import HostKernels
 from facefusion_batch.pipeline.build import prepare_sources
 from facefusion_batch.swap.classical import ClassicalSettings, swap_triangles
 from facefusion_batch.swap.lids import LID_OPEN, LID_SHUT, lid_skin_shares
-from facefusion_batch.swap.shut_eyes import shut_eye_layer
+from facefusion_batch.swap.shut_eyes import SKIN_LIFT, in_tint, lifted, shut_eye_layer
 from facefusion_batch.swap.symmetry import wink_shares
 
 HOST = HostKernels()
@@ -134,3 +134,20 @@ def test_a_photo_with_shut_eyes_is_warned_of(models, t1_image, t1_faces, tmp_pat
         david = face_photo(tmp_path, t1_image, t1_faces, DAVID, "david")
         prepare_sources(models, (david,), ClassicalSettings())
     assert not any("eyes are shut" in r.getMessage() for r in caplog.records)
+
+
+def lab_of(bgr) -> np.ndarray:
+    return cv2.cvtColor((np.asarray(bgr, np.float32) / 255)[None, None], cv2.COLOR_BGR2LAB)[0, 0]
+
+
+def test_a_drawn_lid_keeps_its_sockets_tint_and_its_lash_line_too():
+    # the local colour transfer moves the socket's tint to the target's; a lid or lash line in
+    # another tint takes that move as well and turns grey or cyan on a pale face
+    socket, skin, lashes = np.array([90.0, 120.0, 160.0]), np.array([150.0, 180.0, 225.0]), np.full(3, 40.0)
+    lid = lifted(socket, skin)
+    np.testing.assert_allclose(lab_of(lid)[1:], lab_of(socket)[1:], atol=0.5)
+    lightness = lab_of(socket)[0] + SKIN_LIFT * (lab_of(skin)[0] - lab_of(socket)[0])
+    np.testing.assert_allclose(lab_of(lid)[0], lightness, atol=0.5)
+    line = in_tint(lashes, lid)
+    np.testing.assert_allclose(lab_of(line)[0], lab_of(lashes)[0], atol=0.5)
+    np.testing.assert_allclose(lab_of(line)[1:], lab_of(lid)[1:], atol=1.5)

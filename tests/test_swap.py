@@ -4,10 +4,11 @@ Thresholds were measured on t1.jpg (six faces) with astronaut.png as the source
 (values per face, mean absolute difference in grey levels, 0-255):
 
 * default settings: detector box 6.0-7.6, inside the target's face oval 8.6-11.9,
-  on the cheeks 9.9-25.7; every blend/colour/eyes_mouth variant keeps the cheeks
-  at >= 9.9. Untouched pixels differ by exactly 0 (the input array is reused), so
-  any threshold well above 0 and well under ~10 separates "swapped" from "not";
-  the tests use half the smallest measured value.
+  on the cheeks 9.9-25.7 when first measured, 6.3-14.3 now; every blend/colour/eyes_mouth
+  variant changes the cheeks by >= 4.96 (poisson on Matt's near profile, its solve pinned
+  to the target round the inner mouth too). Untouched pixels differ by exactly 0 (the
+  input array is reused), so any threshold well above 0 and well under ~5 separates
+  "swapped" from "not"; the tests use about 80 % of the smallest measured value.
 * the farthest changed pixel sits 0.64 box sizes (longest side) from its face's
   box centre; the tests require bit-identity beyond 0.75.
 * eyes: with eyes_mouth="target" the target's eye openings change by 1.0-6.0
@@ -156,7 +157,7 @@ def test_every_blend_colour_and_eyes_mouth_mode_swaps(swap, settings, t1_image, 
     diff = abs_diff(out, t1_image)
     for f, mesh in enumerate(t1_faces.mesh):
         cheeks = diff[cheek_mask(diff.shape, mesh)].mean()
-        assert cheeks > 5.0, f"face {f}: cheeks changed by {cheeks:.1f} only"
+        assert cheeks > 4.0, f"face {f}: cheeks changed by {cheeks:.1f} only"
     assert not np.any(diff[far_mask(diff.shape, t1_faces.box)])
 
 
@@ -176,6 +177,28 @@ def test_eyes_mouth_target_keeps_the_targets_eyes(swap, t1_image, t1_faces, mode
         assert kept_eyes < 0.7 * kept_cheeks, f"face {f}: eyes {kept_eyes:.1f}, cheeks {kept_cheeks:.1f}"
         ratios.append(kept_eyes / kept_cheeks)
     assert np.mean(ratios) < 0.4, ratios
+
+
+def test_the_source_lips_reach_the_targets_teeth_which_stay_its_own(
+    default_result, t1_image, t1_faces, models
+):
+    # measured (astronaut onto t1, default settings): the lips between the loops, away from the
+    # opening, change by 7.3-21.3, the open mouths' teeth by 1.5-3.5; with the target's inner
+    # lip rim kept (the hole grown 0.06 IOD) the lips changed by 3.8-11.7 only
+    diff = abs_diff(default_result.frames[0], t1_image)
+    regions = models.regions
+    opened = 0
+    for f, mesh in enumerate(t1_faces.mesh):
+        span = float(np.hypot(*(mesh[263, :2] - mesh[33, :2])))
+        grow = np.ones((2 * max(1, int(0.021 * span)) + 1,) * 2, np.uint8)
+        inner = polygon_mask(diff.shape, mesh[regions.lips_inner]).astype(np.uint8)
+        teeth = cv2.erode(inner, grow) > 0
+        lips = polygon_mask(diff.shape, mesh[regions.lips_outer]) & ~(cv2.dilate(inner, grow) > 0)
+        assert diff[lips].mean() > 6.0, f"face {f}: its lips changed by {diff[lips].mean():.1f} only"
+        if teeth.sum() >= 20:  # an open mouth
+            opened += 1
+            assert diff[teeth].mean() < min(5.0, 0.45 * diff[lips].mean()), f"face {f}: teeth painted over"
+    assert opened >= 3
 
 
 # -- identity ------------------------------------------------------------------------------------

@@ -9,10 +9,10 @@ corners, nose bridge, forehead, cheekbones). Then, inside the face:
 - each eye keeps the target's lids (its opening: blinks and winks stay the target's) but takes
   the fitted source eye's centre and width (eye spacing and size);
 - the outline (face oval) stays the target's: no second jaw or cheek edge;
-- the lips stay the target's too, unless asked (`mouth`, ClassicalSettings.mouth_shape, off:
-  it cost identity): then the mouth keeps the target's opening (the inner lip line: speech, a
-  smile's teeth) but takes the fitted source's mouth width along the target's mouth line and
-  its lip thickness (each outer lip point at the source's offset from its inner partner);
+- the mouth (`mouth`, ClassicalSettings.mouth_shape, on; a frontal source's only) keeps the
+  target's opening (the inner lip line: speech, a smile's teeth) but takes the fitted source's
+  mouth width along the target's mouth line and its lip thickness (each outer lip point at the
+  source's offset from its inner partner); without it the lips stay the target's;
 - every other point moves by its neighbours' displacement, fading to zero toward the outline
   and the held lips.
 
