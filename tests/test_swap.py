@@ -5,9 +5,9 @@ Thresholds were measured on t1.jpg (six faces) with astronaut.png as the source
 
 * default settings: detector box 6.0-7.6, inside the target's face oval 8.6-11.9,
   on the cheeks 9.9-25.7 when first measured, 6.3-14.3 now; every blend/colour/eyes_mouth
-  variant changes the cheeks by >= 4.96 (poisson on Matt's near profile, its solve pinned
+  variant changes the cheeks by >= 3.8 (poisson on Matt's near profile, its solve pinned
   to the target round the inner mouth too). Untouched pixels differ by exactly 0 (the
-  input array is reused), so any threshold well above 0 and well under ~5 separates
+  input array is reused), so any threshold well above 0 and well under ~4 separates
   "swapped" from "not"; the tests use about 80 % of the smallest measured value.
 * the farthest changed pixel sits 0.64 box sizes (longest side) from its face's
   box centre; the tests require bit-identity beyond 0.75.
@@ -157,7 +157,7 @@ def test_every_blend_colour_and_eyes_mouth_mode_swaps(swap, settings, t1_image, 
     diff = abs_diff(out, t1_image)
     for f, mesh in enumerate(t1_faces.mesh):
         cheeks = diff[cheek_mask(diff.shape, mesh)].mean()
-        assert cheeks > 4.0, f"face {f}: cheeks changed by {cheeks:.1f} only"
+        assert cheeks > 3.0, f"face {f}: cheeks changed by {cheeks:.1f} only"
     assert not np.any(diff[far_mask(diff.shape, t1_faces.box)])
 
 
@@ -183,8 +183,10 @@ def test_the_source_lips_reach_the_targets_teeth_which_stay_its_own(
     default_result, t1_image, t1_faces, models
 ):
     # measured (astronaut onto t1, default settings): the lips between the loops, away from the
-    # opening, change by 7.3-21.3, the open mouths' teeth by 1.5-3.5; with the target's inner
-    # lip rim kept (the hole grown 0.06 IOD) the lips changed by 3.8-11.7 only
+    # opening, change by 13.5-34.4, the open mouths' teeth by 2.3-6.1 (a multiband blend's coarse
+    # levels reach a little past the mask); with the target's inner lip rim kept (the hole grown
+    # 0.06 IOD, its edge ramped over 0.15 IOD) the lips changed by 3.8-11.7, with the hole at the
+    # lip line but that ramp 7.3-21.3
     diff = abs_diff(default_result.frames[0], t1_image)
     regions = models.regions
     opened = 0
@@ -194,10 +196,10 @@ def test_the_source_lips_reach_the_targets_teeth_which_stay_its_own(
         inner = polygon_mask(diff.shape, mesh[regions.lips_inner]).astype(np.uint8)
         teeth = cv2.erode(inner, grow) > 0
         lips = polygon_mask(diff.shape, mesh[regions.lips_outer]) & ~(cv2.dilate(inner, grow) > 0)
-        assert diff[lips].mean() > 6.0, f"face {f}: its lips changed by {diff[lips].mean():.1f} only"
+        assert diff[lips].mean() > 10.0, f"face {f}: its lips changed by {diff[lips].mean():.1f} only"
         if teeth.sum() >= 20:  # an open mouth
             opened += 1
-            assert diff[teeth].mean() < min(5.0, 0.45 * diff[lips].mean()), f"face {f}: teeth painted over"
+            assert diff[teeth].mean() < min(8.0, 0.4 * diff[lips].mean()), f"face {f}: teeth painted over"
     assert opened >= 3
 
 

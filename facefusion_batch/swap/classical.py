@@ -66,6 +66,13 @@ HAIR_DARKER = 0.6
 # scripts/bench_quality.py (24 frames, with MOUTH_SHAPE), 0.06 -> 0 (a pixel) took David as the
 # source from 67.4 to 78.9 % transferred, Lisa 66.3 -> 70.5 %; the teeth stay the target's
 MOUTH_HOLE_GROW, EYE_HOLE_GROW = 0.0, 0.06
+# IOD over which the mask ramps up from the inner mouth (the rest of its edge: `feather`). At
+# 0.15 the ramp covered most of a thin lip and the recogniser read the target's there;
+# scripts/bench_quality.py (24 frames) for 0.15 / 0.08 / 0.05: % of faces closer to the source,
+# the astronaut 82.4 / 89.9 / 92.4, David 71.6 / 73.7 / 82.1, Matthew 68.4 / 90.5 / 94.7 (onto
+# David 0 -> 96 %), Lisa 80.0 / 90.5 / 90.5; the cost, Matthew's worst skin block 7.7 / 9.7 /
+# 10.9 dE (his stubble round the mouth: the lips no longer fade it out)
+MOUTH_FEATHER = 0.05
 # target/source eye-opening ratios at which a target's eye starts to stay its own / fully does
 EYE_OPEN, EYE_CLOSED = 0.6, 0.35
 
@@ -191,6 +198,17 @@ def _poly(mask: np.ndarray, points: np.ndarray, value: int) -> None:
     cv2.fillPoly(mask, [np.round(points[:, :2]).astype(np.int32)], value, lineType=cv2.LINE_8)
 
 
+def _holes(mesh: np.ndarray, loops: list[np.ndarray], grow: float, shape: tuple[int, int]) -> np.ndarray:
+    """[h,w] uint8: the loops filled, grown by `grow` px (at least one)."""
+    holes = np.zeros(shape, np.uint8)
+    for loop in loops:
+        _poly(holes, mesh[loop], 255)
+    if not loops:
+        return holes
+    size = 2 * max(1, int(round(grow))) + 1
+    return cv2.dilate(holes, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (size, size)))
+
+
 def hair_above_brows(
     crop: np.ndarray, mesh: np.ndarray, regions: FaceRegions, above: np.ndarray, iod: float
 ) -> np.ndarray:
@@ -240,20 +258,17 @@ def prepare_source(
     # shading lifted it to the target's skin and it showed as a bright orange streak at the brow
     area[hair_above_brows(crop, local, regions, v < brow_v, iod)] = 0
 
-    holes = np.zeros((h, w), np.uint8)
-    if settings.eyes_mouth != "source":  # the target's mouth (teeth, tongue), and eyes if asked
-        loops = [(regions.lips_inner, MOUTH_HOLE_GROW)]
-        if settings.eyes_mouth == "target":
-            loops += [(regions.left_eye, EYE_HOLE_GROW), (regions.right_eye, EYE_HOLE_GROW)]
-        for loop, reach in loops:
-            hole = np.zeros((h, w), np.uint8)
-            _poly(hole, local[loop], 255)
-            grow = max(1, int(round(reach * iod)))
-            hole = cv2.dilate(hole, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * grow + 1,) * 2))
-            holes = cv2.bitwise_or(holes, hole)
-    solid = cv2.bitwise_and(area, cv2.bitwise_not(holes))
+    # the target's own eyes (--eyes-mouth target) are holes with the mask's own soft edge; its
+    # inner mouth (teeth, tongue; not with --eyes-mouth source) one with a short ramp, since the
+    # inner lip line is an edge of the picture itself
+    eye_holes = [regions.left_eye, regions.right_eye] if settings.eyes_mouth == "target" else []
+    solid = cv2.bitwise_and(area, cv2.bitwise_not(_holes(local, eye_holes, EYE_HOLE_GROW * iod, (h, w))))
     dist = cv2.distanceTransform((solid > 0).astype(np.uint8), cv2.DIST_L2, 5)
     ramp = np.clip(dist / max(settings.feather * iod, 1.0), 0.0, 1.0)
+    if settings.eyes_mouth != "source":
+        mouth = _holes(local, [regions.lips_inner], MOUTH_HOLE_GROW * iod, (h, w))
+        dist = cv2.distanceTransform((mouth == 0).astype(np.uint8), cv2.DIST_L2, 5)
+        ramp = np.minimum(ramp, np.clip(dist / max(MOUTH_FEATHER * iod, 1.0), 0.0, 1.0))
     alpha = ramp * ramp * (3 - 2 * ramp)  # smoothstep: zero at every edge, flat inside
 
     not_skin = np.zeros((h, w), np.uint8)
