@@ -18,7 +18,8 @@ astronaut.png and each of t1's six faces as the source (a face is never swapped 
 
     .venv-quality/bin/python scripts/bench_quality.py [--frames 40] [--out out/bench/quality]
 
-Writes quality.json and quality.png (per source: 1:1 before/after crops, and the table).
+Writes quality.json and quality.png (per source: 1:1 before/after crops, and the table);
+with --crops also crops/<source>.png (every face of the middle frame before|after, 3x).
 """
 
 from __future__ import annotations
