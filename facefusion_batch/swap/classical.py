@@ -63,8 +63,9 @@ HAIR_DARKER = 0.6
 # IOD by which the target's own inner mouth (teeth, tongue) is grown into its lips, and its eyes
 # with --eyes-mouth target. The mouth's was 0.06 IOD, which kept the inner rim of the target's
 # lips, and the recogniser read a smiling target's lips and teeth as its own: measured by
-# scripts/bench_quality.py (24 frames, with MOUTH_SHAPE), 0.06 -> 0 (a pixel) took David as the
-# source from 67.4 to 78.9 % transferred, Lisa 66.3 -> 70.5 %; the teeth stay the target's
+# scripts/bench_quality.py (24 frames, mouth_shape off, with the drawn lids' colour change of the
+# same commit), 0.06 -> 0 (a pixel) took David as the source from 64.2 to 70.5 % transferred,
+# Lisa 61.1 -> 74.7 %, the astronaut 78.2 -> 79.0 %; the teeth stay the target's
 MOUTH_HOLE_GROW, EYE_HOLE_GROW = 0.0, 0.06
 # IOD over which the mask ramps up from the inner mouth (the rest of its edge: `feather`). At
 # 0.15 the ramp covered most of a thin lip and the recogniser read the target's there;
