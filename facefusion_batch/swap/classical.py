@@ -208,10 +208,10 @@ def _poly(mask: np.ndarray, points: np.ndarray, value: int) -> None:
 def _holes(mesh: np.ndarray, loops: list[np.ndarray], grow: float, shape: tuple[int, int]) -> np.ndarray:
     """[h,w] uint8: the loops filled, grown by `grow` px (at least one)."""
     holes = np.zeros(shape, np.uint8)
-    for loop in loops:
-        _poly(holes, mesh[loop], 255)
     if not loops:
         return holes
+    for loop in loops:
+        _poly(holes, mesh[loop], 255)
     size = 2 * max(1, int(round(grow))) + 1
     return cv2.dilate(holes, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (size, size)))
 

@@ -40,6 +40,16 @@ SUPERSAMPLE = 4  # the lash line is drawn at this many times the photo's resolut
 Arc = tuple[np.ndarray, np.ndarray]
 
 
+def _lab(*bgr: np.ndarray) -> np.ndarray:
+    """[n, 3] float L*a*b* of BGR colours (0-255)."""
+    return cv2.cvtColor((np.stack(bgr) / 255).astype(np.float32)[None], cv2.COLOR_BGR2LAB)[0]
+
+
+def _bgr(lab: np.ndarray) -> np.ndarray:
+    """One L*a*b* colour back to BGR (0-255), clipped to what 8 bits hold."""
+    return np.clip(cv2.cvtColor(lab.astype(np.float32)[None, None], cv2.COLOR_LAB2BGR)[0, 0] * 255, 0, 255)
+
+
 def lifted(around: np.ndarray, skin: np.ndarray) -> np.ndarray:
     """The drawn lid's BGR colour: `around`'s (the skin round the lid) with its lightness
     lifted SKIN_LIFT toward `skin`'s (the face's median). Its tint stays the socket's: the
@@ -47,20 +57,16 @@ def lifted(around: np.ndarray, skin: np.ndarray) -> np.ndarray:
     round the socket, and a lid already tinted toward the cheek took that difference twice
     (a grey-teal lid on a pale target: b* 8 or more below the target's on 14-20 % of the
     pixels round the eyes, David as the source)."""
-    lab = cv2.cvtColor((np.stack([around, skin]) / 255).astype(np.float32)[None], cv2.COLOR_BGR2LAB)[0]
-    goal = lab[0].copy()
-    goal[0] += SKIN_LIFT * (lab[1, 0] - lab[0, 0])
-    return cv2.cvtColor(goal[None, None], cv2.COLOR_LAB2BGR)[0, 0] * 255
+    socket, face = _lab(around, skin)
+    return _bgr(np.array([socket[0] + SKIN_LIFT * (face[0] - socket[0]), socket[1], socket[2]]))
 
 
 def in_tint(colour: np.ndarray, tint: np.ndarray) -> np.ndarray:
     """BGR: `colour`'s lightness in `tint`'s a*/b*. The lash line drawn in the photo's own
     near-neutral lash colour took the same tint shift as the lid round it and, so dark, turned
     a cyan line on a pale target; in the lid's tint it stays a darker lid."""
-    lab = cv2.cvtColor((np.stack([colour, tint]) / 255).astype(np.float32)[None], cv2.COLOR_BGR2LAB)[0]
-    goal = lab[1].copy()
-    goal[0] = lab[0, 0]
-    return np.clip(cv2.cvtColor(goal[None, None], cv2.COLOR_LAB2BGR)[0, 0] * 255, 0, 255)
+    dark, lid = _lab(colour, tint)
+    return _bgr(np.array([dark[0], lid[1], lid[2]]))
 
 
 def _arcs(u: np.ndarray, v: np.ndarray) -> tuple[Arc, Arc]:
