@@ -9,8 +9,10 @@ astronaut.png and each of t1's six faces as the source (a face is never swapped 
   environment: `make bench-quality`); a face counts as transferred when its output embedding is
   closer to the source's than to the original face's at the same place;
 - skin colour: LAB means of skin blocks (a quarter of the eye distance across) of each swapped
-  face against the same blocks of the input: worst block ΔE76, share of blocks whose a* or b*
-  moved by more than 4;
+  face against the same blocks of the input: worst block ΔE76 (its median and maximum over the
+  faces, the share of faces whose worst block is within 8, and per target face its median and
+  where on the face it most often lies: forehead, nose, cheek or chin), share of blocks whose
+  a* or b* moved by more than 4;
 - eyes: the mean change inside each target's eye openings (its eyes kept, or the source's);
 - stability: frame-to-frame change inside the swapped faces on a static clip with sensor
   noise, against the input's own change there; swap toggles per face across the pan clip;
@@ -116,17 +118,35 @@ def eye_mask(mesh: np.ndarray, regions, shape: tuple[int, int]) -> np.ndarray:
     return mask > 0
 
 
-def colour_errors(before: np.ndarray, after: np.ndarray, blocks) -> tuple[float, float]:
-    """(worst block ΔE76, share of blocks with |Δa*| or |Δb*| > 4)."""
+def colour_errors(before: np.ndarray, after: np.ndarray, blocks) -> tuple[float, float, int]:
+    """(worst block ΔE76, share of blocks with |Δa*| or |Δb*| > 4, index of the worst block)."""
     if not blocks:
-        return float("nan"), float("nan")
+        return float("nan"), float("nan"), -1
     lab_b = cv2.cvtColor(before, cv2.COLOR_BGR2LAB).astype(np.float32)
     lab_a = cv2.cvtColor(after, cv2.COLOR_BGR2LAB).astype(np.float32)
     scale = np.array([100 / 255, 1, 1], np.float32)  # OpenCV's 8-bit L to L*
     deltas = np.array([(lab_a[m].mean(0) - lab_b[m].mean(0)) * scale for m in blocks])
     de = np.linalg.norm(deltas, axis=1)
     shifted = (np.abs(deltas[:, 1:]) > 4).any(axis=1)
-    return float(de.max()), float(shifted.mean())
+    return float(de.max()), float(shifted.mean()), int(de.argmax())
+
+
+def face_place(mesh: np.ndarray, regions, block: np.ndarray) -> str:
+    """Where a block lies on the face, for telling where the worst blocks are: forehead, cheek,
+    nose or chin, from its centre in eye-line / eye-to-mouth coordinates."""
+    ys, xs = np.nonzero(block)
+    centre = np.array([xs.mean(), ys.mean()])
+    left, right = mesh[LEFT_EYE_OUTER, :2], mesh[RIGHT_EYE_OUTER, :2]
+    eyes = (left + right) / 2
+    across = (right - left) / max(np.linalg.norm(right - left), 1e-6)
+    down = mesh[regions.lips_inner, :2].mean(axis=0) - eyes
+    u = float(np.dot(centre - eyes, across) / max(np.linalg.norm(right - left), 1e-6))
+    v = float(np.dot(centre - eyes, down) / max(np.dot(down, down), 1e-6))
+    if v < -0.15:
+        return "forehead"
+    if v > 0.8:
+        return "chin"
+    return "cheek" if abs(u) > 0.3 else "nose"
 
 
 def frame_change(frames: list[np.ndarray], inside: np.ndarray) -> float:
@@ -221,6 +241,8 @@ def main() -> None:
         closer, d_src, d_orig, worst_de, shifted = [], [], [], [], []
         per_target: dict[str, list[bool]] = {}
         eye_change: dict[str, list[float]] = {}
+        worst_by_target: dict[str, list[float]] = {}
+        worst_place: dict[str, list[str]] = {}
         swapped = {}
         for row in range(len(analysed)):
             f = int(analysed.frame_index[row])
@@ -242,8 +264,12 @@ def main() -> None:
             eyes = eye_mask(analysed.mesh[row], models.regions, pan[f].shape[:2])
             eye_change.setdefault(target_of[row], []).append(float(diff[eyes].mean()) if eyes.any() else 0.0)
             blocks = skin_blocks(analysed.mesh[row], models.regions, pan[f].shape[:2])
-            de, sh = colour_errors(pan[f], out_frames[f], blocks)
+            de, sh, at = colour_errors(pan[f], out_frames[f], blocks)
             worst_de.append(de)
+            if at >= 0:
+                worst_by_target.setdefault(target_of[row], []).append(de)
+                place = face_place(analysed.mesh[row], models.regions, blocks[at])
+                worst_place.setdefault(target_of[row], []).append(place)
             shifted.append(sh)
         toggles = sum(sum(a != b for a, b in zip(v, v[1:], strict=False)) for v in swapped.values())
         boxes = [b for b in analysed.select(analysed.frame_index == 0).box]
@@ -269,6 +295,14 @@ def main() -> None:
             "distance_to_original": round(float(np.mean(d_orig)), 3) if d_orig else None,
             "worst_block_dE76_median": round(float(np.nanmedian(worst_de)), 2) if worst_de else None,
             "worst_block_dE76_max": round(float(np.nanmax(worst_de)), 2) if worst_de else None,
+            "faces_worst_block_le8_pct": round(100 * float(np.mean(np.array(worst_de) <= 8)), 1)
+            if worst_de
+            else None,
+            # per target face: median worst block over its frames, and where it most often lies
+            "worst_block_by_target": {
+                t: [round(float(np.median(v)), 1), max(set(worst_place[t]), key=worst_place[t].count)]
+                for t, v in sorted(worst_by_target.items())
+            },
             "blocks_ab_shift_gt4_pct": round(100 * float(np.nanmean(shifted)), 2) if shifted else None,
             "swap_toggles": int(toggles),
             "static_noisy_change_ratio": round(float(change_out / max(change_in, 1e-6)), 2),
@@ -342,7 +376,8 @@ def draw(rows, results, path: Path) -> None:
         src = cv2.resize(source, (int(source.shape[1] * h / source.shape[0]), h))
         r = results[name]
         label = (
-            f"{name}: {r['transferred_pct']}% closer to source, worst dE {r['worst_block_dE76_max']}, "
+            f"{name}: {r['transferred_pct']}% closer to source, worst dE {r['worst_block_dE76_max']} "
+            f"({r['faces_worst_block_le8_pct']}% of faces <= 8), "
             f"toggles {r['swap_toggles']}"
         )
         row = np.hstack([src, before[crop], after[crop]])
