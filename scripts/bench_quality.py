@@ -30,6 +30,7 @@ import argparse
 import json
 import sys
 import time
+from collections import Counter
 from dataclasses import fields, replace
 from pathlib import Path
 
@@ -241,8 +242,7 @@ def main() -> None:
         closer, d_src, d_orig, worst_de, shifted = [], [], [], [], []
         per_target: dict[str, list[bool]] = {}
         eye_change: dict[str, list[float]] = {}
-        worst_by_target: dict[str, list[float]] = {}
-        worst_place: dict[str, list[str]] = {}
+        worst_at: dict[str, list[tuple[float, str]]] = {}  # per target: (worst block, where)
         swapped = {}
         for row in range(len(analysed)):
             f = int(analysed.frame_index[row])
@@ -267,9 +267,8 @@ def main() -> None:
             de, sh, at = colour_errors(pan[f], out_frames[f], blocks)
             worst_de.append(de)
             if at >= 0:
-                worst_by_target.setdefault(target_of[row], []).append(de)
                 place = face_place(analysed.mesh[row], models.regions, blocks[at])
-                worst_place.setdefault(target_of[row], []).append(place)
+                worst_at.setdefault(target_of[row], []).append((de, place))
             shifted.append(sh)
         toggles = sum(sum(a != b for a, b in zip(v, v[1:], strict=False)) for v in swapped.values())
         boxes = [b for b in analysed.select(analysed.frame_index == 0).box]
@@ -300,8 +299,11 @@ def main() -> None:
             else None,
             # per target face: median worst block over its frames, and where it most often lies
             "worst_block_by_target": {
-                t: [round(float(np.median(v)), 1), max(set(worst_place[t]), key=worst_place[t].count)]
-                for t, v in sorted(worst_by_target.items())
+                t: [
+                    round(float(np.median([d for d, _ in v])), 1),
+                    Counter(p for _, p in v).most_common(1)[0][0],
+                ]
+                for t, v in sorted(worst_at.items())
             },
             "blocks_ab_shift_gt4_pct": round(100 * float(np.nanmean(shifted)), 2) if shifted else None,
             "swap_toggles": int(toggles),

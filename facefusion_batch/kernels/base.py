@@ -28,6 +28,7 @@ from typing import Any, Protocol
 import numpy as np
 
 BLEND_MODES = ("multiband", "feather", "poisson")
+LUMA_BGR = (0.114, 0.587, 0.299)  # grey from B, G, R (BT.601 luma)
 COLOUR_MODES = ("local", "global", "none")
 # colour transfer: the std ratio is clipped (a noisy region cannot blow it up). Its upper end is
 # also how far a flat-lit source's shading contrast is stretched to a contrasty target's, and the

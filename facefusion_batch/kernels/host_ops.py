@@ -16,6 +16,7 @@ import numpy as np
 from facefusion_batch.kernels.base import (
     DETAIL_SIGMA,
     GRAIN_CLIP,
+    LUMA_BGR,
     MODEL_MASK_BLUR,
     SHARPNESS_SIGMAS,
     STD_RATIO_RANGE,
@@ -252,7 +253,7 @@ def transfer_colour(
 
 
 def _detail(bgr: np.ndarray, mask: np.ndarray) -> float:
-    grey = bgr @ np.array([0.114, 0.587, 0.299], np.float32)
+    grey = bgr @ np.array(LUMA_BGR, np.float32)
     return float(np.abs(grey - cv2.GaussianBlur(grey, (0, 0), DETAIL_SIGMA))[mask].mean())
 
 

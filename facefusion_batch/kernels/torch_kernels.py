@@ -24,7 +24,7 @@ import torch.nn.functional as F
 
 from facefusion_batch.kernels import host_ops
 from facefusion_batch.kernels import torch_ops as D
-from facefusion_batch.kernels.base import MODEL_MASK_BLUR, FaceRegion, Frames, PaintSettings, Rect
+from facefusion_batch.kernels.base import LUMA_BGR, MODEL_MASK_BLUR, FaceRegion, Frames, PaintSettings, Rect
 from facefusion_batch.kernels.geometry import (
     canvas_origins,
     canvas_size,
@@ -190,7 +190,7 @@ class TorchKernels:
     def thumbnails(self, frames: Frames, size: tuple[int, int]) -> np.ndarray:
         """[B, h, w] float32 grey thumbnails of `size` (width, height), area-averaged on the device."""
         with self._stream():
-            grey = frames.pixels.float() @ self._constant("grey", lambda: [0.114, 0.587, 0.299])
+            grey = frames.pixels.float() @ self._constant("grey", lambda: list(LUMA_BGR))
             return self.to_host(D.resize_area(grey, (size[1], size[0])))
 
     def repeat_rows(self, array, times: int):

@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from facefusion_batch.kernels.base import (
     DETAIL_SIGMA,
     GRAIN_CLIP,
+    LUMA_BGR,
     SHARPNESS_SIGMAS,
     STD_RATIO_RANGE,
     TINT_LIMIT,
@@ -630,7 +631,7 @@ def transfer_colour(
 
 def _detail(bgr: Tensor, mask: Tensor) -> Tensor:
     """[N] mean fine detail of grey(bgr) ([N,3,H,W]) on mask ([N,H,W] bool)."""
-    w = constant("sharpness-grey", lambda: np.array([0.114, 0.587, 0.299], np.float32), bgr.device)
+    w = constant("sharpness-grey", lambda: np.array(LUMA_BGR, np.float32), bgr.device)
     grey = (bgr * w[None, :, None, None]).sum(dim=1, keepdim=True)
     fine = (grey - gaussian_blur(grey, DETAIL_SIGMA)).abs()[:, 0]
     m = mask.float()

@@ -24,6 +24,7 @@ from facefusion_batch.kernels.base import (
     BLEND_MODES,
     COLOUR_MODES,
     EDGE_RAMP,
+    LUMA_BGR,
     TINT_LIMIT,
     FaceRegion,
     Frames,
@@ -234,7 +235,7 @@ def hair_above_brows(
     """[h,w] bool: the pixels of `above` (the band over the brows) darker than HAIR_DARKER of the
     face's median grey below the brows: a fringe, a dark hairline. Fair hair is as light as
     skin and is kept (it cannot be told from it here, and it lifts no orange streak)."""
-    grey = cv2.GaussianBlur(crop @ np.array([0.114, 0.587, 0.299], np.float32), (0, 0), max(1.0, 0.02 * iod))
+    grey = cv2.GaussianBlur(crop @ np.array(LUMA_BGR, np.float32), (0, 0), max(1.0, 0.02 * iod))
     face = np.zeros(above.shape, np.uint8)
     _poly(face, mesh[regions.face_oval], 255)
     below = (face > 0) & ~above

@@ -15,9 +15,10 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
+from facefusion_batch.kernels.base import LUMA_BGR
 from facefusion_batch.swap.regions import FaceRegions
 
-GREY = np.array([0.114, 0.587, 0.299], np.float32)  # BGR weights of luma
+GREY = np.array(LUMA_BGR, np.float32)
 SHADOW_DEPTH = 0.5  # IOD below the lower lip's lowest point that the band reaches
 SHADOW_WIDTH = 1.0  # of the mouth's half width, either side of its centre
 SHADOW_RAMP = 0.08  # IOD over which the band fades in at each of its edges
@@ -60,13 +61,11 @@ def lift_lip_shadow(
     chin = (skin > 0) & (v > lip_bottom) & (band < 0.05)  # the chin's skin round the band
     if chin.sum() < 16:
         return crop
-    grey = crop @ GREY
-    level = float(np.median(grey[chin]))
+    level = float(np.median(crop[chin] @ GREY))
     colour = np.median(crop[chin], axis=0)
-    sigma = max(1.0, SHADOW_SCALE * iod)
-    local = cv2.GaussianBlur(grey, (0, 0), sigma)
+    smooth = cv2.GaussianBlur(crop, (0, 0), max(1.0, SHADOW_SCALE * iod))
+    local = smooth @ GREY  # the blur is linear: the local mean of the grey
     deficit = np.maximum(0.0, (1 - SHADOW_TOLERANCE) * level - local)
     share = np.clip(deficit / np.maximum(level - local, 1.0), 0.0, 1.0)
-    smooth = cv2.GaussianBlur(crop, (0, 0), sigma)
     moved = crop + (strength * band * share)[..., None] * (colour - smooth)
     return np.clip(moved, 0, 255).astype(np.float32)
