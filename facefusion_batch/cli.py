@@ -29,6 +29,7 @@ from facefusion_batch.errors import (
     FfbatchError,
     InputError,
     Interrupted,
+    forget_signals,
     note_signal,
     signal_behind,
 )
@@ -994,6 +995,7 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point: maps every failure to a message on stderr and an exit status."""
     debug = bool(os.environ.get("FFBATCH_DEBUG"))
     _fill_closed_std_fds()
+    forget_signals()
     handlers = {}  # put back as main() ends: a caller in-process (a test) keeps its own
     if threading.current_thread() is threading.main_thread():
         handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
@@ -1048,6 +1050,7 @@ def main(argv: list[str] | None = None) -> None:
         code = EXIT_INTERNAL
     finally:  # a signal that landed before a temporary file's own clean-up could run
         remove_live_temps()
+        forget_signals()
         for signum, handler in handlers.items():
             if handler is not None:  # None: set outside Python, cannot be put back
                 signal.signal(signum, handler)

@@ -65,6 +65,18 @@ def note_signal(stop: Interrupted) -> Interrupted:
     return stop
 
 
+def swallowed_signal() -> Interrupted | None:
+    """The newest signal the CLI's handlers raised in this run, if any: a job about to start with
+    one noted never saw it unwind (it landed where an exception is dropped or caught: a
+    finalizer, a library's broad `except` while the models load), and must stop now."""
+    return _received[-1] if _received else None
+
+
+def forget_signals() -> None:
+    """A new run in the same process (a test calling the CLI again) starts with none noted."""
+    _received.clear()
+
+
 def signal_behind(exc: BaseException) -> Interrupted | None:
     """The signal an unexpected exception really is: a SIGTERM or SIGINT that lands while a C
     extension initialises (a lazy `import onnxruntime`) comes out as ImportError("initialization
@@ -74,4 +86,4 @@ def signal_behind(exc: BaseException) -> Interrupted | None:
         if isinstance(seen, Interrupted):
             return seen
         seen = seen.__cause__ or seen.__context__
-    return _received[-1] if _received else None
+    return swallowed_signal()

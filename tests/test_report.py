@@ -191,3 +191,36 @@ def test_a_signal_that_lands_inside_an_import_is_reported_as_an_interrupt(monkey
     assert failure_record(broken)["status"] == "failed"  # no signal: a real internal error
     errors.note_signal(Interrupted("terminated (SIGTERM)", exit_code=143))
     assert failure_record(broken) == {"status": "interrupted", "message": "terminated (SIGTERM)"}
+
+
+def test_a_signal_swallowed_while_the_models_load_still_stops_the_render(
+    monkeypatch, tmp_path, face_clip, astronaut_path
+):
+    """SIGTERM that lands where an exception is caught or dropped (a library's broad `except`
+    while the models load, a finalizer) never unwinds; the render must still stop before its
+    first frame: exit 143, no output, no temporary file (it once rendered on and exited 0)."""
+    import os
+    import signal
+
+    from facefusion_batch import cli
+    from facefusion_batch.pipeline import run
+
+    real = run.load_models
+
+    def loading_swallows_a_signal(*args, **kwargs):
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(1000):  # the handler runs between bytecodes, inside this try
+                pass
+        except Exception:  # what a library's broad except does to it
+            pass
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(run, "load_models", loading_swallows_a_signal)
+    out = tmp_path / "o.mp4"
+    with pytest.raises(SystemExit) as stopped:
+        cli.main(["render", str(face_clip), "-s", str(astronaut_path), "-o", str(out), "-q"])
+    assert stopped.value.code == 143
+    assert not out.exists()
+    assert [p.name for p in tmp_path.iterdir()] == []
+    assert errors.swallowed_signal() is None  # the next run in this process starts clean

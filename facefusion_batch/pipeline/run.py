@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from facefusion_batch.config import RenderSettings
-from facefusion_batch.errors import EXIT_HANGUP, EXIT_TERMINATED, InputError, Interrupted
+from facefusion_batch.errors import EXIT_HANGUP, EXIT_TERMINATED, InputError, Interrupted, swallowed_signal
 from facefusion_batch.kernels.base import Kernels
 from facefusion_batch.kernels.factory import make_kernels
 from facefusion_batch.pipeline.batcher import Batch, batches
@@ -88,6 +88,9 @@ def sigterm_as_interrupt():
     previous_int = signal.signal(signal.SIGINT, on_int)
     sys.unraisablehook = unraisable
     try:
+        lost = swallowed_signal()  # one that landed before (the models loading) and never unwound
+        if lost is not None:
+            raise lost
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
