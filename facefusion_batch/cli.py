@@ -19,7 +19,7 @@ import typer
 import typer.main
 
 from facefusion_batch import __version__
-from facefusion_batch.config import check_matte_run, render_settings
+from facefusion_batch.config import DEFAULT_LIP_SHADOW, check_matte_run, render_settings
 from facefusion_batch.errors import (
     EXIT_HANGUP,
     EXIT_INTERNAL,
@@ -172,6 +172,14 @@ ColourOpt = Annotated[
     typer.Option(
         "--colour",
         help="local | global | none: how the face is recoloured to the target's skin and light.",
+    ),
+]
+LipShadowOpt = Annotated[
+    float,
+    typer.Option(
+        help="Classical swap, 0–1: how far the shadow under a top-lit source's lower lip is lifted "
+        "toward its chin's skin. 1 removes the grey goatee it can leave on pale faces, at some cost "
+        "in likeness; 0 keeps the photo as it is.",
     ),
 ]
 SwapperOpt = Annotated[
@@ -604,6 +612,7 @@ def render(
     blend: BlendOpt = "multiband",
     eyes_mouth: EyesMouthOpt = "eyes",
     colour: ColourOpt = "local",
+    lip_shadow: LipShadowOpt = DEFAULT_LIP_SHADOW,
     swapper: SwapperOpt = "auto",
     swapper_model: SwapperModelOpt = None,
     swapper_weight: SwapperWeightOpt = 0.5,
@@ -793,6 +802,7 @@ def preview(
     blend: BlendOpt = "multiband",
     eyes_mouth: EyesMouthOpt = "eyes",
     colour: ColourOpt = "local",
+    lip_shadow: LipShadowOpt = DEFAULT_LIP_SHADOW,
     swapper: SwapperOpt = "auto",
     swapper_model: SwapperModelOpt = None,
     swapper_weight: SwapperWeightOpt = 0.5,

@@ -58,6 +58,7 @@ log = logging.getLogger("ffbatch")
 
 FACE_MODES = ("many", "one", "reference")
 BACKENDS = ("auto", "cpu", "cuda", "tensorrt")
+DEFAULT_LIP_SHADOW = ClassicalSettings().lip_shadow  # --lip-shadow: the classical swap's own default
 SWAPPER_MODES = ("auto", "classical", "learned")
 RECOGNISERS = ("auto", "arcface", "dlib")
 
@@ -382,6 +383,7 @@ def validate_swap(swap: ClassicalSettings | SwapSettings, faces: str) -> None:
     validate_choices("--blend", classical.blend, BLEND_MODES)
     validate_choices("--eyes-mouth", classical.eyes_mouth, EYES_MOUTH_CHOICES)
     validate_choices("--colour", classical.colour, COLOUR_MODES)
+    _check_range("--lip-shadow", classical.lip_shadow, 0.0, 1.0)
     validate_choices("--swapper", swap.swapper, SWAPPER_MODES)
     for option, value, known in (
         ("--swapper-model", learned.swapper_model, SWAPPERS),
@@ -633,7 +635,10 @@ def render_settings(
     kw.pop("input", None)
     try:
         classical = ClassicalSettings(
-            blend=kw.pop("blend"), eyes_mouth=kw.pop("eyes_mouth"), colour=kw.pop("colour")
+            blend=kw.pop("blend"),
+            eyes_mouth=kw.pop("eyes_mouth"),
+            colour=kw.pop("colour"),
+            lip_shadow=kw.pop("lip_shadow", DEFAULT_LIP_SHADOW),
         )
     except ValueError as exc:
         raise InputError(str(exc)) from None

@@ -342,6 +342,7 @@ PLAN_AND_RENDER_REFUSE = [
     ("--swapper", "classical", "--swapper-model", "inswapper_128"),
     ("--mask", "box,sparkle"),
     ("--swapper-weight", "1.5"),
+    ("--lip-shadow", "1.5"),
     ("--enhancer-blend", "101"),
     ("--faces", "reference"),
     ("--precision", "fp8"),

@@ -268,6 +268,8 @@ def test_a_sideways_phone_photo_still_gives_its_face(work, astronaut_image):
         (("--batch-window-ms", "inf"), ("--batch-window-ms",)),
         (("--batch-window-ms", "nan"), ("--batch-window-ms",)),
         (("--swapper-weight", "nan"), ("--swapper-weight",)),
+        (("--lip-shadow", "nan"), ("--lip-shadow",)),
+        (("--lip-shadow", "-0.1"), ("--lip-shadow",)),
         (("--mask-blur", "inf"), ("--mask-blur",)),
         (("--score-threshold", "nan"), ("--score-threshold",)),
         (("--streams", "0"), ("--streams",)),

@@ -1,6 +1,7 @@
 """The shadow under a source's lower lip, lifted toward its chin's skin (swap/lip_shadow.py): a
 shadow painted there is lifted by the share asked for, nothing outside the band under the lip
-moves, the lips keep their pixels (to a level), and a photo without such a shadow barely changes."""
+moves, the lips keep their pixels (to a level), a photo without such a shadow barely changes, and
+`--lip-shadow` sets the share."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ import cv2
 import numpy as np
 import pytest
 
+from facefusion_batch.config import render_settings, swap_settings
 from facefusion_batch.faces.mesh import eye_frame
 from facefusion_batch.kernels.host import HostKernels
+from facefusion_batch.swap.classical import ClassicalSettings, prepare_source
 from facefusion_batch.swap.lip_shadow import GREY, SHADOW_DEPTH, SHADOW_TOLERANCE, lift_lip_shadow
 
 HOST = HostKernels()
@@ -88,3 +91,32 @@ def test_a_photo_without_such_a_shadow_barely_changes_and_strength_zero_is_the_p
     # the astronaut's own chin is evenly lit: what the lift changes there is a small part of
     # what it changes on the same chin with a shadow painted on
     assert own < 0.25 * painted
+
+
+def test_the_lift_is_the_render_option_and_reaches_the_source_texture(models, astronaut, tmp_path):
+    """--lip-shadow sets how far the prepared source's lip shadow is lifted: 0 leaves the photo's
+    pixels, 1 lifts the painted shadow, and only under the lip."""
+    image, mesh = astronaut
+    _, lips, iod, under = geometry(mesh, models.regions, image.shape[:2])
+    shadowed, core = with_shadow(image, under, 0.15 * iod)
+    photo = np.clip(shadowed + 0.5, 0, 255).astype(np.uint8)
+    kept, lifted = (
+        prepare_source(photo, mesh, models.regions, ClassicalSettings(lip_shadow=v)) for v in (0.0, 1.0)
+    )
+    # the texture is the photo's crop: the shadow's core sits at the same offset in both
+    assert kept.texture.shape == lifted.texture.shape
+    change = np.abs(lifted.texture[..., :3] - kept.texture[..., :3]).max(axis=2)
+    x0 = int(np.round(mesh[:, 0].min() - kept.shape_mesh[:, 0].min()))
+    y0 = int(np.round(mesh[:, 1].min() - kept.shape_mesh[:, 1].min()))
+    ys, xs = np.nonzero(core)
+    inside = change[ys - y0, xs - x0]
+    assert inside.mean() > 5  # levels: the shadow was lifted
+    eyes = kept.shape_mesh[np.concatenate([models.regions.left_eye, models.regions.right_eye]), :2].mean(0)
+    yy, xx = np.nonzero(change > 0.5)
+    assert np.hypot(xx - eyes[0], yy - eyes[1]).min() > 0.8 * iod  # nothing near the eyes moved
+    source = tmp_path / "face.png"
+    source.write_bytes(b"")  # render_settings checks that it is a file; nothing reads it here
+    params = dict(inputs=[tmp_path / "in.mp4"], source=[source], output=tmp_path / "out.mp4", faces="many")
+    params.update(blend="multiband", eyes_mouth="eyes", colour="local", score_threshold=0.6)
+    settings, _ = render_settings({**params, "lip_shadow": 0.8}, resolve=False)
+    assert swap_settings(settings.swap).classical.lip_shadow == 0.8
