@@ -450,3 +450,50 @@ def test_a_dark_fringe_above_the_brows_is_left_out_of_the_source(models, astrona
     # measured: the fringe's mean alpha 0.10 without, 0 with; the band's skin 0.27 and 0.26
     assert painted.mean() > 0.05 and (painted > 0).mean() > 0.2, (painted.mean(), (painted > 0).mean())
     assert skin.mean() > 0.8 * painted_skin.mean() > 0, (skin.mean(), painted_skin.mean())
+
+
+
+def test_hair_that_reaches_the_cut_outs_edge_is_hair_a_dark_spot_inside_is_not():
+    """temple_hair on a plain skin-grey crop: a dark patch running in from the cut-out's edge is
+    cut, an as dark spot inside the face (a mole, a shadowed eye corner) stays, and so does the
+    patch where it lies outside the zone asked about."""
+    from facefusion_batch.swap.classical import temple_hair
+
+    crop = np.full((120, 120, 3), 180.0, np.float32)
+    area = np.zeros((120, 120), np.uint8)
+    cv2.circle(area, (60, 60), 50, 255, -1)
+    cv2.rectangle(crop, (5, 40), (25, 60), (40, 40, 50), -1)  # hair over the disc's left edge
+    cv2.circle(crop, (75, 50), 5, (40, 40, 50), -1)  # a spot well inside
+    zone = np.broadcast_to(np.arange(120) < 90, (120, 120))  # the rest of the disc: its skin
+    hair = temple_hair(crop, area, zone, 40.0)
+    assert hair[45:56, 16:24].all() and not hair[46:55, 71:80].any()
+    assert not hair[area == 0].any()  # nothing outside the cut-out
+    assert not temple_hair(crop, area, zone & (np.arange(120) > 40)[None, :], 40.0).any()
+
+
+def test_the_astronauts_hair_at_her_temples_gets_no_alpha(models, astronaut_path, monkeypatch):
+    """Her bob over the sides of her face beside the eyes: painted, it was a dark streak along
+    the target's hairline (her worst skin block on Courteney, at the top of the frame)."""
+    from facefusion_batch.swap import classical
+
+    def temple_alpha(source):
+        g, alpha = source.geometry, source.texture[..., 3]
+        grey = source.texture[..., :3] @ np.array([0.114, 0.587, 0.299], np.float32)
+        oval = polygon_mask(alpha.shape, g[models.regions.face_oval])
+        angle = eye_frame(g)[0]
+        yy, xx = np.mgrid[0 : alpha.shape[0], 0 : alpha.shape[1]].astype(np.float32)
+        across = lambda x, y: -x * np.sin(angle) + y * np.cos(angle)  # noqa: E731
+        along = lambda x, y: x * np.cos(angle) + y * np.sin(angle)  # noqa: E731
+        eyes = np.r_[models.regions.left_eye, models.regions.right_eye]
+        v, u = across(xx, yy), along(xx, yy)
+        top, low = across(*g[models.regions.brows, :2].T).min(), across(*g[eyes, :2].T).max()
+        corners = along(*g[eyes, :2].T)  # beyond the eyes' outer corners: the temples
+        beside = (u < corners.min() - 2) | (u > corners.max() + 2)
+        return alpha[oval & beside & (v >= top) & (v < low) & (grey < 0.45 * np.median(grey[oval]))]
+
+    settings = ClassicalSettings(mirror_fill=False)
+    cut = temple_alpha(prepare_sources(models, (astronaut_path,), settings)[0])
+    monkeypatch.setattr(classical, "temple_hair", lambda crop, area, beside, iod: np.zeros(area.shape, bool))
+    painted = temple_alpha(prepare_sources(models, (astronaut_path,), settings)[0])
+    assert len(cut) > 20 and painted.mean() > 0.1, (len(cut), painted.mean())
+    assert cut.mean() < 0.25 * painted.mean(), (cut.mean(), painted.mean())
