@@ -21,8 +21,10 @@ two-pass mesh (median; p90 10.3), three passes 1.5 % (4.2): two passes are near 
 pass on a handed-over crop, 1.8 % (4.5) from the frame before and 1.9 % (5.1) from 8 frames
 back: as good as the second pass. The second pass stays all the same: that crop comes from
 the track, the one ordered step, after the mesh, so the mesh of every batch would wait for
-the batch before it to be tracked, where today every model stage runs batches in parallel;
-the pass costs 0.34 s for the 119 faces here (about 3 ms a face).
+the batch before it to be tracked, where today every model stage runs batches in parallel,
+and a frame's mesh would hang on where its batch starts (a `--frames` segment or a farm chunk
+would no longer match the same frames of a whole render); the pass costs 0.34 s for the 119
+faces here (about 3 ms a face).
 
     .venv/bin/python scripts/bench_mesh_passes.py --frames 24 --out out/bench-mesh
 """
