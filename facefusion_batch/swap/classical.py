@@ -257,6 +257,18 @@ def hair_above_brows(
     return above & (grey < HAIR_DARKER * float(np.median(grey[below])))
 
 
+def feature_mask(
+    mesh: np.ndarray, regions: FaceRegions, loops: tuple[np.ndarray, ...], iod: float, shape: tuple[int, int]
+) -> np.ndarray:
+    """[h,w] uint8: `loops` and the brows' hull filled, grown by FEATURE_GROW IOD."""
+    mask = np.zeros(shape, np.uint8)
+    for loop in loops:
+        _poly(mask, mesh[loop], 255)
+    cv2.fillConvexPoly(mask, cv2.convexHull(np.round(mesh[regions.brows, :2]).astype(np.int32)), 255)
+    grow = max(1, int(round(FEATURE_GROW * iod)))
+    return cv2.dilate(mask, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * grow + 1,) * 2))
+
+
 def temple_hair(crop: np.ndarray, area: np.ndarray, beside: np.ndarray, iod: float) -> np.ndarray:
     """[h,w] bool: hair that falls over the sides of the face beside the eyes and brows (a bob,
     curls at the temples): the pixels of `beside` darker than HAIR_DARKER of the face's median
@@ -268,7 +280,7 @@ def temple_hair(crop: np.ndarray, area: np.ndarray, beside: np.ndarray, iod: flo
         return np.zeros(area.shape, bool)
     dark = beside & inside & (grey < HAIR_DARKER * float(np.median(grey[inside & ~beside])))
     count, labels = cv2.connectedComponents(dark.astype(np.uint8), connectivity=8)
-    if count <= 1:
+    if count <= 1:  # nothing dark there
         return dark
     ring = max(1, int(round(TEMPLE_EDGE * iod)))
     core = cv2.erode(area, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * ring + 1,) * 2))
@@ -312,12 +324,7 @@ def prepare_source(
     area[hair_above_brows(crop, local, regions, v < brow_v, iod)] = 0
     # and hair at the temples, beside the eyes and brows, above the eyes' lowest point: painted,
     # it showed as a dark streak along the target's hairline
-    features = np.zeros((h, w), np.uint8)
-    for loop in (regions.left_eye, regions.right_eye):
-        _poly(features, local[loop], 255)
-    cv2.fillConvexPoly(features, cv2.convexHull(np.round(local[regions.brows, :2]).astype(np.int32)), 255)
-    grow = max(1, int(round(FEATURE_GROW * iod)))
-    features = cv2.dilate(features, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * grow + 1,) * 2))
+    features = feature_mask(local, regions, (regions.left_eye, regions.right_eye), iod, (h, w))
     eyes = np.r_[regions.left_eye, regions.right_eye]
     eye_v = float((-local[eyes, 0] * sin + local[eyes, 1] * cos).max())
     area[temple_hair(crop, area, (v >= brow_v) & (v < eye_v) & (features == 0), iod)] = 0
@@ -335,13 +342,8 @@ def prepare_source(
         ramp = np.minimum(ramp, np.clip(dist / max(MOUTH_FEATHER * iod, 1.0), 0.0, 1.0))
     alpha = ramp * ramp * (3 - 2 * ramp)  # smoothstep: zero at every edge, flat inside
 
-    not_skin = np.zeros((h, w), np.uint8)
-    for loop in (regions.left_eye, regions.right_eye, regions.lips_outer):
-        _poly(not_skin, local[loop], 255)
-    hull = cv2.convexHull(np.round(local[regions.brows, :2]).astype(np.int32))
-    cv2.fillConvexPoly(not_skin, hull, 255)
-    grow = max(1, int(round(FEATURE_GROW * iod)))
-    not_skin = cv2.dilate(not_skin, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * grow + 1,) * 2))
+    loops = (regions.left_eye, regions.right_eye, regions.lips_outer)
+    not_skin = feature_mask(local, regions, loops, iod, (h, w))
     skin = ((alpha > 0.5) & (not_skin == 0)).astype(np.float32)
     crop = lift_lip_shadow(crop, local, regions, skin, iod, settings.lip_shadow)
 
