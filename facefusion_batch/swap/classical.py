@@ -242,13 +242,19 @@ def _holes(mesh: np.ndarray, loops: list[np.ndarray], grow: float, shape: tuple[
     return cv2.dilate(holes, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (size, size)))
 
 
+def hair_grey(crop: np.ndarray, iod: float) -> np.ndarray:
+    """The crop's grey, blurred a little (single hairs and pores do not count), that hair is told
+    from skin by."""
+    return cv2.GaussianBlur(crop @ np.array(LUMA_BGR, np.float32), (0, 0), max(1.0, 0.02 * iod))
+
+
 def hair_above_brows(
     crop: np.ndarray, mesh: np.ndarray, regions: FaceRegions, above: np.ndarray, iod: float
 ) -> np.ndarray:
     """[h,w] bool: the pixels of `above` (the band over the brows) darker than HAIR_DARKER of the
     face's median grey below the brows: a fringe, a dark hairline. Fair hair is as light as
     skin and is kept (it cannot be told from it here, and it lifts no orange streak)."""
-    grey = cv2.GaussianBlur(crop @ np.array(LUMA_BGR, np.float32), (0, 0), max(1.0, 0.02 * iod))
+    grey = hair_grey(crop, iod)
     face = np.zeros(above.shape, np.uint8)
     _poly(face, mesh[regions.face_oval], 255)
     below = (face > 0) & ~above
@@ -274,7 +280,7 @@ def temple_hair(crop: np.ndarray, area: np.ndarray, beside: np.ndarray, iod: flo
     curls at the temples): the pixels of `beside` darker than HAIR_DARKER of the face's median
     grey that reach the edge of `area` (the cut-out), as hair does; a dark eye corner or socket
     inside the face is left."""
-    grey = cv2.GaussianBlur(crop @ np.array(LUMA_BGR, np.float32), (0, 0), max(1.0, 0.02 * iod))
+    grey = hair_grey(crop, iod)
     inside = area > 0
     if not (inside & ~beside).any():  # no skin of the face's own to compare with
         return np.zeros(area.shape, bool)
