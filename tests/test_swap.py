@@ -452,7 +452,6 @@ def test_a_dark_fringe_above_the_brows_is_left_out_of_the_source(models, astrona
     assert skin.mean() > 0.8 * painted_skin.mean() > 0, (skin.mean(), painted_skin.mean())
 
 
-
 def test_hair_that_reaches_the_cut_outs_edge_is_hair_a_dark_spot_inside_is_not():
     """temple_hair on a plain skin-grey crop: a dark patch running in from the cut-out's edge is
     cut, an as dark spot inside the face (a mole, a shadowed eye corner) stays, and so does the
