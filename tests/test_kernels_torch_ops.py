@@ -281,6 +281,52 @@ def test_local_colour_holds_the_targets_tint_and_keeps_the_sources_light_detail(
         assert light > 10 and abs(light - light_free) < 0.5, (light, light_free)
 
 
+def test_local_colour_darkens_a_dark_features_chroma_with_its_lightness():
+    """A flat-lit source onto a contrasty target: the lightness stretch (STD_RATIO_RANGE's top,
+    1.4) darkens a brown eye of the source, and on both kernel sets its chroma darkens by the
+    same share instead of staying (a maroon eye); skin near the mean keeps its chroma."""
+    from facefusion_batch.kernels import host_ops
+    from facefusion_batch.kernels.base import STD_RATIO_RANGE
+
+    h, w = 120, 100
+    yy, xx = np.mgrid[:h, :w]
+    spot = np.exp(-((yy - 50) ** 2 + (xx - 50) ** 2) / (2 * 6.0**2))
+
+    def bgr(lab):
+        image = np.round(np.clip(lab, 0, 255)).astype(np.uint8)
+        return cv2.cvtColor(image, cv2.COLOR_LAB2BGR).astype(np.float32)
+
+    def lab_of(image):
+        levels = np.clip(image + 0.5, 0, 255).astype(np.uint8)
+        return cv2.cvtColor(levels, cv2.COLOR_BGR2LAB).astype(np.float32)
+
+    skin_lab = np.array([200.0, 137.0, 150.0])
+    lab = np.broadcast_to(skin_lab, (h, w, 3)).copy()
+    lab[..., 0] += 6 * np.sin(xx / 7.0)  # a little lightness detail
+    lab[..., 0] -= 70 * spot  # the eye: darker, as brown as the skin
+    lab[..., 1:] += (np.array([147.0, 168.0]) - skin_lab[1:]) * spot[..., None]
+    source = bgr(lab)
+    target_lab = np.broadcast_to(skin_lab, (h, w, 3)).copy()
+    target_lab[..., 0] += 40 * np.sin(yy / 5.0)  # far more lightness spread: the stretch is capped
+    target = bgr(target_lab)
+    mask = np.ones((h, w), bool)
+    mask[spot > 0.05] = False  # the eye is not skin
+    sigma = 1e4  # shading flat: only the statistics act
+
+    host = host_ops.transfer_colour(source, target, mask, 1.0, "local", sigma)
+    device = hwc(D.transfer_colour(chw(source), chw(target), torch.from_numpy(mask), 1.0, "local", sigma))
+    src = lab_of(source)
+    for out in (host, device):
+        got = lab_of(out)
+        eye = spot > 0.9
+        light_share = got[eye, 0].mean() / src[eye, 0].mean()
+        chroma_share = np.hypot(*(got[eye, 1:] - 128).T).mean() / np.hypot(*(src[eye, 1:] - 128).T).mean()
+        assert light_share < 0.85  # the stretch did darken the eye (ratio STD_RATIO_RANGE[1])
+        assert abs(chroma_share - light_share) < 0.06, (chroma_share, light_share, STD_RATIO_RANGE)
+        skin = spot < 0.01
+        assert np.abs(got[skin, 1:].mean(axis=0) - src[skin, 1:].mean(axis=0)).max() < 1.5
+
+
 def test_feather_and_multiband_match_host(face_region):
     from facefusion_batch.kernels.host_ops import feather, multiband, multiband_weights
 

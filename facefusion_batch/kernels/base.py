@@ -37,6 +37,15 @@ COLOUR_MODES = ("local", "global", "none")
 # 76.8 %; it did soften the shadow under Matt's lower lip that shows as a grey chin patch on the
 # women (his worst skin block 20.3 -> 14.6 dE), the same contrast seen as colour
 STD_RATIO_RANGE = (0.7, 1.4)
+# local colour: where that stretch darkens a pixel (a socket, a lash line, the source's dark
+# eye), its chroma about neutral (8-bit LAB a*/b* 128) darkens by the same share, as it would
+# under less light. Kept at full chroma, a soft brown eye stretched 1.4x came out maroon on a
+# paler target (Matt onto David and Jennifer at 1:1; it is dark brown now). scripts/bench_quality.py
+# (24 frames, 7 sources): faces with every skin block within 8 dE, Matthew 90.5 -> 96.8 %,
+# Courteney 98.9 -> 100 %, no source lower; faces closer to the source 92.4 -> 93.3 % (astronaut),
+# 94.7 -> 95.8 (Matthew), 91.6 -> 93.7 (Lisa), the rest unchanged. The chroma darkened by the
+# square of the share instead took David to 77.9 % and Matt to 78.2 % (from 81.1 and 83.2)
+LAB_NEUTRAL = 128.0
 # local colour: after the shading, the tint (a*, b*) of the swapped skin may still differ from
 # the target's by at most TINT_LIMIT (8-bit LAB) at TINT_SCALE of the shading's scale: the
 # source's own chroma (red lids and lip rims, a rosy or sallow cheek) left blocks of skin off in

@@ -16,6 +16,7 @@ import numpy as np
 from facefusion_batch.kernels.base import (
     DETAIL_SIGMA,
     GRAIN_CLIP,
+    LAB_NEUTRAL,
     LUMA_BGR,
     MODEL_MASK_BLUR,
     SHARPNESS_SIGMAS,
@@ -218,6 +219,8 @@ def transfer_colour(
     lids and lip rims) reddened the source's lids and the rims of its features
     (scripts/bench_quality.py, two sources: skin blocks with a*/b* off by more than 4, 5.66 ->
     3.46 % and 2.17 -> 1.10 %, identity unchanged; the lightness ratio is what carries it).
+    Where that ratio darkens a pixel (a dark eye, a socket), its chroma darkens by the same
+    share (LAB_NEUTRAL), as under less light: at full chroma a brown eye turned maroon.
     After the shading, what is left of the tint's difference at the finer scale TINT_SCALE ×
     `sigma` is held to `tint_limit` (inf: not held): the source's own red lids or sallow cheek
     do not survive it. The target's darkest skin pixels count in its shading too: left out
@@ -239,6 +242,12 @@ def transfer_colour(
         ratio[1:] = 1.0
     moved = (src_lab - mu_s) * ratio + mu_t
     if mode == "local":
+        # where the stretch darkens a pixel, its chroma darkens with it (about neutral)
+        stretched = (src_lab[..., 0] - mu_s[0]) * ratio[0] + mu_s[0]
+        follow = np.clip(np.maximum(stretched, 1.0) / np.maximum(src_lab[..., 0], 1.0), 0.0, 1.0)
+        moved[..., 1:] = (
+            LAB_NEUTRAL + follow[..., None] * (src_lab[..., 1:] - LAB_NEUTRAL) + (mu_t - mu_s)[1:]
+        )
         # swap the low frequencies: target light and tint, source detail
         shading = masked_blur(dst_lab, skin, sigma) - masked_blur(moved, skin, sigma)
         bound = np.asarray(limit, np.float32)

@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from facefusion_batch.kernels.base import (
     DETAIL_SIGMA,
     GRAIN_CLIP,
+    LAB_NEUTRAL,
     LUMA_BGR,
     SHARPNESS_SIGMAS,
     STD_RATIO_RANGE,
@@ -615,7 +616,13 @@ def transfer_colour(
         lightness = lightness[:, None, None]
         ratio = ratio * lightness + (1 - lightness)
     moved = (src - mu_s) * ratio + mu_t
-    if mode == "local":
+    if mode == "local":  # the chroma of what the stretch darkens darkens with it, as on the host
+        stretched = (src[..., :1, :, :] - mu_s[..., :1, :, :]) * ratio[..., :1, :, :] + mu_s[..., :1, :, :]
+        follow = torch.clamp(
+            torch.clamp(stretched, min=1.0) / torch.clamp(src[..., :1, :, :], min=1.0), 0.0, 1.0
+        )
+        chroma = LAB_NEUTRAL + follow * (src[..., 1:, :, :] - LAB_NEUTRAL) + (mu_t - mu_s)[..., 1:, :, :]
+        moved = torch.cat([moved[..., :1, :, :], chroma], dim=-3)
         shading = masked_blur(dst, skin, sigma) - masked_blur(moved, skin, sigma)
         limit = constant(("shading_limit", tuple(limit)), lambda: limit, src.device, src.dtype)[:, None, None]
         moved = moved + torch.maximum(torch.minimum(shading, limit), -limit)
