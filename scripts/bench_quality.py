@@ -15,7 +15,8 @@ astronaut.png and each of t1's six faces as the source (a face is never swapped 
   a* or b* moved by more than 4;
 - eyes: the mean change inside each target's eye openings (its eyes kept, or the source's);
 - stability: frame-to-frame change inside the swapped faces on a static clip with sensor
-  noise, against the input's own change there; swap toggles per face across the pan clip;
+  noise, against the input's own change there; swap toggles per face across the pan clip (and
+  how many came where the frame's edge cut the face: one entering or leaving);
   landmark slip of the tracked mesh against the known camera path (px RMS), for the faces
   always fully in the frame and, apart, for those the frame's edge cuts.
 
@@ -267,7 +268,8 @@ def main() -> None:
             # which of t1's faces it is, by where the known camera puts it in the photo
             centre = to_photo((box[:2] + box[2:]) / 2, times[f], t1.shape)
             person = int(np.argmin(np.linalg.norm(t1_centres - centre, axis=1)))
-            swapped.setdefault(person, []).append(changed)
+            cut = bool((box[:2] < 0).any() or box[2] > SIZE[0] or box[3] > SIZE[1])
+            swapped.setdefault(person, []).append((changed, cut))
             if not changed:
                 continue
             e_out = embed(out_frames[f], box)
@@ -285,7 +287,10 @@ def main() -> None:
                 place = face_place(analysed.mesh[row], models.regions, blocks[at])
                 worst_at.setdefault(target_of[row], []).append((de, place))
             shifted.append(sh)
-        toggles = sum(sum(a != b for a, b in zip(v, v[1:], strict=False)) for v in swapped.values())
+        # per toggle, whether the frame's edge cut the face on either side of it
+        pairs = [pair for v in swapped.values() for pair in zip(v, v[1:], strict=False)]
+        flips = [a[1] or b[1] for a, b in pairs if a[0] != b[0]]
+        toggles, toggles_at_edge = len(flips), sum(flips)
         boxes = [b for b in analysed.select(analysed.frame_index == 0).box]
         inside = np.zeros(still.shape[:2], bool)
         for x0, y0, x1, y1 in boxes:
@@ -322,6 +327,7 @@ def main() -> None:
             },
             "blocks_ab_shift_gt4_pct": round(100 * float(np.nanmean(shifted)), 2) if shifted else None,
             "swap_toggles": int(toggles),
+            "swap_toggles_at_edge": int(toggles_at_edge),  # of those, where the frame's edge cut the face
             "static_noisy_change_ratio": round(float(change_out / max(change_in, 1e-6)), 2),
             # per target face of t1: its faces transferred, % (of how many)
             "transferred_pct_by_target": {
@@ -397,7 +403,7 @@ def draw(rows, results, path: Path) -> None:
         label = (
             f"{name}: {r['transferred_pct']}% closer to source, worst dE {r['worst_block_dE76_max']} "
             f"({r['faces_worst_block_le8_pct']}% of faces <= 8), "
-            f"toggles {r['swap_toggles']}"
+            f"toggles {r['swap_toggles']} ({r['swap_toggles_at_edge']} at the edge)"
         )
         row = np.hstack([src, before[crop], after[crop]])
         bar = np.full((28, row.shape[1], 3), 255, np.uint8)

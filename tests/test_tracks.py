@@ -86,6 +86,21 @@ def test_hysteresis_turns_on_and_off_once_each():
     assert tracker.toggles == 2
 
 
+def test_a_face_entering_across_the_frames_edge_is_told_apart_from_a_flicker():
+    """A face coming in over the top edge (its mesh presence low while most of it is outside)
+    switches on once there, and the tracker counts that toggle as one at the edge; a face that
+    flickers in the middle of the frame is not one."""
+    sizes = np.array([[720, 1280]] * 4)
+    entering = [([600, -40 + 2 * i, 700, 60 + 2 * i], -4.0 if i < 10 else 6.0) for i in range(24)]
+    middle = [([200, 200, 260, 260], p) for p in [8.0] * 8 + [-6.0] * 8 + [8.0] * 8]
+    tracker = FaceTracker()
+    for start in range(0, 24, 4):
+        rows = [(f, *entering[start + f]) for f in range(4)] + [(f, *middle[start + f]) for f in range(4)]
+        table = faces([r[1] for r in rows], [r[2] for r in rows], [r[0] for r in rows])
+        tracker.step(table, 4, None, sizes)
+    assert tracker.toggles == 3 and tracker.edge_toggles == 1
+
+
 def test_a_scene_cut_ends_every_track():
     tracker = FaceTracker()
     box = [100, 100, 160, 160]
@@ -198,6 +213,7 @@ def test_a_render_reports_its_tracks_and_no_toggles(tmp_path, face_clip, astrona
     assert proc.returncode == 0, proc.stderr
     data = json.loads(report.read_text())
     assert data["tracking"]["toggles"] == 0 and 1 <= data["tracking"]["tracks"] <= 12, data["tracking"]
+    assert data["tracking"]["toggles_at_edge"] == 0
 
 
 def test_a_lid_read_shut_on_one_frame_and_open_on_the_next_is_averaged_along_its_track():

@@ -121,6 +121,12 @@ def iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return inter / np.maximum(area_a[:, None] + area_b[None, :] - inter, 1e-6)
 
 
+def crosses_edge(box: np.ndarray, size: tuple[int, int]) -> bool:
+    """Whether a face box [4] reaches past the edge of a frame of `size` (height, width)."""
+    height, width = size
+    return bool(box[0] < 0 or box[1] < 0 or box[2] > width or box[3] > height)
+
+
 def eye_span(landmarks5: np.ndarray) -> np.ndarray:
     return np.linalg.norm(landmarks5[:, 1] - landmarks5[:, 0], axis=-1)
 
@@ -139,6 +145,9 @@ class FaceTracker:
         self.next_id = 0
         self.thumb: np.ndarray | None = None
         self.toggles = 0
+        # of those, where the face crossed the frame's edge: a face entering or leaving, whose
+        # mesh cannot follow it while most of it is outside (not a flicker)
+        self.edge_toggles = 0
         self.ended: list[Track] = []
 
     def _smooth(self, values: list[np.ndarray], dt: float, scale: float) -> np.ndarray:
@@ -158,7 +167,15 @@ class FaceTracker:
         self.thumb = thumb
         return cut
 
-    def step(self, table: FaceTable, frame_count: int, thumbs: np.ndarray | None = None) -> FaceTable:
+    def step(
+        self,
+        table: FaceTable,
+        frame_count: int,
+        thumbs: np.ndarray | None = None,
+        sizes: np.ndarray | None = None,
+    ) -> FaceTable:
+        """`sizes` [frame_count, 2]: each frame's (height, width), which tells the toggles at the
+        frame's edge."""
         s = self.settings
         dt = 1.0 / s.fps
         keep: list[int] = []
@@ -204,6 +221,7 @@ class FaceTracker:
                 swapping = track.decide(s)
                 if track.swapping is not None and swapping != track.swapping:
                     self.toggles += 1
+                    self.edge_toggles += int(sizes is not None and crosses_edge(table.box[row], sizes[f]))
                 track.swapping = swapping
                 track_of[row] = track.id
                 if swapping:

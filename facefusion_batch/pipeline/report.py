@@ -44,7 +44,8 @@ class RenderReport:
     encoder: str = ""
     models: dict[str, str] = field(default_factory=dict)
     device: dict[str, Any] = field(default_factory=dict)  # GPU backends: NVML, device time, OOM retries
-    tracking: dict[str, int] = field(default_factory=dict)  # face tracks and swap toggles
+    # face tracks, swap toggles, and those where the face crossed the frame's edge
+    tracking: dict[str, int] = field(default_factory=dict)
     status: str = "ok"
     message: str = ""
 

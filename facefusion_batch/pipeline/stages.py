@@ -83,12 +83,13 @@ class FacePipeline:
         self.order.abort()
 
     def tracking(self) -> dict[str, int]:
-        """What the tracker did in this job (for the report): tracks and swap toggles."""
+        """What the tracker did in this job (for the report): tracks and swap toggles, and how
+        many of those came where the face crossed the frame's edge (entering or leaving)."""
         stage = self.stage("track")
         if stage is None:
             return {}
         t = stage.tracker
-        return {"tracks": t.next_id, "toggles": t.toggles}
+        return {"tracks": t.next_id, "toggles": t.toggles, "toggles_at_edge": t.edge_toggles}
 
     @property
     def timer(self) -> StageTimer:
@@ -106,10 +107,10 @@ class FacePipeline:
         with self._timer.stage("track"):
             thumbs = thumbnails(k, frames)
             if seq is None:
-                return FaceTracker(stage.tracker.settings).step(table, frames.count, thumbs)
+                return FaceTracker(stage.tracker.settings).step(table, frames.count, thumbs, frames.shapes)
             self.order.wait(seq)
             try:
-                return stage.tracker.step(table, frames.count, thumbs)
+                return stage.tracker.step(table, frames.count, thumbs, frames.shapes)
             finally:
                 self.order.done(seq)
 
