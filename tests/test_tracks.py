@@ -216,6 +216,27 @@ def test_a_render_reports_its_tracks_and_no_toggles(tmp_path, face_clip, astrona
     assert data["tracking"]["toggles_at_edge"] == 0
 
 
+def test_a_blink_the_picture_sees_is_drawn_shut_on_time_not_half_shut_and_late():
+    """Four frames read shut between open ones (a blink the mesh does not see): drawn fully shut
+    from the blink's third frame to its end and open again three frames after; the plain mean
+    over the window drew it at most half shut, over eleven frames."""
+    tracker = FaceTracker(TrackSettings(window=8))
+    holds = np.zeros(24)
+    holds[10:14] = 1.0  # frames 10-13: the blink
+    drawn = []
+    for start in range(0, 24, 4):
+        table = faces([[100, 50, 180, 130]] * 4, [20.0] * 4, np.arange(4))
+        lids = np.zeros((4, 2), np.float32)
+        lids[:, 0] = holds[start : start + 4]
+        drawn.append(tracker.step(table.with_columns(lids=lids), 4).lids)
+    drawn = np.concatenate(drawn)
+    assert len(drawn) == 24 and np.all(drawn[:, 1] == 0.0)
+    eye = drawn[:, 0]
+    assert np.all(eye[:10] == 0.0) and eye[10] < 0.2 and eye[11] < 0.3
+    assert np.all(eye[12:14] == 1.0)
+    assert np.all(eye[14:16] > 0.5) and np.all(eye[16:] == 0.0)
+
+
 def test_a_lid_read_shut_on_one_frame_and_open_on_the_next_is_averaged_along_its_track():
     """The classical swap's `lids` column (swap/lids.py) leaves the tracker as its mean over the
     track's last `window` faces: an eye does not flicker between the source's and the target's;
