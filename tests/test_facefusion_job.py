@@ -140,7 +140,11 @@ def test_render_a_facefusion_job(tmp_path, private_home, clip, astronaut_path):
     r0 = json.loads((tmp_path / "r-0.json").read_text())
     r1 = json.loads((tmp_path / "r-1.json").read_text())
     assert r0["settings"]["swap"]["learned"]["swapper_model"] == "hyperswap_1a_256"
-    assert r0["faces_swapped"] > 3 and r1["faces_swapped"] == 3  # many, then one a frame
+    # many, then one a frame: the rest are not the first face; of the chosen three, the ones the
+    # mesh is not sure are faces (the stand-in swapper's output is noise) are left as they are
+    chosen = r1["faces_swapped"] + r1["faces_not_swapped"].get("track_not_swapping", 0)
+    assert r0["faces_swapped"] > 3 and chosen == 3 and r1["faces_swapped"] >= 1
+    assert r1["faces_not_swapped"]["not_the_first_face"] >= 1
     assert Path(r1["settings"]["input"]) == out0  # the remix rendered step 0's output again
     assert len(decode_all(out0)[0]) == len(decode_all(out1)[0]) == 3
     refused = write_job(

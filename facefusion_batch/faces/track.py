@@ -44,7 +44,8 @@ THUMB = (16, 9)  # width, height of the thumbnails scene cuts are measured on
 # lagged the camera of bench_quality's 120-frame pan: 0.92 / 1.11 px RMS off its true path on
 # the two faces always in frame (unsmoothed 0.21 / 0.25); at 8, 0.61 / 0.73, while a still face
 # on a noisy clip keeps its smoothing (0.05-0.13 px jitter against 0.05-0.12 at 4 and 0.14-0.28
-# unsmoothed). Faces the frame's edge cuts slip 0.8-3.1 px either way: their own mesh error
+# unsmoothed). Faces the frame's edge cuts slip 0.8-1.8 px either way: their own mesh error (a
+# turned face entering at the top edge slipped 3.1 px: its mesh is too unsure to swap it now)
 SMOOTHING_BETA = 8.0
 # A blink in the lids: LID_RUN holds in a row, all clear (within LID_CLEAR of 0 or of 1), and
 # all more than LID_JUMP from every hold since the previous such step. A 4-frame blink the
@@ -59,9 +60,15 @@ LID_RUN, LID_JUMP, LID_CLEAR = 3, 0.5, 0.05
 
 @dataclass(frozen=True)
 class TrackSettings:
-    start: float = 0.0  # without a decision yet, a track is swapped when its average is above this
-    on: float = 1.5  # window-average presence above which a track is swapped
-    off: float = -1.5  # below which it is not
+    # mesh presence logits: the faces of t1.jpg score 16-44 at 24-118 px wide. Cut by the
+    # frame's top edge, most still score 6-27 with their eyes in the frame and 7-16 with them
+    # above it (the mesh follows them: it agrees with the detector on the eyes within 0.2 eye
+    # spans), but a turned face cut at its eyes scores 1-2, and `make demo`'s face entering at
+    # the top edge 0.2-6.4: its mesh put the eyes on the nose, and the source's eyes were painted
+    # there, white, for 74 frames. A strongly blurred face scores 2-21
+    start: float = 5.0  # without a decision yet, a track is swapped when its average is above this
+    on: float = 7.0  # window-average presence above which a track is swapped
+    off: float = 3.0  # below which it is not
     window: int = 8  # frames in each presence average and in the smoothing window
     link_iou: float = 0.2
     link_distance: float = 1.0  # eye spans between centres that still link a face to a track
@@ -150,9 +157,11 @@ def iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def crosses_edge(box: np.ndarray, size: tuple[int, int]) -> bool:
-    """Whether a face box [4] reaches past the edge of a frame of `size` (height, width)."""
+    """Whether a face box [4] reaches the edge of a frame of `size` (height, width): past it, or
+    up to it (the detector clamps some boxes to the frame: a face entering at the right edge
+    had x1 = 1280 exactly)."""
     height, width = size
-    return bool(box[0] < 0 or box[1] < 0 or box[2] > width or box[3] > height)
+    return bool(box[0] < 1 or box[1] < 1 or box[2] > width - 1 or box[3] > height - 1)
 
 
 def eye_span(landmarks5: np.ndarray) -> np.ndarray:
