@@ -19,7 +19,12 @@ import typer
 import typer.main
 
 from facefusion_batch import __version__
-from facefusion_batch.config import DEFAULT_LIP_SHADOW, check_matte_run, render_settings
+from facefusion_batch.config import (
+    DEFAULT_FACE_PRESENCE,
+    DEFAULT_LIP_SHADOW,
+    check_matte_run,
+    render_settings,
+)
 from facefusion_batch.errors import (
     EXIT_HANGUP,
     EXIT_INTERNAL,
@@ -277,6 +282,15 @@ SmoothingOpt = Annotated[
     typer.Option(
         help="Landmark smoothing along each face's track (One Euro filter): 0 off, 1 default, "
         "more smooths more (at the cost of lag on fast motion)."
+    ),
+]
+FacePresenceOpt = Annotated[
+    float,
+    typer.Option(
+        help="How sure the face mesh must be that it sees a face before its track is swapped: its "
+        "presence logit, averaged over the track's last frames (0-100). Faces the mesh follows score "
+        "16-44; a face the frame cuts so that its eyes are outside scores 0-6 and is left as it is. "
+        "Lower swaps weaker faces (blurred, turned, cut), higher leaves more alone."
     ),
 ]
 SourceFaceIndexOpt = Annotated[
@@ -643,6 +657,7 @@ def render(
     face_selector_age_start: AgeStartOpt = None,
     face_selector_age_end: AgeEndOpt = None,
     smoothing: SmoothingOpt = 1.0,
+    face_presence: FacePresenceOpt = DEFAULT_FACE_PRESENCE,
     on_decode_error: Annotated[
         str,
         typer.Option(
@@ -833,6 +848,7 @@ def preview(
     face_selector_age_start: AgeStartOpt = None,
     face_selector_age_end: AgeEndOpt = None,
     smoothing: SmoothingOpt = 1.0,
+    face_presence: FacePresenceOpt = DEFAULT_FACE_PRESENCE,
     source_face_index: SourceFaceIndexOpt = 0,
     backend: BackendOpt = "auto",
     models_dir: ModelsDirOpt = None,

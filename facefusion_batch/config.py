@@ -28,7 +28,7 @@ from facefusion_batch.faces.identity import CONVENTIONS
 from facefusion_batch.faces.mesh import MeshSettings
 from facefusion_batch.faces.persons import UNMATCHED
 from facefusion_batch.faces.select import FACE_ORDERS
-from facefusion_batch.faces.track import TrackSettings
+from facefusion_batch.faces.track import TrackSettings, presence_thresholds
 from facefusion_batch.fsutil import check_name_length, same_file
 from facefusion_batch.kernels.base import BLEND_MODES, COLOUR_MODES
 from facefusion_batch.models.facefusion import ENHANCERS, MODELS, OCCLUDERS, PARSERS, SWAPPERS
@@ -59,6 +59,7 @@ log = logging.getLogger("ffbatch")
 FACE_MODES = ("many", "one", "reference")
 BACKENDS = ("auto", "cpu", "cuda", "tensorrt")
 DEFAULT_LIP_SHADOW = ClassicalSettings().lip_shadow  # --lip-shadow: the classical swap's own default
+DEFAULT_FACE_PRESENCE = TrackSettings().on  # --face-presence: the tracker's own default
 SWAPPER_MODES = ("auto", "classical", "learned")
 RECOGNISERS = ("auto", "arcface", "dlib")
 
@@ -708,7 +709,10 @@ def render_settings(
     smoothing = kw.pop("smoothing", TrackSettings().smoothing)
     if not math.isfinite(smoothing) or not 0 <= smoothing <= 10:
         raise InputError(f"--smoothing must be between 0 (off) and 10 (got {smoothing:g})")
-    kw["tracking"] = TrackSettings(smoothing=smoothing)
+    presence = kw.pop("face_presence", DEFAULT_FACE_PRESENCE)
+    if not math.isfinite(presence) or not 0 <= presence <= 100:
+        raise InputError(f"--face-presence must be between 0 and 100 (got {presence:g})")
+    kw["tracking"] = TrackSettings(smoothing=smoothing, **presence_thresholds(presence))
     batch_size = kw.pop("batch_size", CPU_BATCH)
     for option, key, high in (("--streams", "streams", 64), ("--max-batch", "max_batch", 4096)):
         value = kw.get(key)

@@ -241,6 +241,34 @@ def test_a_render_reports_its_tracks_and_no_toggles(tmp_path, face_clip, astrona
     assert data["tracking"]["toggles_at_edge"] == 0
 
 
+def test_face_presence_sets_how_sure_the_mesh_must_be_before_a_face_is_swapped(
+    tmp_path, face_clip, astronaut_path
+):
+    """`--face-presence` moves the tracker's thresholds: above every face's score (the mesh scores
+    real faces up to about 66) nothing is swapped and the output's pictures are the input's; at 0 every track
+    the mesh keeps is swapped, at least as many faces as by default."""
+    from media import decode_all
+    from test_cli import ffbatch
+
+    swapped = {}
+    for presence in ("100", None, "0"):
+        out, report = tmp_path / f"{presence}.mp4", tmp_path / f"{presence}.json"
+        extra = ("--face-presence", presence) if presence else ()
+        proc = ffbatch(
+            "render", face_clip, "-s", astronaut_path, "-o", out, "--report", report, "--crf", "0", *extra
+        )
+        assert proc.returncode == 0, proc.stderr
+        data = json.loads(report.read_text())
+        swapped[presence] = data["faces_swapped"]
+        assert data["settings"]["tracking"]["on"] == (float(presence) if presence else 7.0)
+        if presence == "100":
+            assert data["faces_not_swapped"]["track_not_swapping"] == data["faces_found"] > 0
+            frames_in, frames_out = decode_all(face_clip)[0], decode_all(out)[0]
+            assert len(frames_in) == len(frames_out)
+            assert all(np.array_equal(a[1], b[1]) for a, b in zip(frames_in, frames_out, strict=True))
+    assert swapped["100"] == 0 and swapped["0"] >= swapped[None] > 0, swapped
+
+
 def test_a_blink_the_picture_sees_is_drawn_shut_on_time_not_half_shut_and_late():
     """Four frames read shut between open ones (a blink the mesh does not see): drawn fully shut
     from the blink's third frame to its end and open again three frames after; the plain mean

@@ -83,6 +83,12 @@ class TrackSettings:
         return 2 * self.window + self.max_gap + 1
 
 
+def presence_thresholds(on: float) -> dict[str, float]:
+    """TrackSettings' start and off for a given `on` (`--face-presence`), as the defaults set
+    them: a new track starts 2 below it, a swapped one stops 4 below it."""
+    return {"start": on - 2.0, "on": on, "off": on - 4.0}
+
+
 def one_euro(values: list[np.ndarray], dt: float, scale: float, min_cutoff: float, beta: float) -> np.ndarray:
     """The One Euro filter (Casiez et al.) run over `values` (oldest first) from scratch: the
     last filtered value. Speeds are in eye spans (`scale`) per second, so small and large faces
