@@ -63,9 +63,9 @@ class TrackSettings:
     # mesh presence logits: the faces of t1.jpg score 16-44 at 24-118 px wide. Cut by the
     # frame's top edge, most still score 6-27 with their eyes in the frame and 7-16 with them
     # above it (the mesh follows them: it agrees with the detector on the eyes within 0.2 eye
-    # spans), but a turned face cut at its eyes scores 1-2, and `make demo`'s face entering at
-    # the top edge 0.2-6.4: its mesh put the eyes on the nose, and the source's eyes were painted
-    # there, white, for 74 frames. A strongly blurred face scores 2-21
+    # spans), but a turned face cut at its brows or eyes scores 1-2, and `make demo`'s face at
+    # the top edge 0.2-6.4 (its eyes above the frame): its mesh put them on the nose, and the
+    # source's eyes were painted there, white, for 74 frames. A strongly blurred face scores 2-21
     start: float = 5.0  # without a decision yet, a track is swapped when its average is above this
     on: float = 7.0  # window-average presence above which a track is swapped
     off: float = 3.0  # below which it is not
