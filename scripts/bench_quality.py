@@ -45,7 +45,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "examples")]
 from make_inputs import camera_path, render_frame  # noqa: E402
 
 from facefusion_batch.faces.mesh import LEFT_EYE_OUTER, RIGHT_EYE_OUTER  # noqa: E402
-from facefusion_batch.faces.track import FaceTracker  # noqa: E402
+from facefusion_batch.faces.track import FaceTracker, crosses_edge  # noqa: E402
 from facefusion_batch.kernels.host import HostKernels  # noqa: E402
 from facefusion_batch.models.assets import asset_path  # noqa: E402
 from facefusion_batch.pipeline.build import build_pipeline, load_models  # noqa: E402
@@ -268,7 +268,7 @@ def main() -> None:
             # which of t1's faces it is, by where the known camera puts it in the photo
             centre = to_photo((box[:2] + box[2:]) / 2, times[f], t1.shape)
             person = int(np.argmin(np.linalg.norm(t1_centres - centre, axis=1)))
-            cut = bool((box[:2] < 0).any() or box[2] > SIZE[0] or box[3] > SIZE[1])
+            cut = crosses_edge(box, (SIZE[1], SIZE[0]))  # as the render's report counts it
             swapped.setdefault(person, []).append((changed, cut))
             if not changed:
                 continue

@@ -117,7 +117,7 @@ def lid_average(values: list[np.ndarray]) -> np.ndarray:
         x, start = holds[:, e], 0
         for lo in range(1, len(x) - LID_RUN + 1):
             run, before = x[lo : lo + LID_RUN], x[start:lo]
-            if lo <= start or not ((run >= 1 - LID_CLEAR).all() or (run <= LID_CLEAR).all()):
+            if not ((run >= 1 - LID_CLEAR).all() or (run <= LID_CLEAR).all()):
                 continue
             if run.min() - before.max() > LID_JUMP or before.min() - run.max() > LID_JUMP:
                 start = lo
