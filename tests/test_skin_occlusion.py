@@ -34,8 +34,10 @@ def swapped(k, models, source, image, table, skin: bool) -> np.ndarray:
 @pytest.fixture(scope="module")
 def occluded(models, astronaut_image):
     """The astronaut photo with a blue microphone over the right cheek and a dark hair strand down
-    the left cheek; their masks (the microphone's eroded off its drawn edge)."""
-    image = np.ascontiguousarray(astronaut_image).copy()
+    the left cheek; their masks (the microphone's eroded off its drawn edge); the clean photo
+    and its faces."""
+    clean = np.ascontiguousarray(astronaut_image)
+    image = clean.copy()
     faces = analyse(models, [image])
     mic = np.zeros(image.shape[:2], np.uint8)
     strand = np.zeros(image.shape[:2], np.uint8)
@@ -50,11 +52,11 @@ def occluded(models, astronaut_image):
     image[strand > 0] = (20, 30, 45)
     table = analyse(models, [image], faces)
     inner = cv2.erode(mic, np.ones((5, 5), np.uint8)) > 0
-    return image, table, inner, strand > 0
+    return image, table, inner, strand > 0, clean, faces
 
 
 def test_a_microphone_and_a_hair_strand_stay_in_front(models, t1_path, occluded):
-    image, table, mic, strand = occluded
+    image, table, mic, strand, clean, clean_faces = occluded
     plain = swapped(HOST, models, t1_path, image, table, skin=False)
     kept = swapped(HOST, models, t1_path, image, table, skin=True)
     change = lambda out, where: np.abs(out.astype(int) - image.astype(int)).max(axis=2)[where]  # noqa: E731
@@ -63,11 +65,35 @@ def test_a_microphone_and_a_hair_strand_stay_in_front(models, t1_path, occluded)
     # most of the strand the swap painted over stays
     covered = strand & (np.abs(plain.astype(int) - image.astype(int)).max(axis=2) > 20)
     assert (change(kept, covered) <= 8).mean() > 0.5
-    # the rest of the faces is swapped as before
-    faces = np.abs(plain.astype(int) - image.astype(int)).max(axis=2) > 8
+    # the rest of the face is swapped as the clean photo is: the microphone and the strand are
+    # not the face's skin, and its colour statistics leave them out (counted, the dark strand
+    # stretched the face's contrast and the blue microphone tinted it: by more than 8 levels
+    # on 41 % of it)
+    alone = swapped(HOST, models, t1_path, clean, table, skin=True)  # the same mesh
+    faces = np.abs(alone.astype(int) - clean.astype(int)).max(axis=2) > 8
     elsewhere = faces & ~cv2.dilate((mic | strand).astype(np.uint8), np.ones((15, 15), np.uint8)).astype(bool)
-    same = np.abs(kept.astype(int) - plain.astype(int)).max(axis=2)[elsewhere] <= 8
-    assert same.mean() > 0.97
+    assert (np.abs(kept.astype(int) - alone.astype(int)).max(axis=2)[elsewhere] <= 8).mean() > 0.97
+    # without the mask they count: the face away from them is further from the clean swap
+    off = lambda out: np.abs(out.astype(int) - alone.astype(int)).max(axis=2)[elsewhere].mean()  # noqa: E731
+    assert off(kept) < 0.7 * off(plain), (off(kept), off(plain))
+
+
+def test_a_dark_bar_over_the_mouth_and_jaw_stays_in_front(models, t1_path, astronaut_image):
+    """Something held over the lower face (a microphone, a hand in a glove) covers lips and the
+    jaw's line, where the mesh's features and outline are: it stays in front there too (it used
+    to be left out of the search there, and the swap's lips and edge were painted over it)."""
+    image = np.ascontiguousarray(astronaut_image).copy()
+    faces = analyse(models, [image])
+    bar = np.zeros(image.shape[:2], np.uint8)
+    for box in faces.box:  # the lower left quarter of the face's box, lips and jaw included
+        x0, y0, x1, y1 = box.astype(int)
+        bar[(y0 + y1) // 2 : y1 + 4, x0 - 4 : x0 + (x1 - x0) * 2 // 5] = 1
+    image[bar > 0] = (30, 30, 40)
+    table = analyse(models, [image], faces)
+    kept = swapped(HOST, models, t1_path, image, table, skin=True)
+    inner = cv2.erode(bar, np.ones((5, 5), np.uint8)) > 0
+    changed = np.abs(kept.astype(int) - image.astype(int)).max(axis=2)[inner]
+    assert np.percentile(changed, 99) <= 2, np.percentile(changed, [90, 99, 100])
 
 
 def test_a_clean_face_is_swapped_as_without_it(models, astronaut_path, t1_image, t1_faces):
@@ -75,15 +101,20 @@ def test_a_clean_face_is_swapped_as_without_it(models, astronaut_path, t1_image,
     plain = swapped(HOST, models, astronaut_path, image, t1_faces, skin=False)
     kept = swapped(HOST, models, astronaut_path, image, t1_faces, skin=True)
     changed = np.abs(plain.astype(int) - image.astype(int)).max(axis=2) > 8
+    # no false holes (the target showing through where the swap painted): a few shadowed spots
+    # (a nose or jaw shadow, a turned face's made-up eye corner) at most
+    holes = changed & (np.abs(kept.astype(int) - image.astype(int)).max(axis=2) <= 2)
+    assert holes.sum() < 0.03 * changed.sum(), (holes.sum(), changed.sum())
+    # and the rest swapped alike: what the holes leave out of the colour statistics moves it a
+    # little (measured: 5.9 % of the swapped pixels by more than 8 levels, holes 2.5 %)
     differs = np.abs(kept.astype(int) - plain.astype(int)).max(axis=2) > 8
-    # no false holes: a few shadowed spots (a nose or jaw shadow) at most
-    assert differs.sum() < 0.03 * changed.sum(), (differs.sum(), changed.sum())
+    assert differs.sum() < 0.08 * changed.sum(), (differs.sum(), changed.sum())
 
 
 def test_skin_occlusion_alike_on_both_kernel_sets(models, t1_path, occluded):
     if TorchKernels is None:
         pytest.skip("torch is not installed")
-    image, table, mic, _ = occluded
+    image, table, mic, *_ = occluded
     host = swapped(HOST, models, t1_path, image, table, skin=True)
     device = swapped(TorchKernels("cpu"), models, t1_path, image, table, skin=True)
     d = np.abs(host.astype(np.int16) - device.astype(np.int16))

@@ -443,6 +443,8 @@ def paint_region(
     if visible is not None:
         alpha *= visible
     skin = covered & (warped[..., 4] > 0.5)
+    if visible is not None:  # an occluder is not the target's skin: its colour counts nowhere
+        skin = skin & (visible > 0.5)
     have = goal = None
     if sharpness:
         face, have, goal = match_sharpness(face, target, skin)

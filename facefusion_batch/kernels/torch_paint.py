@@ -166,6 +166,8 @@ def _paint_chunk(frames, regions, origins, canvas, textures, settings, host_blen
         visible = D.to_device(visible, device)
         alpha = alpha * visible
     skin = covered & (warped[:, 4] > 0.5)
+    if visible is not None:  # an occluder is not the target's skin, as on the host
+        skin = skin & (visible > 0.5)
     have = goal = None
     if settings.match_sharpness:
         face, have, goal = D.match_sharpness(face, target, skin)
