@@ -6,8 +6,9 @@ over the face oval, eyes, brows, lips and nostrils left out); a pixel there whos
 from it, or that is much darker than it, is something in front: a hair strand, a glasses rim,
 a microphone, a coloured glove. The eyes and brows are features, never occluders; the lips and
 nostrils are features unless an occluder found on the skin continues over them in its own
-colour (so does the part of it just past the mesh's outline). A hand is skin and is not found (the optional xseg model, `--mask occlusion`, finds
-it). Pure numpy/OpenCV over the batch's crops: no model call.
+colour (so does the part of it just past the mesh's outline). A hand is skin and is not found
+(the optional xseg model, `--mask occlusion`, finds it). Pure numpy/OpenCV over the batch's
+crops: no model call.
 """
 
 from __future__ import annotations
