@@ -25,7 +25,7 @@ from facefusion_batch.errors import ModelError
 from facefusion_batch.pipeline import build
 from facefusion_batch.swap.classical import ClassicalSwapper
 from facefusion_batch.swap.learned import LearnedSettings, LearnedSwapper
-from facefusion_batch.tools.preview import SHEET_COLUMN_WIDTH
+from facefusion_batch.tools.preview import SHEET_COLUMN_WIDTH, draw_label
 
 CLIP_SIZE = (480, 320)  # (width, height)
 ROW_HEIGHT = round(CLIP_SIZE[1] * SHEET_COLUMN_WIDTH / CLIP_SIZE[0])  # each side scaled to 640 wide
@@ -306,3 +306,14 @@ def test_the_classical_path_loads_the_mesh_and_topology_on_first_use(astronaut_p
     assert isinstance(swapper, ClassicalSwapper) and mesh.session is models.mesh.session
     assert {build.MESH_MODEL, build.TOPOLOGY} <= set(models.paths)
     assert hostk.run(pipeline, [t1_small]).faces_swapped >= 1
+
+
+def test_a_sheet_label_is_outlined_where_its_letters_are():
+    """The label's black outline hugs its white letters on any picture: its ink ends where the
+    letters end (OpenCV 5 lays a thick black copy out wider, which ran a character past them)."""
+    grey = np.full((40, 300, 3), 128, np.uint8)
+    draw_label(grey, "after  t=12.34s")
+    white = np.flatnonzero((grey.min(axis=2) > 200).any(axis=0))
+    black = np.flatnonzero((grey.max(axis=2) < 60).any(axis=0))
+    assert len(white) and len(black)
+    assert abs(int(black.max()) - int(white.max())) <= 2 and abs(int(black.min()) - int(white.min())) <= 2

@@ -21,6 +21,19 @@ log = logging.getLogger("ffbatch")
 SHEET_COLUMN_WIDTH = 640
 
 
+def draw_label(image: np.ndarray, text: str, origin: tuple[int, int] = (10, 24)) -> None:
+    """White text with a black outline, readable on any picture. The outline is the same thin
+    text drawn at the eight neighbouring offsets: OpenCV 5 lays thick text out wider than thin
+    (a thick black copy under the white one ran a character ahead of it by the label's end)."""
+    font, scale = cv2.FONT_HERSHEY_SIMPLEX, 0.6
+    x, y = origin
+    for dx in (-1, 0, 1):
+        for dy in (-1, 0, 1):
+            if dx or dy:
+                cv2.putText(image, text, (x + dx, y + dy), font, scale, (0, 0, 0), 1, cv2.LINE_AA)
+    cv2.putText(image, text, (x, y), font, scale, (255, 255, 255), 1, cv2.LINE_AA)
+
+
 def contact_sheet(rows: list[tuple[str, np.ndarray, np.ndarray]]) -> np.ndarray:
     """Rows of (label, before, after), each side scaled to SHEET_COLUMN_WIDTH."""
     out = []
@@ -32,8 +45,7 @@ def contact_sheet(rows: list[tuple[str, np.ndarray, np.ndarray]]) -> np.ndarray:
             cv2.resize(after, size, interpolation=cv2.INTER_AREA),
         ]
         for image, tag in zip(pair, (f"before  {label}", f"after  {label}"), strict=True):
-            cv2.putText(image, tag, (10, 24), cv2.FONT_HERSHEY_SIMPLEX, 0.6, (0, 0, 0), 3, cv2.LINE_AA)
-            cv2.putText(image, tag, (10, 24), cv2.FONT_HERSHEY_SIMPLEX, 0.6, (255, 255, 255), 1, cv2.LINE_AA)
+            draw_label(image, tag)
         out.append(np.hstack([pair[0], np.full((size[1], 4, 3), 255, np.uint8), pair[1]]))
         out.append(np.full((4, out[-1].shape[1], 3), 255, np.uint8))
     return np.vstack(out[:-1])
