@@ -852,6 +852,14 @@ def preview(
     source_face_index: SourceFaceIndexOpt = 0,
     backend: BackendOpt = "auto",
     models_dir: ModelsDirOpt = None,
+    crops: Annotated[
+        bool,
+        typer.Option(
+            "--crops",
+            help="Also show every swapped face at 1:1 (before | after) under its row: seams, lids "
+            "and colour as a render writes them, not scaled to the sheet.",
+        ),
+    ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
 ) -> None:
     """Write a before/after contact sheet of a few frames of INPUT.
@@ -863,8 +871,10 @@ def preview(
     if not 1 <= frames <= 32:
         raise InputError(f"--frames must be between 1 and 32 (got {frames})")
     # render's schema: the swap, detector and source options mean and check the same
-    settings, _ = render_settings({**ctx.params, "workers": 1}, given=given_options(ctx) | {"workers"})
-    preview_command(settings, frames, output)
+    params = {k: v for k, v in ctx.params.items() if k != "crops"}
+    given = given_options(ctx) - {"crops"} | {"workers"}
+    settings, _ = render_settings({**params, "workers": 1}, given=given)
+    preview_command(settings, frames, output, crops)
     typer.echo(str(output))
 
 

@@ -25,7 +25,7 @@ from facefusion_batch.errors import ModelError
 from facefusion_batch.pipeline import build
 from facefusion_batch.swap.classical import ClassicalSwapper
 from facefusion_batch.swap.learned import LearnedSettings, LearnedSwapper
-from facefusion_batch.tools.preview import SHEET_COLUMN_WIDTH, draw_label
+from facefusion_batch.tools.preview import SHEET_COLUMN_WIDTH, contact_sheet, draw_label, face_crops
 
 CLIP_SIZE = (480, 320)  # (width, height)
 ROW_HEIGHT = round(CLIP_SIZE[1] * SHEET_COLUMN_WIDTH / CLIP_SIZE[0])  # each side scaled to 640 wide
@@ -317,3 +317,37 @@ def test_a_sheet_label_is_outlined_where_its_letters_are():
     black = np.flatnonzero((grey.max(axis=2) < 60).any(axis=0))
     assert len(white) and len(black)
     assert abs(int(black.max()) - int(white.max())) <= 2 and abs(int(black.min()) - int(white.min())) <= 2
+
+
+def test_face_crops_show_the_painted_faces_at_one_to_one():
+    """`--crops`: under its row, each painted face before | after at its own pixels (not scaled),
+    wrapped to the sheet's width; a frame without faces adds nothing."""
+    rng = np.random.default_rng(3)
+    before = rng.integers(0, 255, (200, 300, 3), dtype=np.uint8)
+    after = 255 - before
+    rects = [(10, 20, 60, 50), (200, 100, 90, 80)]
+    tiles = face_crops(before, after, rects, width=180)
+    # 60+2+60 fits a line; 90+2+90 = 182 is wider than 180: its own line, scaled down to fit
+    assert tiles.shape[1] == 180
+    assert np.array_equal(tiles[:50, :60], before[20:70, 10:70])
+    assert np.array_equal(tiles[:50, 62:122], after[20:70, 10:70])
+    assert face_crops(before, after, [], width=180) is None
+    rows = [("t=0.00s", before, after), ("t=1.00s", before, after)]
+    plain = contact_sheet(rows)
+    closer = contact_sheet(rows, [rects[:1], []])
+    assert closer.shape[0] == plain.shape[0] + 50 + 4  # one line of crops under the first row only
+    top = plain.shape[0] // 2 + 2  # under the first row and its gap, from the sheet's left edge
+    assert np.array_equal(closer[top : top + 50, :60], before[20:70, 10:70])
+
+
+def test_preview_crops_option(tmp_path, clip, astronaut_path):
+    sheet = tmp_path / "sheet.png"
+    proc = ffbatch(
+        "preview", clip, "-s", astronaut_path, "-o", sheet, "--frames", "1", "--swapper", "classical",
+        "--crops",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert faces_swapped(proc) > 0
+    image = cv2.imread(str(sheet))
+    assert image.shape[1] == 2 * SHEET_COLUMN_WIDTH + GAP and image.shape[0] > ROW_HEIGHT + GAP
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sheet.png"]

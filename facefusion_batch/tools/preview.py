@@ -34,10 +34,46 @@ def draw_label(image: np.ndarray, text: str, origin: tuple[int, int] = (10, 24))
     cv2.putText(image, text, (x, y), font, scale, (255, 255, 255), 1, cv2.LINE_AA)
 
 
-def contact_sheet(rows: list[tuple[str, np.ndarray, np.ndarray]]) -> np.ndarray:
-    """Rows of (label, before, after), each side scaled to SHEET_COLUMN_WIDTH."""
+def face_crops(before: np.ndarray, after: np.ndarray, rects: list[tuple[int, int, int, int]], width: int):
+    """[h, width, 3] or None: each of `rects` (x, y, w, h: the painted faces) before | after at
+    1:1, side by side and wrapped to `width`; a pair wider than that is scaled down to fit."""
+    tiles = []
+    for x, y, w, h in rects:
+        gap = np.full((h, 2, 3), 255, np.uint8)
+        pair = np.hstack([before[y : y + h, x : x + w], gap, after[y : y + h, x : x + w]])
+        if pair.shape[1] > width:
+            size = (width, max(1, round(pair.shape[0] * width / pair.shape[1])))
+            pair = cv2.resize(pair, size, interpolation=cv2.INTER_AREA)
+        tiles.append(pair)
+    if not tiles:
+        return None
+    lines, line, used = [], [], 0
+    for tile in tiles:
+        if line and used + 4 + tile.shape[1] > width:
+            lines.append(line)
+            line, used = [], 0
+        line.append(tile)
+        used += tile.shape[1] + (4 if used else 0)
+    lines.append(line)
     out = []
-    for label, before, after in rows:
+    for line in lines:
+        height = max(t.shape[0] for t in line)
+        row = np.full((height, width, 3), 255, np.uint8)
+        at = 0
+        for tile in line:
+            row[: tile.shape[0], at : at + tile.shape[1]] = tile
+            at += tile.shape[1] + 4
+        out += [row, np.full((4, width, 3), 255, np.uint8)]
+    return np.vstack(out[:-1])
+
+
+def contact_sheet(
+    rows: list[tuple[str, np.ndarray, np.ndarray]], crops: list[list[tuple[int, int, int, int]]] | None = None
+) -> np.ndarray:
+    """Rows of (label, before, after), each side scaled to SHEET_COLUMN_WIDTH; with `crops` (per
+    row, the painted faces' rectangles), each row's faces at 1:1 under it (`face_crops`)."""
+    out = []
+    for i, (label, before, after) in enumerate(rows):
         h, w = before.shape[:2]
         size = (SHEET_COLUMN_WIDTH, max(1, round(h * SHEET_COLUMN_WIDTH / w)))
         pair = [
@@ -47,23 +83,31 @@ def contact_sheet(rows: list[tuple[str, np.ndarray, np.ndarray]]) -> np.ndarray:
         for image, tag in zip(pair, (f"before  {label}", f"after  {label}"), strict=True):
             draw_label(image, tag)
         out.append(np.hstack([pair[0], np.full((size[1], 4, 3), 255, np.uint8), pair[1]]))
-        out.append(np.full((4, out[-1].shape[1], 3), 255, np.uint8))
+        width = out[-1].shape[1]
+        out.append(np.full((4, width, 3), 255, np.uint8))
+        closer = None if crops is None else face_crops(before, after, crops[i], width)
+        if closer is not None:
+            out += [closer, np.full((4, width, 3), 255, np.uint8)]
     return np.vstack(out[:-1])
 
 
-def preview_command(settings: RenderSettings, frames: int, output: Path) -> None:
-    """Sample `frames` frames of the input, swap them in one batch, write the sheet to `output`."""
+def preview_command(settings: RenderSettings, frames: int, output: Path, crops: bool = False) -> None:
+    """Sample `frames` frames of the input, swap them in one batch, write the sheet to `output`;
+    `crops`: every swapped face at 1:1 too, under its row."""
     check_writes([("preview -o", Path(output))], files_read(settings))
     with claim_output(Path(output), "preview"):
-        _preview(settings, frames, Path(output))
+        _preview(settings, frames, Path(output), crops)
 
 
-def _preview(settings: RenderSettings, frames: int, output: Path) -> None:
+def _preview(settings: RenderSettings, frames: int, output: Path, crops: bool = False) -> None:
     info = probe(settings.input)
     # the models and sources exactly as a render loads them (one worker: all cores per model)
     renderer = Renderer.load(settings)
     sampled = sample_frames(info, frames)
     result = renderer.swap([image for _, image in sampled])
     rows = [(f"t={t:.2f}s", before, after) for (t, before), after in zip(sampled, result.frames, strict=True)]
-    write_image_atomically(output, contact_sheet(rows))
+    painted = None
+    if crops:  # what each frame's faces painted, one rectangle per face
+        painted = [[(x, y, w, h) for f, x, y, w, h in result.painted if f == i] for i in range(len(rows))]
+    write_image_atomically(output, contact_sheet(rows, painted))
     log.info("%d frames sampled, %d faces swapped", len(sampled), result.faces_swapped)
