@@ -15,8 +15,10 @@ astronaut.png and each of t1's six faces as the source (a face is never swapped 
   a* or b* moved by more than 4;
 - eyes: the mean change inside each target's eye openings (its eyes kept, or the source's);
 - stability: frame-to-frame change inside the swapped faces on a static clip with sensor
-  noise, against the input's own change there; swap toggles per face across the pan clip (and
-  how many came where the frame's edge cut the face: one entering or leaving);
+  noise, against the input's own change there; on a still clip with a dark bar over a quarter
+  of every face for 3 frames, the most each face's swap changes away from the bar, where the
+  input does not change (`occluder_pumping`; compare `--mask skin`); swap toggles per face
+  across the pan clip (and how many came where the frame's edge cut the face: one entering or leaving);
   landmark slip of the tracked mesh against the known camera path (px RMS), for the faces
   always fully in the frame and, apart, for those the frame's edge cuts.
 
@@ -166,6 +168,36 @@ def to_photo(points: np.ndarray, time: float, photo_shape: tuple[int, ...]) -> n
     return points / scale + [x0, y0]
 
 
+BAR_FRAMES = (6, 9)  # frames of the occluded clip with the bar in front of every face
+
+
+def occluded_clip(still: np.ndarray, boxes: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """16 frames of the still with a dark bar (a microphone, a sleeve) over the lower left quarter
+    of every face in frames BAR_FRAMES, and per face the mask of its box away from the bar (41 px
+    off it: beyond the shading's reach), where the input does not change."""
+    frames, bar = [], np.zeros(still.shape[:2], np.uint8)
+    for x0, y0, x1, y1 in boxes.astype(int):
+        bar[max(0, (y0 + y1) // 2) : max(0, y1), max(0, x0) : max(0, x0 + (x1 - x0) // 4)] = 1
+    for i in range(16):
+        frame = still.copy()
+        if BAR_FRAMES[0] <= i < BAR_FRAMES[1]:
+            frame[bar > 0] = (30, 30, 40)
+        frames.append(frame)
+    near = cv2.dilate(bar, np.ones((41, 41), np.uint8)) > 0
+    away = []
+    for x0, y0, x1, y1 in boxes.astype(int):
+        m = np.zeros(bar.shape, bool)
+        m[max(0, y0) : y1, max(0, x0) : x1] = True
+        away.append(m & ~near)
+    return frames, away
+
+
+def pumping(frames: list[np.ndarray], where: np.ndarray) -> float:
+    """The largest mean change over `where` of the bar's frames against the frame before them."""
+    before = frames[BAR_FRAMES[0] - 1].astype(int)
+    return float(max(np.abs(frames[i].astype(int) - before)[where].mean() for i in range(*BAR_FRAMES)))
+
+
 def frame_change(frames: list[np.ndarray], inside: np.ndarray) -> float:
     """Mean absolute frame-to-frame change (levels) inside `inside`."""
     steps = [
@@ -231,6 +263,7 @@ def main() -> None:
     still = render_frame(t1, 0.0, DURATION, SIZE)
     rng = np.random.default_rng(0)
     noisy = [np.clip(still + rng.normal(0, 3, still.shape), 0, 255).astype(np.uint8) for _ in range(16)]
+    occluded, away = occluded_clip(still, models.detector(HOST, HOST.upload([still])).box)
     analysed = models.mesh(HOST, HOST.upload(pan), models.detector(HOST, HOST.upload(pan)))
     tracked = FaceTracker().step(analysed, len(pan))
     input_embeddings = {
@@ -249,6 +282,10 @@ def main() -> None:
         out_frames = []
         for start in range(0, len(pan), 8):  # batches of 8, tracked across batches
             out_frames += pipeline(HOST, pan[start : start + 8], seq=start // 8).frames
+        pipeline.start_job()
+        barred = []
+        for start in range(0, len(occluded), 8):
+            barred += pipeline(HOST, occluded[start : start + 8], seq=start // 8).frames
         pipeline.start_job()
         static_out = []
         for start in range(0, len(noisy), 8):
@@ -338,6 +375,9 @@ def main() -> None:
             "swap_toggles": int(toggles),
             "swap_toggles_at_edge": int(toggles_at_edge),  # of those, where the frame's edge cut the face
             "static_noisy_change_ratio": round(float(change_out / max(change_in, 1e-6)), 2),
+            # per face: the most its swap away from a dark bar changed while the bar was there
+            # (levels, 0-255; the input there does not change at all)
+            "occluder_pumping": [round(pumping(barred, m), 2) for m in away],
             # per target face of t1: its faces transferred, % (of how many)
             "transferred_pct_by_target": {
                 t: [round(100 * float(np.mean(v)), 1), len(v)] for t, v in sorted(per_target.items())
