@@ -18,7 +18,8 @@ astronaut.png and each of t1's six faces as the source (a face is never swapped 
   noise, against the input's own change there; on a still clip with a dark bar over a quarter
   of every face for 3 frames, the most each face's swap changes away from the bar, where the
   input does not change (`occluder_pumping`; compare `--mask skin`); swap toggles per face
-  across the pan clip (and how many came where the frame's edge cut the face: one entering or leaving);
+  across the pan clip (and how many came where the frame's edge cut the face: one entering or
+  leaving);
   landmark slip of the tracked mesh against the known camera path (px RMS), for the faces
   always fully in the frame and, apart, for those the frame's edge cuts.
 

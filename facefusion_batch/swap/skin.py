@@ -31,14 +31,13 @@ MIN_PART = 0.0015  # of the crop's area: a smaller speck is noise, not an occlud
 SOFTEN = 1.5  # px: the visibility's edge
 # An occluder found on the skin continues into the lips and nostrils and a little past the
 # outline (`occluder_continued`) where a pixel there is within JOIN_TOLERANCE (Y, Cr, Cb) of its
-# median colour: a microphone over a mouth's corner was painted over on the lips and the jaw's line, as
-# a grey ghost of the source's mouth (tests/test_skin_occlusion.py). A false occluder (a turned
+# median colour: a microphone over a mouth's corner was painted over on the lips and the jaw's
+# line, as a grey ghost of the source's mouth (tests/test_skin_occlusion.py). A false occluder (a turned
 # face's shadowed, made-up eye corner on t1.jpg) grows the same way: holes in a clean t1.jpg swap
 # 1.3 -> 2.5 % of its pixels. How far from the skin a part lies does not tell the two apart: the
 # bar measured 4.8-6.0 robust spreads, t1.jpg's false parts 4.8-9.4
 JOIN_TOLERANCE = (24.0, 8.0, 8.0)
 BEYOND = 0.03  # of the crop: how far past the mesh's outline an occluder is followed
-JOIN_TOLERANCE = (24.0, 8.0, 8.0)
 
 
 def _fill(mask: np.ndarray, points: np.ndarray, convex: bool = False) -> None:
@@ -49,30 +48,31 @@ def _fill(mask: np.ndarray, points: np.ndarray, convex: bool = False) -> None:
         cv2.fillPoly(mask, [pts], 1)
 
 
+def feature_parts(
+    mesh: np.ndarray, regions: FaceRegions, size: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(eyes and brows, lips and nostrils, face): bool [size, size] masks of one face's crop from
+    its mesh in crop pixels, the features grown by FEATURE_GROW."""
+    face = np.zeros((size, size), np.uint8)
+    _fill(face, mesh[regions.face_oval, :2])
+    upper = np.zeros((size, size), np.uint8)
+    for loop in (regions.left_eye, regions.right_eye):
+        _fill(upper, mesh[loop, :2])
+    _fill(upper, mesh[regions.brows, :2], convex=True)
+    lower = np.zeros((size, size), np.uint8)
+    _fill(lower, mesh[regions.lips_outer, :2])
+    _fill(lower, mesh[NOSTRILS, :2], convex=True)
+    grow = max(1, int(round(FEATURE_GROW * size)))
+    disc = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * grow + 1,) * 2)
+    return cv2.dilate(upper, disc) > 0, cv2.dilate(lower, disc) > 0, face > 0
+
+
 def feature_and_face_masks(
     mesh: np.ndarray, regions: FaceRegions, size: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """(features, face): bool [size, size] masks of one face's crop from its mesh in crop pixels."""
-    face = np.zeros((size, size), np.uint8)
-    _fill(face, mesh[regions.face_oval, :2])
-    features = np.zeros((size, size), np.uint8)
-    for loop in (regions.left_eye, regions.right_eye, regions.lips_outer):
-        _fill(features, mesh[loop, :2])
-    _fill(features, mesh[regions.brows, :2], convex=True)
-    _fill(features, mesh[NOSTRILS, :2], convex=True)
-    grow = max(1, int(round(FEATURE_GROW * size)))
-    features = cv2.dilate(features, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * grow + 1,) * 2))
-    return features > 0, face > 0
-
-
-def eyes_and_brows(mesh: np.ndarray, regions: FaceRegions, size: int) -> np.ndarray:
-    """bool [size, size]: the eyes and brows of `feature_and_face_masks`' features."""
-    mask = np.zeros((size, size), np.uint8)
-    for loop in (regions.left_eye, regions.right_eye):
-        _fill(mask, mesh[loop, :2])
-    _fill(mask, mesh[regions.brows, :2], convex=True)
-    grow = max(1, int(round(FEATURE_GROW * size)))
-    return cv2.dilate(mask, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * grow + 1,) * 2)) > 0
+    upper, lower, face = feature_parts(mesh, regions, size)
+    return upper | lower, face
 
 
 def skin_statistics(
@@ -95,10 +95,10 @@ def occluder_continued(
 ) -> np.ndarray:
     """bool [S, S]: the pixels of `candidates` (not skin, in the lips or nostrils or just past
     the face's outline) that continue an occluder found on the skin (`labels`' parts `keep`):
-    connected to it and of its own colour (within JOIN_TOLERANCE of its median Y, Cr, Cb). A microphone
-    over a mouth's corner stays in front over the lips too, and past the jaw's line where the
-    mesh's outline falls short of the painted edge; the lips themselves, redder than it, and a
-    nostril, lighter, do not join it."""
+    connected to it and of its own colour (within JOIN_TOLERANCE of its median Y, Cr, Cb). A
+    microphone over a mouth's corner stays in front over the lips too, and past the jaw's line
+    where the mesh's outline falls short of the painted edge; the lips themselves, redder than
+    it, and a nostril, lighter, do not join it."""
     out = np.zeros(labels.shape, bool)
     if not candidates.any():
         return out
@@ -109,7 +109,7 @@ def occluder_continued(
         alike = candidates & (np.abs(ycc - colour) <= tolerance).all(axis=2)
         if not alike.any():
             continue
-        count, grown = cv2.connectedComponents((own | alike).astype(np.uint8), connectivity=8)
+        _, grown = cv2.connectedComponents((own | alike).astype(np.uint8), connectivity=8)
         touching = np.unique(grown[own])
         out |= alike & np.isin(grown, touching[touching > 0])
     return out
@@ -122,7 +122,8 @@ def skin_visibility(crops: np.ndarray, meshes: np.ndarray, regions: FaceRegions)
     out = np.ones((count, size, size), np.float32)
     min_part = MIN_PART * size * size
     for f in range(count):  # image operations per crop; no model is called
-        features, face = feature_and_face_masks(meshes[f], regions, size)
+        upper, lower, face = feature_parts(meshes[f], regions, size)
+        features = upper | lower
         reference = face & ~features
         measured = skin_statistics(crops[f], reference)
         if measured is None:
@@ -138,10 +139,9 @@ def skin_visibility(crops: np.ndarray, meshes: np.ndarray, regions: FaceRegions)
         front = np.isin(labels, keep) if parts > 1 else np.zeros_like(front, bool)
         # into the lips and nostrils, not the eyes and brows (as dark as hair and black plastic,
         # they cannot be told apart), and past the outline as far as the painted edge reaches
-        lower = features & ~eyes_and_brows(meshes[f], regions, size)
         band = max(1, int(round(BEYOND * size)))
         rim = cv2.dilate(face.astype(np.uint8), np.ones((2 * band + 1,) * 2, np.uint8)) > 0
-        joined = occluder_continued(ycc, labels, keep, not_skin & (lower | (rim & ~face)))
+        joined = occluder_continued(ycc, labels, keep, not_skin & ((lower & ~upper) | (rim & ~face)))
         front |= joined
         # grown by the blur's reach first, so a thin strand's own pixels stay fully in front
         grown = cv2.dilate(front.astype(np.uint8), np.ones((5, 5), np.uint8))
