@@ -269,10 +269,15 @@ class FaceTracker:
                 track_of[row] = track.id
                 if swapping:
                     keep.append(int(row))
-        self.frame += frame_count
         smoothed = table.with_columns(
-            landmarks5=points, mesh=mesh, track=track_of, person_distance=person_distance, lids=lids
+            landmarks5=points,
+            mesh=mesh,
+            track=track_of,
+            person_distance=person_distance,
+            lids=lids,
+            frame_no=self.frame + table.frame_index.astype(np.int64),
         )
+        self.frame += frame_count
         return smoothed.select(np.array(sorted(keep), np.int64))
 
     def _match(self, boxes: np.ndarray, spans: np.ndarray, tracks: list[Track]) -> list[tuple[int, int]]:
@@ -329,8 +334,10 @@ class InOrder:
                 raise RuntimeError("the job stopped while this batch waited for its turn")
 
     def done(self, seq: int) -> None:
-        """Batch `seq` has passed (or failed): the next in line may go."""
+        """Batch `seq` has passed (or failed): the next in line may go. Saying it twice is harmless."""
         with self._cond:
+            if seq < self._next:
+                return
             self._done.add(seq)
             while self._next in self._done:
                 self._done.discard(self._next)

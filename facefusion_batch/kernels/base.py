@@ -156,6 +156,11 @@ class FaceRegion:
     # how much of each eye shows the source's lid drawn shut (texture channels 7–9, the eye
     # a pixel belongs to in 10): a closed target eye takes the source's closed eye
     close_eyes: tuple[float, float] = (0.0, 0.0)
+    # how this frame's colour statistics are corrected toward its track's (swap/colour_track.py):
+    # [2, 3] the factor on the target's LAB spread over the source's and the shift added to the
+    # difference of their means; None: the frame's own statistics as they are
+    colour_fix: np.ndarray | None = None
+    face: int = -1  # its row of the batch's face table
 
     @property
     def height(self) -> int:
@@ -185,6 +190,7 @@ class Frames:
     # {frame: [H, W] float32 0–1}: the paste alpha used, the largest where faces overlap
     # (recorded only when not None: --matte-output)
     mattes: dict[int, np.ndarray] | None = None
+    seq: int | None = None  # the batch's number in its job (None: a batch on its own)
 
     def __post_init__(self) -> None:
         if self.shapes is None:
@@ -248,3 +254,6 @@ class Kernels(Protocol):
     def paint_faces(
         self, frames: Frames, regions: list[FaceRegion], textures: Any, settings: PaintSettings
     ) -> None: ...
+    # [R, 4, 3] per region: LAB mean and spread of the warped source and of the target on the
+    # skin the paint would match, on every other pixel (swap/colour_track.py)
+    def colour_stats(self, frames: Frames, regions: list[FaceRegion], textures: Any) -> np.ndarray: ...

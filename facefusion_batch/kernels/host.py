@@ -155,9 +155,21 @@ class HostKernels:
                 edge=r.edge,
                 tint_limit=settings.tint_limit,
                 close_eyes=r.close_eyes,
+                colour_fix=r.colour_fix,
             )
             frames.painted.append((r.frame, r.x0, r.y0, r.width, r.height))
             _record_matte(frames, r.frame, r.x0, r.y0, used)
+
+    def colour_stats(
+        self, frames: Frames, regions: list[FaceRegion], textures: list[np.ndarray]
+    ) -> np.ndarray:
+        stats = [
+            H.region_colour_stats(
+                frames.pixels[r.frame], textures[r.source], r.map_x, r.map_y, r.x0, r.y0, r.visible
+            )
+            for r in regions
+        ]
+        return np.stack(stats) if stats else np.zeros((0, 4, 3), np.float32)
 
 
 def _record_matte(frames: Frames, index: int, x0: int, y0: int, alpha: np.ndarray) -> None:

@@ -208,6 +208,7 @@ def transfer_colour(
     sigma: float = 8.0,
     limit: tuple[float, float, float] = (60.0, 30.0, 30.0),
     tint_limit: float = TINT_LIMIT,
+    fix: np.ndarray | None = None,
 ) -> np.ndarray:
     """Return `swapped_bgr` (float32 0–255) recoloured to match `target_bgr` on `skin` (bool).
 
@@ -226,7 +227,8 @@ def transfer_colour(
     do not survive it. The target's darkest skin pixels count in its shading too: left out
     below 0.6 / 0.75 of its median lightness (its hair at a hairline, but also its deepest
     shadows), the astronaut's faces with every skin block within 8 ΔE fell from 86.6 to 79.8 /
-    44.5 % (scripts/bench_quality.py).
+    44.5 % (scripts/bench_quality.py). `fix` ([2, 3]): the target's spread multiplied by its first
+    row and its mean shifted by its second (the track's statistics, swap/colour_track.py).
     """
     if mode == "none" or strength <= 0 or skin.sum() < 16:
         return swapped_bgr
@@ -237,6 +239,8 @@ def transfer_colour(
     dst_lab = dst_lab.astype(np.float32)
     mu_s, sd_s = lab_stats(src_lab, skin)
     mu_t, sd_t = lab_stats(dst_lab, skin)
+    if fix is not None:  # toward the face's track: [2, 3] spread factor, mean shift
+        sd_t, mu_t = sd_t * fix[0], mu_t + fix[1]
     ratio = np.clip(sd_t / sd_s, *STD_RATIO_RANGE)
     if mode == "local":
         ratio[1:] = 1.0
@@ -419,6 +423,7 @@ def paint_region(
     edge: int = 1,
     tint_limit: float = TINT_LIMIT,
     close_eyes: tuple[float, float] = (0.0, 0.0),
+    colour_fix: np.ndarray | None = None,
 ) -> np.ndarray | None:
     """Sample the source texture ([h,w,5]: BGR, alpha, skin, or [h,w,7] with the eye masks, or
     [h,w,11] with the eyes drawn shut)
@@ -449,7 +454,9 @@ def paint_region(
     if sharpness:
         face, have, goal = match_sharpness(face, target, skin)
     if colour != "none":
-        face = transfer_colour(face, target, skin, colour_strength, colour, sigma, shading_limit, tint_limit)
+        face = transfer_colour(
+            face, target, skin, colour_strength, colour, sigma, shading_limit, tint_limit, colour_fix
+        )
         face = np.where(covered[..., None], face, target)
     if grain:
         face = match_grain(face, target, skin, have, goal)
@@ -461,3 +468,34 @@ def paint_region(
         return None
     used = multiband_weights(alpha) if blend_mode == "multiband" else alpha
     return used if visible is None else used * visible
+
+
+def region_colour_stats(
+    frame: np.ndarray,
+    texture: np.ndarray,
+    map_x: np.ndarray,
+    map_y: np.ndarray,
+    x0: int,
+    y0: int,
+    visible: np.ndarray | None = None,
+    step: int = 2,
+) -> np.ndarray:
+    """[4, 3] LAB mean and spread of the warped source and of the target (frame[y0:, x0:]) on the
+    skin `paint_region` matches (before its sharpness blur), on every `step`-th pixel: what a
+    track's colour statistics are made of (swap/colour_track.py); NaN with too little skin."""
+    mx, my = map_x[::step, ::step], map_y[::step, ::step]
+    covered = ~np.isnan(mx)
+    mx, my = np.where(covered, mx, -1e4), np.where(covered, my, -1e4)
+    warped = cv2.remap(texture, mx, my, cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT, borderValue=0)
+    rh, rw = map_x.shape
+    target = frame[y0 : y0 + rh : step, x0 : x0 + rw : step]
+    skin = covered & (warped[..., 4] > 0.5)
+    if visible is not None:
+        skin = skin & (visible[::step, ::step] > 0.5)
+    if skin.sum() < 16:
+        return np.full((4, 3), np.nan, np.float32)
+    src = cv2.cvtColor(np.clip(warped[..., :3] + 0.5, 0, 255).astype(np.uint8), cv2.COLOR_BGR2LAB)
+    dst = cv2.cvtColor(np.ascontiguousarray(target), cv2.COLOR_BGR2LAB)
+    mu_s, sd_s = lab_stats(src.astype(np.float32), skin)
+    mu_t, sd_t = lab_stats(dst.astype(np.float32), skin)
+    return np.stack([mu_s, sd_s, mu_t, sd_t]).astype(np.float32)

@@ -33,7 +33,7 @@ from facefusion_batch.kernels.geometry import (
     plan_waves,
     split_tiles_nchw,
 )
-from facefusion_batch.kernels.torch_paint import gather_canvases, paint_faces, record_matte
+from facefusion_batch.kernels.torch_paint import colour_stats, gather_canvases, paint_faces, record_matte
 from facefusion_batch.runtime.batching import BatchPolicy
 from facefusion_batch.runtime.session import run_chunked
 from facefusion_batch.runtime.streams import DeviceTimer, download, is_cuda, on_thread_stream
@@ -257,6 +257,11 @@ class TorchKernels:
                 mattes=frames.mattes,
             )
         frames.painted += [(r.frame, r.x0, r.y0, r.width, r.height) for r in regions]
+
+    def colour_stats(self, frames: Frames, regions: list[FaceRegion], textures) -> np.ndarray:
+        with self._stream(), self.timer.stage("device:colour_stats", self.device):
+            stats = colour_stats(frames.pixels, regions, textures)
+        return np.asarray(self.to_host(stats), np.float32)
 
 
 def _host_blend(settings: PaintSettings):

@@ -590,9 +590,11 @@ def transfer_colour(
     sigma: float = 8.0,
     limit: tuple[float, float, float] = (60.0, 30.0, 30.0),
     tint_limit: float = TINT_LIMIT,
+    fix: Tensor | None = None,
 ) -> Tensor:
     """host_ops.transfer_colour on device: BGR float [..., 3, H, W], skin bool [..., H, W] →
-    recoloured [..., 3, H, W], each image on its own statistics; `sigma` one, or one per image."""
+    recoloured [..., 3, H, W], each image on its own statistics; `sigma` one, or one per image;
+    `fix` [..., 2, 3]: each image's spread factor and mean shift (host_ops' `fix`)."""
     if mode == "none" or strength <= 0:
         return swapped
     # the pixel counts stay on the device: no host round trip per face
@@ -610,6 +612,8 @@ def transfer_colour(
 
     mu_s, sd_s = stats(src)
     mu_t, sd_t = stats(dst)
+    if fix is not None:  # toward each face's track, as on the host
+        sd_t, mu_t = sd_t * fix[..., 0, :, None, None], mu_t + fix[..., 1, :, None, None]
     ratio = torch.clamp(sd_t / sd_s, *STD_RATIO_RANGE)
     if mode == "local":  # the lightness spread only, as on the host
         lightness = constant("lightness_only", lambda: np.array([1.0, 0.0, 0.0]), src.device, src.dtype)

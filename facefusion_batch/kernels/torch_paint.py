@@ -105,6 +105,71 @@ def _sample_textures(textures: list[torch.Tensor], sources: np.ndarray, maps: to
     return out
 
 
+def _fixes(regions: list[FaceRegion], device) -> torch.Tensor | None:
+    """[F, 2, 3] each face's colour fix (none: factor 1, shift 0), or None where none has one."""
+    if all(r.colour_fix is None for r in regions):
+        return None
+    none = np.array([[1.0, 1.0, 1.0], [0.0, 0.0, 0.0]], np.float32)
+    return D.to_device(np.stack([none if r.colour_fix is None else r.colour_fix for r in regions]), device)
+
+
+STATS_CHUNK = 64  # regions per colour statistics call (bounds the sampled textures' memory)
+
+
+def colour_stats(
+    frames: torch.Tensor, regions: list[FaceRegion], textures: list[torch.Tensor], step: int = 2
+) -> torch.Tensor:
+    """host_ops.region_colour_stats for every region: [R, 4, 3] (NaN rows: too little skin), on
+    every `step`-th pixel of each region from its own top-left, as the host takes them."""
+    if not regions:
+        return torch.zeros((0, 4, 3), dtype=torch.float32, device=frames.device)
+    parts = [
+        _colour_stats(frames, regions[i : i + STATS_CHUNK], textures, step)
+        for i in range(0, len(regions), STATS_CHUNK)
+    ]
+    return torch.cat(parts, dim=0)
+
+
+def _colour_stats(frames, regions, textures, step: int) -> torch.Tensor:
+    device = frames.device
+    height, width = int(frames.shape[1]), int(frames.shape[2])
+    hh = max(-(-r.height // step) for r in regions)
+    ww = max(-(-r.width // step) for r in regions)
+    maps = np.full((len(regions), 2, hh, ww), np.nan, np.float32)
+    visible = np.ones((len(regions), hh, ww), np.float32)
+    for f, r in enumerate(regions):
+        mx, my = r.map_x[::step, ::step], r.map_y[::step, ::step]
+        maps[f, 0, : mx.shape[0], : mx.shape[1]] = mx
+        maps[f, 1, : my.shape[0], : my.shape[1]] = my
+        if r.visible is not None:
+            v = r.visible[::step, ::step]
+            visible[f, : v.shape[0], : v.shape[1]] = v
+    maps = D.to_device(maps, device)
+    covered = ~torch.isnan(maps[:, 0])
+    maps = torch.where(covered[:, None], maps, torch.full_like(maps, -1e4))
+    warped = _sample_textures(textures, np.array([r.source for r in regions]), maps)
+    ys = np.array([r.y0 for r in regions])[:, None] + step * np.arange(hh)
+    xs = np.array([r.x0 for r in regions])[:, None] + step * np.arange(ww)
+    fi = D.to_device(np.array([r.frame for r in regions]), device, torch.int64)[:, None, None]
+    rows = D.to_device(np.minimum(ys, height - 1), device, torch.int64)[:, :, None]
+    cols = D.to_device(np.minimum(xs, width - 1), device, torch.int64)[:, None, :]
+    target = frames[fi, rows, cols].permute(0, 3, 1, 2).float()  # [R, 3, hh, ww]
+    skin = covered & (warped[:, 4] > 0.5) & (D.to_device(visible, device) > 0.5)
+    sel = skin.float()[:, None]
+    count = sel.sum(dim=(-3, -2, -1))
+    n = torch.clamp(count, min=1.0)[:, None]
+
+    def stats(lab: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mean = (lab * sel).sum(dim=(-2, -1)) / n
+        var = (((lab - mean[:, :, None, None]) * sel) ** 2).sum(dim=(-2, -1)) / n
+        return mean, torch.sqrt(var) + 1e-3
+
+    src = D.to_uint8_levels(D.bgr_to_lab8(D.to_uint8_levels(warped[:, :3])))
+    dst = D.to_uint8_levels(D.bgr_to_lab8(target))
+    out = torch.stack([*stats(src), *stats(dst)], dim=1)  # [R, 4, 3]
+    return torch.where((count >= 16)[:, None, None], out, torch.full_like(out, float("nan")))
+
+
 def paint_faces(
     frames: torch.Tensor,
     regions: list[FaceRegion],
@@ -182,6 +247,7 @@ def _paint_chunk(frames, regions, origins, canvas, textures, settings, host_blen
             sigmas,
             settings.shading_limit,
             settings.tint_limit,
+            _fixes(regions, device),
         )
         face = torch.where(covered[:, None], face, target)
     if settings.match_grain:

@@ -9,7 +9,9 @@ frames, runs the stages in order, times them and downloads the result. It knows 
 about threads, queues or files. Each executor worker passes its own kernel set.
 
 The track stage is ordered: batches reach it in batch order (`InOrder`), whichever worker
-runs them, so faces link across batches; every other stage runs batches in parallel.
+runs them, so faces link across batches; every other stage runs batches in parallel, but for
+a light ordered step inside the classical swap (its colour statistics along the tracks), whose
+turn the pipeline gives back (`release`) however the batch ends.
 """
 
 from __future__ import annotations
@@ -77,10 +79,15 @@ class FacePipeline:
         for stage in self.stages:
             if isinstance(stage, TrackStage):
                 stage.tracker.reset()
+            elif hasattr(stage, "reset"):  # a stage with an ordered step of its own
+                stage.reset()
 
     def abort(self) -> None:
-        """The job failed: release workers waiting for their turn at the ordered stage."""
+        """The job failed: release workers waiting for their turn at the ordered steps."""
         self.order.abort()
+        for stage in self.stages:
+            if hasattr(stage, "abort") and not isinstance(stage, TrackStage):
+                stage.abort()
 
     def tracking(self) -> dict[str, int]:
         """What the tracker did in this job (for the report): tracks and swap toggles, and how
@@ -149,6 +156,7 @@ class FacePipeline:
             with k.scope():
                 with self._timer.stage("upload"):
                     frames = k.upload(images, planes)
+                frames.seq = seq
                 if matte:
                     frames.mattes = {}
                 table, found_per_frame = self._detect(k, frames)
@@ -171,6 +179,9 @@ class FacePipeline:
         finally:
             if not passed:  # failed before its turn: the batches after it must not wait for it
                 self.order.done(seq)
+            for stage in self.stages:  # ordered steps inside stages: passed, skipped or failed
+                if hasattr(stage, "release"):
+                    stage.release(seq)
         swapped = table.counts_per_frame(len(images))
         return BatchResult(
             frames=out,

@@ -31,6 +31,7 @@ from facefusion_batch.kernels.base import (
     Kernels,
     PaintSettings,
 )
+from facefusion_batch.swap.colour_track import COLOUR_WINDOW, ColourTracks
 from facefusion_batch.swap.lids import shut_lids
 from facefusion_batch.swap.lip_shadow import lift_lip_shadow
 from facefusion_batch.swap.masks import Occluder
@@ -149,6 +150,9 @@ class ClassicalSettings:
     # before it is painted (swap/lip_shadow.py; LIP_SHADOW_LIFT says what each step costs): 1
     # takes the grey goatee it leaves on pale targets away, and some of the source's identity
     lip_shadow: float = LIP_SHADOW_LIFT
+    # frames of a track whose median colour statistics the paint follows (swap/colour_track.py):
+    # something passing in front of a face for a few frames does not pump it; 0: each frame's own
+    colour_window: int = COLOUR_WINDOW
 
     def __post_init__(self) -> None:
         if self.colour not in COLOUR_MODES:
@@ -456,6 +460,8 @@ class ClassicalSwapper:
         )
         self.source_yaw = np.array([s.yaw for s in sources], np.float32)
         self._textures: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+        # the paint's colour statistics along each track (None: each frame's own)
+        self.colour_tracks = ColourTracks(settings.colour_window) if settings.colour_window > 0 else None
         self._lock = threading.Lock()
 
     def choose_sources(self, table: FaceTable) -> np.ndarray:
@@ -516,7 +522,18 @@ class ClassicalSwapper:
             edge = max(1, round(EDGE_RAMP * iod))
             out.append(
                 FaceRegion(
-                    frame, int(x0), int(y0), map_x, map_y, int(choice[f]), sigma, hold, visible, edge, close
+                    frame,
+                    int(x0),
+                    int(y0),
+                    map_x,
+                    map_y,
+                    int(choice[f]),
+                    sigma,
+                    hold,
+                    visible,
+                    edge,
+                    close,
+                    face=f,
                 )
             )
         return out
@@ -618,8 +635,40 @@ class ClassicalSwapper:
         if lids is None and self.settings.eyes_mouth == "eyes" and self.settings.lids:
             lids = shut_lids(k, frames, table, self.face_regions)  # no reader ran: this batch's own
         regions = self.regions(table, frames.shapes, occlusion, lids)
-        k.paint_faces(frames, regions, self.textures_for(k), self.settings.paint)
+        textures = self.textures_for(k)
+        if self.colour_tracks is not None and table.track is not None and table.frame_no is not None:
+            regions = self.track_colours(k, frames, table, regions, textures)
+        k.paint_faces(frames, regions, textures, self.settings.paint)
         return table
+
+    def track_colours(
+        self, k: Kernels, frames: Frames, table: FaceTable, regions: list[FaceRegion], textures: Any
+    ) -> list[FaceRegion]:
+        """`regions` with their colour fixes toward their tracks' statistics (swap/colour_track.py):
+        one batched statistics call, then the light ordered step."""
+        if self.settings.colour == "none" or not regions:
+            return regions
+        stats = k.colour_stats(frames, regions, textures)
+        rows = np.array([r.face for r in regions], np.int64)
+        fixed = self.colour_tracks.step(frames.seq, table.track[rows], table.frame_no[rows], stats)
+        return [
+            r if not np.isfinite(fix).all() else replace(r, colour_fix=fix)
+            for r, fix in zip(regions, fixed, strict=True)
+        ]
+
+    def reset(self) -> None:
+        """A new job: the colour history starts empty."""
+        if self.colour_tracks is not None:
+            self.colour_tracks.reset()
+
+    def release(self, seq: int | None) -> None:
+        """Batch `seq` is done with this stage (or never reached it): the next may take its turn."""
+        if self.colour_tracks is not None and seq is not None:
+            self.colour_tracks.order.done(seq)
+
+    def abort(self) -> None:
+        if self.colour_tracks is not None:
+            self.colour_tracks.order.abort()
 
 
 def crop_to_region(

@@ -38,6 +38,20 @@ class PersonRouter:
             if hasattr(swapper, "timer"):
                 swapper.timer = timer
 
+    def _each(self, method: str, *args) -> None:
+        for swapper in self.swappers:  # the ordered steps inside each swapper (FacePipeline)
+            if hasattr(swapper, method):
+                getattr(swapper, method)(*args)
+
+    def reset(self) -> None:
+        self._each("reset")
+
+    def release(self, seq: int | None) -> None:
+        self._each("release", seq)
+
+    def abort(self) -> None:
+        self._each("abort")
+
     def __call__(self, k: Kernels, frames: Frames, table: FaceTable) -> FaceTable:
         if table.person is None:
             raise ValueError("per-person sources need the table's `person` column (AssignPersons)")
