@@ -20,7 +20,6 @@ tracker's warm-up, `TrackSettings.memory`), so segments and chunks render as a w
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -51,12 +50,10 @@ class ColourTracks:
 
     window: int = COLOUR_WINDOW
     history: dict[int, list[tuple[int, np.ndarray]]] = field(default_factory=dict)
-    order: InOrder = field(default_factory=InOrder)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    order: InOrder = field(default_factory=InOrder)  # the one writer of `history` at a time
 
     def reset(self) -> None:
-        with self._lock:
-            self.history = {}
+        self.history = {}
         self.order.reset()
 
     def _update(self, tracks: np.ndarray, frame_no: np.ndarray, values: np.ndarray) -> np.ndarray:
@@ -88,8 +85,7 @@ class ColourTracks:
         else:
             self.order.wait(seq)
             try:
-                with self._lock:
-                    medians = self._update(tracks, frame_no, values)
+                medians = self._update(tracks, frame_no, values)
             finally:
                 self.order.done(seq)
         return fixes(values, medians)
