@@ -12,7 +12,9 @@ astronaut.png and each of t1's six faces as the source (a face is never swapped 
   face against the same blocks of the input: worst block ΔE76 (its median and maximum over the
   faces, the share of faces whose worst block is within 8, and per target face its median and
   where on the face it most often lies: forehead, nose, cheek or chin), share of blocks whose
-  a* or b* moved by more than 4;
+  a* or b* moved by more than 4; and apart, a*b* alone: the largest chroma distance of any block
+  (a colour cast) and, of the faces whose worst block is over 8, the share where that block is
+  off in lightness only (within 4 in a*b*: the source's own shading or hair, not a grey patch);
 - eyes: the mean change inside each target's eye openings (its eyes kept, or the source's);
 - stability: frame-to-frame change inside the swapped faces on a static clip with sensor
   noise, against the input's own change there; on a still clip with a dark bar over a quarter
@@ -128,17 +130,32 @@ def eye_mask(mesh: np.ndarray, regions, shape: tuple[int, int]) -> np.ndarray:
     return mask > 0
 
 
-def colour_errors(before: np.ndarray, after: np.ndarray, blocks) -> tuple[float, float, int]:
-    """(worst block ΔE76, share of blocks with |Δa*| or |Δb*| > 4, index of the worst block)."""
+def colour_errors(before: np.ndarray, after: np.ndarray, blocks) -> tuple[float, float, int, float, float]:
+    """(worst block ΔE76, share of blocks with |Δa*| or |Δb*| > 4, index of the worst block, the
+    largest a*b* distance of any block, ΔL* of the worst block). The last two tell a colour cast
+    (a grey or blue patch: a*b* off) from the source's own shading or hair (lightness only)."""
     if not blocks:
-        return float("nan"), float("nan"), -1
+        return float("nan"), float("nan"), -1, float("nan"), float("nan")
     lab_b = cv2.cvtColor(before, cv2.COLOR_BGR2LAB).astype(np.float32)
     lab_a = cv2.cvtColor(after, cv2.COLOR_BGR2LAB).astype(np.float32)
     scale = np.array([100 / 255, 1, 1], np.float32)  # OpenCV's 8-bit L to L*
     deltas = np.array([(lab_a[m].mean(0) - lab_b[m].mean(0)) * scale for m in blocks])
     de = np.linalg.norm(deltas, axis=1)
     shifted = (np.abs(deltas[:, 1:]) > 4).any(axis=1)
-    return float(de.max()), float(shifted.mean()), int(de.argmax())
+    worst = int(de.argmax())
+    chroma = np.linalg.norm(deltas[:, 1:], axis=1)
+    return float(de.max()), float(shifted.mean()), worst, float(chroma.max()), float(deltas[worst, 0])
+
+
+def over8_lightness(worst_de: list[float], worst_dl: list[float]) -> float | None:
+    """Of the faces whose worst block is over 8 ΔE76, the share (%) whose a*b* part of it is
+    within 4 (the rest of the error is lightness); None when no face is over 8."""
+    de, dl = np.array(worst_de, float), np.array(worst_dl, float)
+    over = de > 8
+    if not over.any():
+        return None
+    ab = np.sqrt(np.maximum(de[over] ** 2 - dl[over] ** 2, 0.0))
+    return round(100 * float(np.mean(ab <= 4)), 1)
 
 
 def face_place(mesh: np.ndarray, regions, block: np.ndarray) -> str:
@@ -300,6 +317,7 @@ def main() -> None:
         if name.startswith("t1-face"):
             own = t1_embeddings[int(np.argmin([np.linalg.norm(e - source_embedding) for e in t1_embeddings]))]
         closer, d_src, d_orig, worst_de, shifted = [], [], [], [], []
+        worst_ab, worst_dl = [], []  # per face: the largest a*b* distance; ΔL* of the worst block
         per_target: dict[str, list[bool]] = {}
         eye_change: dict[str, list[float]] = {}
         worst_at: dict[str, list[tuple[float, str]]] = {}  # per target: (worst block, where)
@@ -328,8 +346,10 @@ def main() -> None:
             eyes = eye_mask(analysed.mesh[row], models.regions, pan[f].shape[:2])
             eye_change.setdefault(target_of[row], []).append(float(diff[eyes].mean()) if eyes.any() else 0.0)
             blocks = skin_blocks(analysed.mesh[row], models.regions, pan[f].shape[:2])
-            de, sh, at = colour_errors(pan[f], out_frames[f], blocks)
+            de, sh, at, ab, dl = colour_errors(pan[f], out_frames[f], blocks)
             worst_de.append(de)
+            worst_ab.append(ab)
+            worst_dl.append(dl)
             if at >= 0:
                 place = face_place(analysed.mesh[row], models.regions, blocks[at])
                 worst_at.setdefault(target_of[row], []).append((de, place))
@@ -364,6 +384,10 @@ def main() -> None:
             "faces_worst_block_le8_pct": round(100 * float(np.mean(np.array(worst_de) <= 8)), 1)
             if worst_de
             else None,
+            # a*b* only: the largest chroma distance of any block (a colour cast), and of the faces
+            # whose worst block is over 8, the share where it is lightness (a*b* within 4 of it)
+            "worst_block_ab_max": round(float(np.nanmax(worst_ab)), 2) if worst_ab else None,
+            "over8_lightness_pct": over8_lightness(worst_de, worst_dl),
             # per target face: median worst block over its frames, and where it most often lies
             "worst_block_by_target": {
                 t: [
