@@ -235,6 +235,28 @@ def test_local_colour_keeps_the_sources_chroma_spread(face_region):
     assert (global_[1:] > 1.2 * source[1:]).all()
 
 
+def _lab_of(bgr: np.ndarray) -> np.ndarray:
+    return cv2.cvtColor(np.clip(bgr + 0.5, 0, 255).astype(np.uint8), cv2.COLOR_BGR2LAB).astype(np.float32)
+
+
+def _spotted_skin(spots, radius: float):
+    """(target, source, mask, inner): an even target skin, and the same skin with smooth spots
+    (`spots`: (LAB channel, 8-bit change, y, x), Gaussian of `radius` px) as the source; the
+    skin mask and the part of it well inside."""
+    h, w = 120, 100
+    target = np.full((h, w, 3), (120, 150, 200), np.float32)
+    yy, xx = np.mgrid[:h, :w]
+    lab = np.broadcast_to(_lab_of(target)[0, 0], (h, w, 3)).copy()
+    for channel, change, y, x in spots:
+        lab[..., channel] += change * np.exp(-((yy - y) ** 2 + (xx - x) ** 2) / (2 * radius**2))
+    source = cv2.cvtColor(np.round(lab).astype(np.uint8), cv2.COLOR_LAB2BGR).astype(np.float32)
+    mask = np.zeros((h, w), bool)
+    mask[10:110, 10:90] = True
+    inner = np.zeros((h, w), bool)
+    inner[20:100, 20:80] = True
+    return target, source, mask, inner
+
+
 def test_local_colour_holds_the_targets_tint_and_keeps_the_sources_light_detail():
     """A smooth reddish and a yellowish spot of source skin (lids, a flushed cheek) at half the
     shading's scale move toward the target's tint, on both kernel sets; a lighter spot of the
@@ -242,30 +264,12 @@ def test_local_colour_holds_the_targets_tint_and_keeps_the_sources_light_detail(
     from facefusion_batch.kernels import host_ops
     from facefusion_batch.kernels.base import TINT_LIMIT
 
-    h, w = 120, 100
-    target = np.full((h, w, 3), (120, 150, 200), np.float32)  # even skin
-
-    def lab_of(bgr):
-        return cv2.cvtColor(np.clip(bgr + 0.5, 0, 255).astype(np.uint8), cv2.COLOR_BGR2LAB).astype(np.float32)
-
-    yy, xx = np.mgrid[:h, :w]
-
-    def spot(y, x):
-        return np.exp(-((yy - y) ** 2 + (xx - x) ** 2) / (2 * 8.0**2))
-
-    lab = np.broadcast_to(lab_of(target)[0, 0], (h, w, 3)).copy()
-    lab[..., 1] += 14 * spot(40, 35)  # redder
-    lab[..., 2] -= 12 * spot(75, 55)  # bluer
-    lab[..., 0] += 30 * spot(80, 30)  # lighter
-    source = cv2.cvtColor(np.round(lab).astype(np.uint8), cv2.COLOR_LAB2BGR).astype(np.float32)
-    mask = np.zeros((h, w), bool)
-    mask[10:110, 10:90] = True
-    inner = np.zeros((h, w), bool)
-    inner[20:100, 20:80] = True
+    # redder, bluer, lighter
+    target, source, mask, inner = _spotted_skin([(1, 14, 40, 35), (2, -12, 75, 55), (0, 30, 80, 30)], 8.0)
 
     def measure(out):
-        got = lab_of(out)
-        tint = host_ops.masked_blur(got - lab_of(target), mask, 4.5)[..., 1:]  # at the tint's scale
+        got = _lab_of(out)
+        tint = host_ops.masked_blur(got - _lab_of(target), mask, 4.5)[..., 1:]  # at the tint's scale
         return np.abs(tint[inner]).max(), got[76:85, 26:35, 0].mean() - got[76:85, 60:69, 0].mean()
 
     def both(limit):
@@ -279,6 +283,36 @@ def test_local_colour_holds_the_targets_tint_and_keeps_the_sources_light_detail(
     for (tint, light), (tint_free, light_free) in zip(held, free, strict=True):
         assert tint <= TINT_LIMIT + 1.5 and tint <= tint_free - 0.7, (tint, tint_free)
         assert light > 10 and abs(light - light_free) < 0.5, (light, light_free)
+
+
+def test_a_shade_limit_lifts_a_dark_source_patch_and_leaves_lighter_shading():
+    """`shade_limit`: a dark patch of source skin finer than the shading's scale (a goatee, a
+    deep-set brow root) is lifted by as much as its local mean at the tint's finer scale is
+    more than the limit darker than the target's even skin, on both kernel sets alike; a
+    lighter spot keeps all its contrast (one way only); inf leaves the dark patch as it was."""
+    from facefusion_batch.kernels import host_ops
+
+    # darker (a goatee) and lighter (a cheekbone's highlight), finer than the shading's scale
+    target, source, mask, _ = _spotted_skin([(0, -50, 40, 35), (0, 30, 80, 60)], 5.0)
+
+    def contrast(out):
+        got = _lab_of(out)[..., 0]
+        deficit = host_ops.masked_blur((_lab_of(target) - _lab_of(out))[..., :1], mask, 4.5)[..., 0]
+        return deficit[40, 35], got[40, 35], got[78:83, 58:63].mean() - got[20:30, 65:80].mean()
+
+    def both(limit):
+        host = host_ops.transfer_colour(source, target, mask, 1.0, "local", 9.0, shade_limit=limit)
+        device = D.transfer_colour(
+            chw(source), chw(target), torch.from_numpy(mask), 1.0, "local", 9.0, shade_limit=limit
+        )
+        assert np.abs(hwc(device) - host).mean() < 1.0
+        return contrast(host), contrast(hwc(device))
+
+    held, free = both(6.0), both(float("inf"))
+    for (dark, level, light), (dark_free, level_free, light_free) in zip(held, free, strict=True):
+        assert dark_free > 10 and dark < dark_free - 2, (dark, dark_free)
+        assert abs((level - level_free) - (dark_free - 6.0)) < 1.5, (level, level_free, dark_free)
+        assert light > 10 and abs(light - light_free) < 2, (light, light_free)
 
 
 def test_local_colour_darkens_a_dark_features_chroma_with_its_lightness():

@@ -21,6 +21,7 @@ Conventions, the same in both sets:
 
 from __future__ import annotations
 
+import math
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -80,6 +81,9 @@ class PaintSettings:
     # how far `local` colour lets the tint stay off the target's at the finer scale (TINT_LIMIT;
     # inf: not held)
     tint_limit: float = TINT_LIMIT
+    # how much darker than the target's own skin `local` colour lets the source's lightness paint
+    # at that finer scale (8-bit L levels; inf: free): a source's beard or deep-set brow root
+    shade_limit: float = math.inf
     # the source texture blurred to the target face's own sharpness (a defocused or soft face
     # does not get a crisp pasted one); never sharpened
     match_sharpness: bool = True

@@ -156,6 +156,7 @@ class HostKernels:
                 tint_limit=settings.tint_limit,
                 close_eyes=r.close_eyes,
                 colour_fix=r.colour_fix,
+                shade_limit=settings.shade_limit,
             )
             frames.painted.append((r.frame, r.x0, r.y0, r.width, r.height))
             _record_matte(frames, r.frame, r.x0, r.y0, used)

@@ -209,6 +209,7 @@ def transfer_colour(
     limit: tuple[float, float, float] = (60.0, 30.0, 30.0),
     tint_limit: float = TINT_LIMIT,
     fix: np.ndarray | None = None,
+    shade_limit: float = np.inf,
 ) -> np.ndarray:
     """Return `swapped_bgr` (float32 0–255) recoloured to match `target_bgr` on `skin` (bool).
 
@@ -224,7 +225,10 @@ def transfer_colour(
     share (LAB_NEUTRAL), as under less light: at full chroma a brown eye turned maroon.
     After the shading, what is left of the tint's difference at the finer scale TINT_SCALE ×
     `sigma` is held to `tint_limit` (inf: not held): the source's own red lids or sallow cheek
-    do not survive it. The target's darkest skin pixels count in its shading too: left out
+    do not survive it. Where the lightness's local mean at that scale is more than
+    `shade_limit` darker than the target's (inf: free), it is lifted by the excess, one way
+    only: the darkest of a source's beard or deep-set brow root on a flat, beardless target
+    (swap/classical.py's SHADE_LIMIT). The target's darkest skin pixels count in its shading too: left out
     below 0.6 / 0.75 of its median lightness (its hair at a hairline, but also its deepest
     shadows), the astronaut's faces with every skin block within 8 ΔE fell from 86.6 to 79.8 /
     44.5 % (scripts/bench_quality.py). `fix` ([2, 3]): the target's spread multiplied by its first
@@ -260,6 +264,10 @@ def transfer_colour(
             fine = TINT_SCALE * sigma  # a*, b* only: the lightness is not held
             tint = masked_blur(dst_lab[..., 1:], skin, fine) - masked_blur(moved[..., 1:], skin, fine)
             moved[..., 1:] += tint - np.clip(tint, -tint_limit, tint_limit)
+        if np.isfinite(shade_limit):  # the source's fine darkness held to the target's, one way
+            fine = TINT_SCALE * sigma
+            dark = masked_blur(dst_lab[..., :1], skin, fine) - masked_blur(moved[..., :1], skin, fine)
+            moved[..., 0] += np.maximum(dark[..., 0] - shade_limit, 0.0)
     moved = src_lab + strength * (moved - src_lab)
     out = cv2.cvtColor(np.clip(moved + 0.5, 0, 255).astype(np.uint8), cv2.COLOR_LAB2BGR)
     return out.astype(np.float32)
@@ -424,6 +432,7 @@ def paint_region(
     tint_limit: float = TINT_LIMIT,
     close_eyes: tuple[float, float] = (0.0, 0.0),
     colour_fix: np.ndarray | None = None,
+    shade_limit: float = np.inf,
 ) -> np.ndarray | None:
     """Sample the source texture ([h,w,5]: BGR, alpha, skin, or [h,w,7] with the eye masks, or
     [h,w,11] with the eyes drawn shut)
@@ -455,7 +464,16 @@ def paint_region(
         face, have, goal = match_sharpness(face, target, skin)
     if colour != "none":
         face = transfer_colour(
-            face, target, skin, colour_strength, colour, sigma, shading_limit, tint_limit, colour_fix
+            face,
+            target,
+            skin,
+            colour_strength,
+            colour,
+            sigma,
+            shading_limit,
+            tint_limit,
+            colour_fix,
+            shade_limit,
         )
         face = np.where(covered[..., None], face, target)
     if grain:

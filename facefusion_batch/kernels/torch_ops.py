@@ -591,6 +591,7 @@ def transfer_colour(
     limit: tuple[float, float, float] = (60.0, 30.0, 30.0),
     tint_limit: float = TINT_LIMIT,
     fix: Tensor | None = None,
+    shade_limit: float = math.inf,
 ) -> Tensor:
     """host_ops.transfer_colour on device: BGR float [..., 3, H, W], skin bool [..., H, W] →
     recoloured [..., 3, H, W], each image on its own statistics; `sigma` one, or one per image;
@@ -635,6 +636,11 @@ def transfer_colour(
             tint = masked_blur(dst[..., 1:, :, :], skin, fine) - masked_blur(moved[..., 1:, :, :], skin, fine)
             excess = tint - torch.clamp(tint, -tint_limit, tint_limit)
             moved = torch.cat([moved[..., :1, :, :], moved[..., 1:, :, :] + excess], dim=-3)
+        if math.isfinite(shade_limit):  # the source's fine darkness held to the target's, as on the host
+            fine = TINT_SCALE * np.asarray(sigma, np.float64)
+            dark = masked_blur(dst[..., :1, :, :], skin, fine) - masked_blur(moved[..., :1, :, :], skin, fine)
+            lift = torch.clamp(dark - shade_limit, min=0.0)
+            moved = torch.cat([moved[..., :1, :, :] + lift, moved[..., 1:, :, :]], dim=-3)
     moved = src + strength * (moved - src)
     # fewer than 16 skin pixels: statistics are meaningless, keep the face as it is
     return torch.where(count >= 16, lab8_to_bgr(to_uint8_levels(moved)), swapped)

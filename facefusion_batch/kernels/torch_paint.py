@@ -248,6 +248,7 @@ def _paint_chunk(frames, regions, origins, canvas, textures, settings, host_blen
             settings.shading_limit,
             settings.tint_limit,
             _fixes(regions, device),
+            settings.shade_limit,
         )
         face = torch.where(covered[:, None], face, target)
     if settings.match_grain:
