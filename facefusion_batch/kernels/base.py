@@ -21,7 +21,6 @@ Conventions, the same in both sets:
 
 from __future__ import annotations
 
-import math
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -53,10 +52,23 @@ LAB_NEUTRAL = 128.0
 # a*/b* by more than 4 and read as grey or ruddy patches (scripts/bench_quality.py, 7 sources:
 # 0.6-4.3 % of blocks -> 0.1-1.4 %, identity within 1.6 points); lightness is left alone: held
 # the same way (to 20 levels) it took the astronaut from 91 to 68 % transferred
-# Cost: two more masked blurs of a* and b*, 1.4 ms on a 160x150 face region (transfer_colour
+# Cost (then): two more masked blurs of a* and b*, 1.4 ms on a 160x150 face region (transfer_colour
 # 8.5 ms): 1-2 % of a demo frame; scripts/bench_swap_features.py reads 0.95-1.06x, its noise.
 TINT_LIMIT = 3.0
 TINT_SCALE = 0.5
+# local colour: how much darker than the target's own skin (8-bit L levels, at TINT_SCALE) the
+# source's shading may paint before its local mean is lifted (transfer_colour, both kernel
+# sets). Matt's goatee and deep-set brow root on beardless, flat-browed targets were every one
+# of his worst skin blocks over 8 dE, lightness only. scripts/bench_quality.py, 24 frames (Matt:
+# faces closer to him %, worst block's max dE, faces whose worst block is within 8 %): free
+# 81.5 / 14.84 / 79.8; 34: 81.5 / 11.11 / 84.9; 28: 79.8 / 10.42 / 89.9; 24: 75.6 / 9.87 /
+# 91.6; 20: 71.4 / 9.31 / 95.8. At 34 only Lisa's transfer moved, by 2 faces of 95 (94.7 ->
+# 92.6 %, her mean distances as they were; David 90.5 -> 91.6 % within 8); at 28 Matthew lost
+# 2.1 points, at 20 Matt is at the 70 % line. By eye at 1:1 the goatee is a shade lighter at 34
+# and still there at 20: it is part of him, and only the darkest of it is clipped. Both limits
+# share one masked blur of the difference at that scale (it is linear; the tint's two became
+# one): transfer_colour on a 160x150 region took 9.1-11.3 ms before, 8.5-8.8 ms now (one run)
+SHADE_LIMIT = 34.0
 # the weight of a painted face falls to 0 over this share of its eye distance toward the edge of
 # what its warp map covers: the source's own soft edge lands inside the target's outline when a
 # turned source's far side is mirrored, the mesh is reshaped or the map is rasterised coarser,
@@ -82,8 +94,8 @@ class PaintSettings:
     # inf: not held)
     tint_limit: float = TINT_LIMIT
     # how much darker than the target's own skin `local` colour lets the source's lightness paint
-    # at that finer scale (8-bit L levels; inf: free): a source's beard or deep-set brow root
-    shade_limit: float = math.inf
+    # at that finer scale (SHADE_LIMIT; inf: free): a source's beard or deep-set brow root
+    shade_limit: float = SHADE_LIMIT
     # the source texture blurred to the target face's own sharpness (a defocused or soft face
     # does not get a crisp pasted one); never sharpened
     match_sharpness: bool = True

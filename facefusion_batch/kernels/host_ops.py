@@ -19,6 +19,7 @@ from facefusion_batch.kernels.base import (
     LAB_NEUTRAL,
     LUMA_BGR,
     MODEL_MASK_BLUR,
+    SHADE_LIMIT,
     SHARPNESS_SIGMAS,
     STD_RATIO_RANGE,
     TINT_LIMIT,
@@ -209,7 +210,7 @@ def transfer_colour(
     limit: tuple[float, float, float] = (60.0, 30.0, 30.0),
     tint_limit: float = TINT_LIMIT,
     fix: np.ndarray | None = None,
-    shade_limit: float = np.inf,
+    shade_limit: float = SHADE_LIMIT,
 ) -> np.ndarray:
     """Return `swapped_bgr` (float32 0–255) recoloured to match `target_bgr` on `skin` (bool).
 
@@ -228,7 +229,7 @@ def transfer_colour(
     do not survive it. Where the lightness's local mean at that scale is more than
     `shade_limit` darker than the target's (inf: free), it is lifted by the excess, one way
     only: the darkest of a source's beard or deep-set brow root on a flat, beardless target
-    (swap/classical.py's SHADE_LIMIT). The target's darkest skin pixels count in its shading too: left out
+    (SHADE_LIMIT). The target's darkest skin pixels count in its shading too: left out
     below 0.6 / 0.75 of its median lightness (its hair at a hairline, but also its deepest
     shadows), the astronaut's faces with every skin block within 8 ΔE fell from 86.6 to 79.8 /
     44.5 % (scripts/bench_quality.py). `fix` ([2, 3]): the target's spread multiplied by its first
@@ -260,14 +261,14 @@ def transfer_colour(
         shading = masked_blur(dst_lab, skin, sigma) - masked_blur(moved, skin, sigma)
         bound = np.asarray(limit, np.float32)
         moved = moved + np.clip(shading, -bound, bound)
-        if np.isfinite(tint_limit):
-            fine = TINT_SCALE * sigma  # a*, b* only: the lightness is not held
-            tint = masked_blur(dst_lab[..., 1:], skin, fine) - masked_blur(moved[..., 1:], skin, fine)
-            moved[..., 1:] += tint - np.clip(tint, -tint_limit, tint_limit)
-        if np.isfinite(shade_limit):  # the source's fine darkness held to the target's, one way
-            fine = TINT_SCALE * sigma
-            dark = masked_blur(dst_lab[..., :1], skin, fine) - masked_blur(moved[..., :1], skin, fine)
-            moved[..., 0] += np.maximum(dark[..., 0] - shade_limit, 0.0)
+        if np.isfinite(tint_limit) or np.isfinite(shade_limit):
+            # what is left of the target's difference at the finer scale (the blur is linear):
+            # its tint held to `tint_limit` both ways, its lightness to `shade_limit` one way
+            left = masked_blur(dst_lab - moved, skin, TINT_SCALE * sigma)
+            if np.isfinite(tint_limit):
+                moved[..., 1:] += left[..., 1:] - np.clip(left[..., 1:], -tint_limit, tint_limit)
+            if np.isfinite(shade_limit):
+                moved[..., 0] += np.maximum(left[..., 0] - shade_limit, 0.0)
     moved = src_lab + strength * (moved - src_lab)
     out = cv2.cvtColor(np.clip(moved + 0.5, 0, 255).astype(np.uint8), cv2.COLOR_LAB2BGR)
     return out.astype(np.float32)
@@ -432,7 +433,7 @@ def paint_region(
     tint_limit: float = TINT_LIMIT,
     close_eyes: tuple[float, float] = (0.0, 0.0),
     colour_fix: np.ndarray | None = None,
-    shade_limit: float = np.inf,
+    shade_limit: float = SHADE_LIMIT,
 ) -> np.ndarray | None:
     """Sample the source texture ([h,w,5]: BGR, alpha, skin, or [h,w,7] with the eye masks, or
     [h,w,11] with the eyes drawn shut)

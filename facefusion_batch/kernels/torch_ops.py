@@ -36,6 +36,7 @@ from facefusion_batch.kernels.base import (
     GRAIN_CLIP,
     LAB_NEUTRAL,
     LUMA_BGR,
+    SHADE_LIMIT,
     SHARPNESS_SIGMAS,
     STD_RATIO_RANGE,
     TINT_LIMIT,
@@ -591,7 +592,7 @@ def transfer_colour(
     limit: tuple[float, float, float] = (60.0, 30.0, 30.0),
     tint_limit: float = TINT_LIMIT,
     fix: Tensor | None = None,
-    shade_limit: float = math.inf,
+    shade_limit: float = SHADE_LIMIT,
 ) -> Tensor:
     """host_ops.transfer_colour on device: BGR float [..., 3, H, W], skin bool [..., H, W] →
     recoloured [..., 3, H, W], each image on its own statistics; `sigma` one, or one per image;
@@ -631,16 +632,15 @@ def transfer_colour(
         shading = masked_blur(dst, skin, sigma) - masked_blur(moved, skin, sigma)
         limit = constant(("shading_limit", tuple(limit)), lambda: limit, src.device, src.dtype)[:, None, None]
         moved = moved + torch.maximum(torch.minimum(shading, limit), -limit)
-        if math.isfinite(tint_limit):
+        if math.isfinite(tint_limit) or math.isfinite(shade_limit):  # as on the host: one blur
             fine = TINT_SCALE * np.asarray(sigma, np.float64)  # one, or one per image
-            tint = masked_blur(dst[..., 1:, :, :], skin, fine) - masked_blur(moved[..., 1:, :, :], skin, fine)
-            excess = tint - torch.clamp(tint, -tint_limit, tint_limit)
-            moved = torch.cat([moved[..., :1, :, :], moved[..., 1:, :, :] + excess], dim=-3)
-        if math.isfinite(shade_limit):  # the source's fine darkness held to the target's, as on the host
-            fine = TINT_SCALE * np.asarray(sigma, np.float64)
-            dark = masked_blur(dst[..., :1, :, :], skin, fine) - masked_blur(moved[..., :1, :, :], skin, fine)
-            lift = torch.clamp(dark - shade_limit, min=0.0)
-            moved = torch.cat([moved[..., :1, :, :] + lift, moved[..., 1:, :, :]], dim=-3)
+            left = masked_blur(dst - moved, skin, fine)
+            light, tint = moved[..., :1, :, :], moved[..., 1:, :, :]
+            if math.isfinite(tint_limit):
+                tint = tint + left[..., 1:, :, :] - torch.clamp(left[..., 1:, :, :], -tint_limit, tint_limit)
+            if math.isfinite(shade_limit):
+                light = light + torch.clamp(left[..., :1, :, :] - shade_limit, min=0.0)
+            moved = torch.cat([light, tint], dim=-3)
     moved = src + strength * (moved - src)
     # fewer than 16 skin pixels: statistics are meaningless, keep the face as it is
     return torch.where(count >= 16, lab8_to_bgr(to_uint8_levels(moved)), swapped)

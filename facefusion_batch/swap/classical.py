@@ -25,6 +25,7 @@ from facefusion_batch.kernels.base import (
     COLOUR_MODES,
     EDGE_RAMP,
     LUMA_BGR,
+    SHADE_LIMIT,
     TINT_LIMIT,
     FaceRegion,
     Frames,
@@ -103,16 +104,6 @@ FEATURE_GROW = 0.08
 # chin by more than 10 / 5 levels (at half the shading's scale), cost as much: Matt 68.1 / 68.9 %,
 # 85.7 % within 8 dE (as 0.5 here). `--lip-shadow` leaves the choice to the user
 LIP_SHADOW_LIFT = 0.3
-# How much darker than the target's own skin (8-bit L levels, at the tint's finer scale) the
-# source's shading may paint before its local mean is lifted (kernels' transfer_colour): Matt's
-# goatee and deep-set brow root on beardless, flat-browed targets were every one of his worst
-# skin blocks over 8 dE, lightness only. scripts/bench_quality.py, 24 frames (Matt: faces closer
-# to him %, worst block's max dE, faces whose worst block is within 8 %): free 81.5 / 14.84 /
-# 79.8; 34: 81.5 / 11.11 / 84.9; 28: 79.8 / 10.42 / 89.9; 24: 75.6 / 9.87 / 91.6; 20: 71.4 /
-# 9.31 / 95.8. At 34 no source's transfer moved (David 90.5 -> 91.6 % within 8); at 28 Matthew
-# lost 2.1 points, at 20 Matt is at the 70 % line. By eye at 1:1 the goatee is a shade lighter
-# at 34 and still there at 20: it is part of him, and only the darkest of it is clipped
-SHADE_LIMIT = 34.0
 # target/source eye-opening ratios at which a target's eye starts to stay its own / fully does
 EYE_OPEN, EYE_CLOSED = 0.6, 0.35
 
@@ -129,7 +120,7 @@ class ClassicalSettings:
     shading_limit: tuple[float, float, float] = (60.0, 30.0, 30.0)  # local colour: LAB bounds
     tint_limit: float = TINT_LIMIT  # local colour: tint left off at the finer scale (inf: free)
     # local colour: how much darker than the target's skin the source's shading may paint at that
-    # finer scale (8-bit L levels; inf: free). SHADE_LIMIT says what each value costs
+    # finer scale (8-bit L levels; inf: free). SHADE_LIMIT (kernels/base.py) says what each costs
     shade_limit: float = SHADE_LIMIT
     forehead_margin: float = 0.1  # IOD above the brows kept from the source (hair stays out)
     # IOD over which the mask ramps from 0 to 1 at its edges. Measured by scripts/bench_quality.py
