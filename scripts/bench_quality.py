@@ -15,6 +15,9 @@ astronaut.png and each of t1's six faces as the source (a face is never swapped 
   a* or b* moved by more than 4; and apart, a*b* alone: the largest chroma distance of any block
   (a colour cast) and, of the faces whose worst block is over 8, the share where that block is
   off in lightness only (within 4 in a*b*: the source's own shading or hair, not a grey patch);
+  and the worst block beyond the source's own features: its lightness error less as much as the
+  source face (the same swap with `--colour none`) stands out there from the skin around it
+  beyond what the input did (a goatee, a deep-set brow root), a*b* counted whole;
 - eyes: the mean change inside each target's eye openings (its eyes kept, or the source's);
 - stability: frame-to-frame change inside the swapped faces on a static clip with sensor
   noise, against the input's own change there; on a still clip with a dark bar over a quarter
@@ -130,21 +133,56 @@ def eye_mask(mesh: np.ndarray, regions, shape: tuple[int, int]) -> np.ndarray:
     return mask > 0
 
 
+def block_lab(image: np.ndarray, blocks) -> np.ndarray:
+    """[N, 3] mean L*a*b* (L* 0-100, a*b* about 0) of each block."""
+    lab = cv2.cvtColor(image, cv2.COLOR_BGR2LAB).astype(np.float32)
+    scale = np.array([100 / 255, 1, 1], np.float32)  # OpenCV's 8-bit L to L*
+    return np.array([lab[m].mean(0) * scale for m in blocks])
+
+
 def colour_errors(before: np.ndarray, after: np.ndarray, blocks) -> tuple[float, float, int, float, float]:
     """(worst block ΔE76, share of blocks with |Δa*| or |Δb*| > 4, index of the worst block, the
     largest a*b* distance of any block, ΔL* of the worst block). The last two tell a colour cast
     (a grey or blue patch: a*b* off) from the source's own shading or hair (lightness only)."""
     if not blocks:
         return float("nan"), float("nan"), -1, float("nan"), float("nan")
-    lab_b = cv2.cvtColor(before, cv2.COLOR_BGR2LAB).astype(np.float32)
-    lab_a = cv2.cvtColor(after, cv2.COLOR_BGR2LAB).astype(np.float32)
-    scale = np.array([100 / 255, 1, 1], np.float32)  # OpenCV's 8-bit L to L*
-    deltas = np.array([(lab_a[m].mean(0) - lab_b[m].mean(0)) * scale for m in blocks])
+    deltas = block_lab(after, blocks) - block_lab(before, blocks)
     de = np.linalg.norm(deltas, axis=1)
     shifted = (np.abs(deltas[:, 1:]) > 4).any(axis=1)
     worst = int(de.argmax())
     chroma = np.linalg.norm(deltas[:, 1:], axis=1)
     return float(de.max()), float(shifted.mean()), worst, float(chroma.max()), float(deltas[worst, 0])
+
+
+def block_neighbours(blocks) -> list[np.ndarray]:
+    """Per block, the indices of the blocks around it (centres within 1.5 block widths)."""
+    centres = np.array([np.argwhere(m).mean(0) for m in blocks])
+    width = np.sqrt(max(m.sum() for m in blocks))
+    near = np.linalg.norm(centres[:, None] - centres[None], axis=2) < 1.5 * width
+    np.fill_diagonal(near, False)
+    return [np.flatnonzero(row) for row in near]
+
+
+def beyond_source(before: np.ndarray, after: np.ndarray, reference: np.ndarray, blocks) -> float:
+    """The worst block's ΔE76 once the lightness the source's own features bring is taken out:
+    where the swap is darker or lighter than the input by no more than the source face (warped
+    the same way, `--colour none`: `reference`) stands out there from the skin around it, beyond
+    what the input's block stood out from its own (a goatee, a deep-set brow root, a target's
+    stubble a smooth source replaces), that lightness is the source person, not a patch. a*b* are
+    counted whole, and so is a lightness step that a whole neighbourhood shares (a grey patch
+    moves the blocks around it too). NaN where no block has 3 neighbours."""
+    if not blocks:
+        return float("nan")
+    lab_b, lab_a, lab_r = (block_lab(x, blocks) for x in (before, after, reference))
+    deltas = lab_a - lab_b
+    errors = []
+    for i, around in enumerate(block_neighbours(blocks)):
+        if len(around) < 3:
+            continue
+        stands_out = (lab_r[i, 0] - lab_r[around, 0].mean()) - (lab_b[i, 0] - lab_b[around, 0].mean())
+        carried = np.clip(deltas[i, 0], min(0.0, stands_out), max(0.0, stands_out))
+        errors.append(np.linalg.norm([deltas[i, 0] - carried, *deltas[i, 1:]]))
+    return float(max(errors)) if errors else float("nan")
 
 
 def over8_lightness(worst_de: list[float], worst_dl: list[float]) -> float | None:
@@ -267,6 +305,7 @@ def main() -> None:
     settings = classical_settings(args.set)
     masks = MaskSettings(types=tuple(args.mask.split(",")))
     swap = SwapSettings(classical=settings, learned=LearnedSettings(masks=masks))
+    plain_swap = replace(swap, classical=replace(settings, colour="none"))
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     embed = recogniser()
@@ -301,6 +340,11 @@ def main() -> None:
         for start in range(0, len(pan), 8):  # batches of 8, tracked across batches
             out_frames += pipeline(HOST, pan[start : start + 8], seq=start // 8).frames
         pipeline.start_job()
+        # the same swap with `--colour none`: the source's own lightness at each place (beyond_source)
+        plain = build_pipeline(models, (path,), plain_swap, "many")
+        plain_frames = []
+        for start in range(0, len(pan), 8):
+            plain_frames += plain(HOST, pan[start : start + 8], seq=start // 8).frames
         barred = []
         for start in range(0, len(occluded), 8):
             barred += pipeline(HOST, occluded[start : start + 8], seq=start // 8).frames
@@ -318,6 +362,7 @@ def main() -> None:
             own = t1_embeddings[int(np.argmin([np.linalg.norm(e - source_embedding) for e in t1_embeddings]))]
         closer, d_src, d_orig, worst_de, shifted = [], [], [], [], []
         worst_ab, worst_dl = [], []  # per face: the largest a*b* distance; ΔL* of the worst block
+        worst_beyond = []  # per face: its worst block beyond the source's own features
         per_target: dict[str, list[bool]] = {}
         eye_change: dict[str, list[float]] = {}
         worst_at: dict[str, list[tuple[float, str]]] = {}  # per target: (worst block, where)
@@ -350,6 +395,7 @@ def main() -> None:
             worst_de.append(de)
             worst_ab.append(ab)
             worst_dl.append(dl)
+            worst_beyond.append(beyond_source(pan[f], out_frames[f], plain_frames[f], blocks))
             if at >= 0:
                 place = face_place(analysed.mesh[row], models.regions, blocks[at])
                 worst_at.setdefault(target_of[row], []).append((de, place))
@@ -388,6 +434,16 @@ def main() -> None:
             # whose worst block is over 8, the share where it is lightness (a*b* within 4 of it)
             "worst_block_ab_max": round(float(np.nanmax(worst_ab)), 2) if worst_ab else None,
             "over8_lightness_pct": over8_lightness(worst_de, worst_dl),
+            # the worst block once the lightness of the source's own features is taken out
+            # (beyond_source): what the colour transfer adds, not who the source is
+            "worst_block_beyond_source_dE76_max": round(float(np.nanmax(worst_beyond)), 2)
+            if worst_beyond
+            else None,
+            "faces_worst_block_beyond_source_le8_pct": round(
+                100 * float(np.mean(np.nan_to_num(worst_beyond) <= 8)), 1
+            )
+            if worst_beyond
+            else None,
             # per target face: median worst block over its frames, and where it most often lies
             "worst_block_by_target": {
                 t: [
