@@ -315,6 +315,45 @@ def test_a_shade_limit_lifts_a_dark_source_patch_and_leaves_lighter_shading():
         assert light > 10 and abs(light - light_free) < 2, (light, light_free)
 
 
+def test_the_tint_is_held_on_the_ring_round_the_features_and_its_lightness_left():
+    """`tinted`: a bluish, dark patch of source skin just beside a feature (an inner eye corner's
+    cool shadow), left out of the skin the statistics and the shade limit use, has its tint held
+    toward the target's as far as on the skin itself, on both kernel sets (without `tinted` it
+    kept its blue: a grey-blue patch on a warm face); its lightness, the source's own socket,
+    stays as it was."""
+    from facefusion_batch.kernels import host_ops
+
+    target, source, mask, _ = _spotted_skin([(2, -14, 40, 35), (0, -45, 40, 35)], 6.0)
+    yy, xx = np.mgrid[: mask.shape[0], : mask.shape[1]]
+    ring = (yy - 40) ** 2 + (xx - 35) ** 2 < 12**2
+    skin = mask & ~ring
+
+    def measure(out):
+        got = _lab_of(out)
+        tint = host_ops.masked_blur(got - _lab_of(target), mask, 4.5)[..., 2]  # at the tint's scale
+        return np.abs(tint[ring]).max(), got[38:43, 33:38, 0].mean()
+
+    def both(skin, tinted):
+        host = host_ops.transfer_colour(source, target, skin, 1.0, "local", 9.0, tinted=tinted)
+        device = D.transfer_colour(
+            chw(source),
+            chw(target),
+            torch.from_numpy(skin),
+            1.0,
+            "local",
+            9.0,
+            tinted=None if tinted is None else torch.from_numpy(tinted),
+        )
+        assert np.abs(hwc(device) - host).mean() < 1.0
+        return measure(host), measure(hwc(device))
+
+    # the patch on the ring, with and without `tinted`; and on skin (where it is held as before)
+    held, left, on_skin = both(skin, mask), both(skin, None), both(mask, None)
+    for (blue, light), (blue_left, light_left), (blue_skin, _) in zip(held, left, on_skin, strict=True):
+        assert blue < blue_left - 2.5 and abs(blue - blue_skin) < 1.0, (blue, blue_left, blue_skin)
+        assert abs(light - light_left) < 1.0, (light, light_left)
+
+
 def test_local_colour_darkens_a_dark_features_chroma_with_its_lightness():
     """A flat-lit source onto a contrasty target: the lightness stretch (STD_RATIO_RANGE's top,
     1.4) darkens a brown eye of the source, and on both kernel sets its chroma darkens by the

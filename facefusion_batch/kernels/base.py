@@ -65,9 +65,9 @@ TINT_SCALE = 0.5
 # 91.6; 20: 71.4 / 9.31 / 95.8. At 34 only Lisa's transfer moved, by 2 faces of 95 (94.7 ->
 # 92.6 %, her mean distances as they were; David 90.5 -> 91.6 % within 8); at 28 Matthew lost
 # 2.1 points, at 20 Matt is at the 70 % line. By eye at 1:1 the goatee is a shade lighter at 34
-# and still there at 20: it is part of him, and only the darkest of it is clipped. Both limits
-# share one masked blur of the difference at that scale (it is linear; the tint's two became
-# one): transfer_colour on a 160x150 region took 9.1-11.3 ms before, 8.5-8.8 ms now (one run)
+# and still there at 20: it is part of him, and only the darkest of it is clipped. The two
+# limits are measured over different masks (the tint's also covers the ring round the
+# features, swap/classical.py TINT_RING), so each has its own masked blur
 SHADE_LIMIT = 34.0
 # the weight of a painted face falls to 0 over this share of its eye distance toward the edge of
 # what its warp map covers: the source's own soft edge lands inside the target's outline when a

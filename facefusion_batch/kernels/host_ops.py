@@ -211,6 +211,7 @@ def transfer_colour(
     tint_limit: float = TINT_LIMIT,
     fix: np.ndarray | None = None,
     shade_limit: float = SHADE_LIMIT,
+    tinted: np.ndarray | None = None,
 ) -> np.ndarray:
     """Return `swapped_bgr` (float32 0–255) recoloured to match `target_bgr` on `skin` (bool).
 
@@ -229,11 +230,15 @@ def transfer_colour(
     do not survive it. Where the lightness's local mean at that scale is more than
     `shade_limit` darker than the target's (inf: free), it is lifted by the excess, one way
     only: the darkest of a source's beard or deep-set brow root on a flat, beardless target
-    (SHADE_LIMIT). The target's darkest skin pixels count in its shading too: left out
-    below 0.6 / 0.75 of its median lightness (its hair at a hairline, but also its deepest
-    shadows), the astronaut's faces with every skin block within 8 ΔE fell from 86.6 to 79.8 /
-    44.5 % (scripts/bench_quality.py). `fix` ([2, 3]): the target's spread multiplied by its first
-    row and its mean shifted by its second (the track's statistics, swap/colour_track.py).
+    (SHADE_LIMIT). `tinted` (bool, default `skin`): where the tint is measured and held; the
+    classical swap adds the ring round the eyes, brows and lips that `skin` leaves out (its
+    lightness is the source's identity, but left to the source its tint made grey-blue patches
+    at the inner eye corners and the nose bridge: swap/classical.py TINT_RING). The target's
+    darkest skin pixels count in its shading too: left out below 0.6 / 0.75 of its median
+    lightness (its hair at a hairline, but also its deepest shadows), the astronaut's faces with
+    every skin block within 8 ΔE fell from 86.6 to 79.8 / 44.5 % (scripts/bench_quality.py).
+    `fix` ([2, 3]): the target's spread multiplied by its first row and its mean shifted by its
+    second (the track's statistics, swap/colour_track.py).
     """
     if mode == "none" or strength <= 0 or skin.sum() < 16:
         return swapped_bgr
@@ -261,14 +266,16 @@ def transfer_colour(
         shading = masked_blur(dst_lab, skin, sigma) - masked_blur(moved, skin, sigma)
         bound = np.asarray(limit, np.float32)
         moved = moved + np.clip(shading, -bound, bound)
-        if np.isfinite(tint_limit) or np.isfinite(shade_limit):
-            # what is left of the target's difference at the finer scale (the blur is linear):
-            # its tint held to `tint_limit` both ways, its lightness to `shade_limit` one way
-            left = masked_blur(dst_lab - moved, skin, TINT_SCALE * sigma)
-            if np.isfinite(tint_limit):
-                moved[..., 1:] += left[..., 1:] - np.clip(left[..., 1:], -tint_limit, tint_limit)
-            if np.isfinite(shade_limit):
-                moved[..., 0] += np.maximum(left[..., 0] - shade_limit, 0.0)
+        # what is left of the target's difference at the finer scale: its tint held to
+        # `tint_limit` both ways (over `tinted`: the ring round the features too), its lightness
+        # to `shade_limit` one way (over the skin alone: a socket's depth is the source's)
+        left = dst_lab - moved
+        if np.isfinite(tint_limit):
+            tint = masked_blur(left[..., 1:], skin if tinted is None else tinted, TINT_SCALE * sigma)
+            moved[..., 1:] += tint - np.clip(tint, -tint_limit, tint_limit)
+        if np.isfinite(shade_limit):
+            shade = masked_blur(left[..., :1], skin, TINT_SCALE * sigma)[..., 0]
+            moved[..., 0] += np.maximum(shade - shade_limit, 0.0)
     moved = src_lab + strength * (moved - src_lab)
     out = cv2.cvtColor(np.clip(moved + 0.5, 0, 255).astype(np.uint8), cv2.COLOR_LAB2BGR)
     return out.astype(np.float32)
@@ -458,8 +465,10 @@ def paint_region(
     if visible is not None:
         alpha *= visible
     skin = covered & (warped[..., 4] > 0.5)
+    tinted = covered & (warped[..., 4] > 0.2)
     if visible is not None:  # an occluder is not the target's skin: its colour counts nowhere
         skin = skin & (visible > 0.5)
+        tinted = tinted & (visible > 0.5)
     have = goal = None
     if sharpness:
         face, have, goal = match_sharpness(face, target, skin)
@@ -475,6 +484,7 @@ def paint_region(
             tint_limit,
             colour_fix,
             shade_limit,
+            tinted,
         )
         face = np.where(covered[..., None], face, target)
     if grain:

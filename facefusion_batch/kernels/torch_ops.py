@@ -593,6 +593,7 @@ def transfer_colour(
     tint_limit: float = TINT_LIMIT,
     fix: Tensor | None = None,
     shade_limit: float = SHADE_LIMIT,
+    tinted: Tensor | None = None,
 ) -> Tensor:
     """host_ops.transfer_colour on device: BGR float [..., 3, H, W], skin bool [..., H, W] →
     recoloured [..., 3, H, W], each image on its own statistics; `sigma` one, or one per image;
@@ -632,14 +633,16 @@ def transfer_colour(
         shading = masked_blur(dst, skin, sigma) - masked_blur(moved, skin, sigma)
         limit = constant(("shading_limit", tuple(limit)), lambda: limit, src.device, src.dtype)[:, None, None]
         moved = moved + torch.maximum(torch.minimum(shading, limit), -limit)
-        if math.isfinite(tint_limit) or math.isfinite(shade_limit):  # as on the host: one blur
+        if math.isfinite(tint_limit) or math.isfinite(shade_limit):  # as on the host
             fine = TINT_SCALE * np.asarray(sigma, np.float64)  # one, or one per image
-            left = masked_blur(dst - moved, skin, fine)
+            left = dst - moved
             light, tint = moved[..., :1, :, :], moved[..., 1:, :, :]
             if math.isfinite(tint_limit):
-                tint = tint + left[..., 1:, :, :] - torch.clamp(left[..., 1:, :, :], -tint_limit, tint_limit)
+                off = masked_blur(left[..., 1:, :, :], skin if tinted is None else tinted, fine)
+                tint = tint + off - torch.clamp(off, -tint_limit, tint_limit)
             if math.isfinite(shade_limit):
-                light = light + torch.clamp(left[..., :1, :, :] - shade_limit, min=0.0)
+                darker = masked_blur(left[..., :1, :, :], skin, fine)
+                light = light + torch.clamp(darker - shade_limit, min=0.0)
             moved = torch.cat([light, tint], dim=-3)
     moved = src + strength * (moved - src)
     # fewer than 16 skin pixels: statistics are meaningless, keep the face as it is

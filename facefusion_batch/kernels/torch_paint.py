@@ -231,8 +231,10 @@ def _paint_chunk(frames, regions, origins, canvas, textures, settings, host_blen
         visible = D.to_device(visible, device)
         alpha = alpha * visible
     skin = covered & (warped[:, 4] > 0.5)
+    tinted = covered & (warped[:, 4] > 0.2)  # the skin and the ring round the features, as on the host
     if visible is not None:  # an occluder is not the target's skin, as on the host
         skin = skin & (visible > 0.5)
+        tinted = tinted & (visible > 0.5)
     have = goal = None
     if settings.match_sharpness:
         face, have, goal = D.match_sharpness(face, target, skin)
@@ -249,6 +251,7 @@ def _paint_chunk(frames, regions, origins, canvas, textures, settings, host_blen
             settings.tint_limit,
             _fixes(regions, device),
             settings.shade_limit,
+            tinted,
         )
         face = torch.where(covered[:, None], face, target)
     if settings.match_grain:

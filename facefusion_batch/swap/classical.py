@@ -92,6 +92,17 @@ MOUTH_FEATHER = 0.05
 # / 0.03 gave the astronaut 92.4 / 86.6 / 85.7 % transferred (worst skin block 11.3 / 12.2 /
 # 13.5 dE), Matthew 94.7 / - / 78.9 % (10.9 / - / 7.5 dE)
 FEATURE_GROW = 0.08
+# the skin channel's value on that ring: left out of the statistics, the shading and the shade
+# limit (> 0.5 is skin), but inside what the tint limit holds to the target's (> 0.2). Left to
+# the source, the ring's tint showed as grey-blue patches at the inner eye corners and down the
+# nose bridge (the astronaut onto David and Courteney, David onto Courteney) and a red block by
+# Lisa's brow. scripts/bench_quality.py, 24 frames, 7 sources: the largest a*b* distance of any
+# skin block 4.8-7.6 -> 3.9-4.7, blocks with a* or b* off by more than 4 0-1.6 % -> 0 on every
+# source, worst block beyond the source's own features within 8 on every face of 5 -> 7
+# sources; faces closer to the source 0.8-3.3 points fewer (the astronaut 92.4 -> 89.1 %), their
+# mean distances within 0.002. Holding the ring's lightness too (one blur for both limits) took
+# Matt from 81.5 to 76.5 % (his deep-set sockets lifted); over the skin alone it is 80.7 %
+TINT_RING = 0.4
 # how far the shadow under a top-lit source's lower lip is lifted toward its chin's skin
 # (swap/lip_shadow.py). The recogniser reads identity in it: scripts/bench_quality.py (24
 # frames), Matt as the source (the only one of the seven with such a shadow that moves), for 0 /
@@ -275,11 +286,14 @@ def hair_above_brows(
 def feature_mask(
     mesh: np.ndarray, regions: FaceRegions, loops: tuple[np.ndarray, ...], iod: float, shape: tuple[int, int]
 ) -> np.ndarray:
-    """[h,w] uint8: `loops` and the brows' hull filled, grown by FEATURE_GROW IOD."""
+    """[h,w] uint8: `loops` and the brows' hull filled, grown by FEATURE_GROW IOD (`iod` 0: as
+    drawn)."""
     mask = np.zeros(shape, np.uint8)
     for loop in loops:
         _poly(mask, mesh[loop], 255)
     cv2.fillConvexPoly(mask, cv2.convexHull(np.round(mesh[regions.brows, :2]).astype(np.int32)), 255)
+    if iod <= 0:
+        return mask
     grow = max(1, int(round(FEATURE_GROW * iod)))
     return cv2.dilate(mask, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * grow + 1,) * 2))
 
@@ -360,6 +374,9 @@ def prepare_source(
     loops = (regions.left_eye, regions.right_eye, regions.lips_outer)
     not_skin = feature_mask(local, regions, loops, iod, (h, w))
     skin = ((alpha > 0.5) & (not_skin == 0)).astype(np.float32)
+    # the ring round the features: skin whose tint is matched, not its lightness (TINT_RING)
+    features = feature_mask(local, regions, loops, 0.0, (h, w))
+    ring = (alpha > 0.5) & (not_skin > 0) & (features == 0)
     crop = lift_lip_shadow(crop, local, regions, skin, iod, settings.lip_shadow)
 
     eyes = []
@@ -370,7 +387,7 @@ def prepare_source(
         eye = cv2.dilate(eye, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * grow + 1,) * 2))
         soft = cv2.GaussianBlur(eye.astype(np.float32) / 255, (0, 0), max(1.0, 0.5 * EYE_MARGIN * iod))
         eyes.append(np.maximum(soft, eye / 255.0).astype(np.float32))
-    layers = [crop, alpha.astype(np.float32), skin, *eyes]
+    layers = [crop, alpha.astype(np.float32), np.where(ring, TINT_RING, skin).astype(np.float32), *eyes]
     if settings.eyes_mouth == "eyes" and settings.source_lids:  # the source's eyes drawn shut
         shut, side = shut_eye_layer(crop, local, regions, skin > 0, (1 - lid_shut[0], 1 - lid_shut[1]))
         layers += [shut, side]
