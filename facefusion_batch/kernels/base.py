@@ -69,6 +69,10 @@ TINT_SCALE = 0.5
 # limits are measured over different masks (the tint's also covers the ring round the
 # features, swap/classical.py TINT_RING), so each has its own masked blur
 SHADE_LIMIT = 34.0
+# the source texture's skin channel: above 0.5 the face's skin (its colour statistics, shading
+# and shade limit), above TINT_LEVEL also where its tint is held to the target's (the ring round
+# the eyes, brows and lips that the statistics leave out: swap/classical.py TINT_RING)
+TINT_LEVEL = 0.2
 # the weight of a painted face falls to 0 over this share of its eye distance toward the edge of
 # what its warp map covers: the source's own soft edge lands inside the target's outline when a
 # turned source's far side is mirrored, the mesh is reshaped or the map is rasterised coarser,

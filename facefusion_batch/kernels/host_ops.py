@@ -22,6 +22,7 @@ from facefusion_batch.kernels.base import (
     SHADE_LIMIT,
     SHARPNESS_SIGMAS,
     STD_RATIO_RANGE,
+    TINT_LEVEL,
     TINT_LIMIT,
     TINT_SCALE,
     grain_gain,
@@ -465,7 +466,7 @@ def paint_region(
     if visible is not None:
         alpha *= visible
     skin = covered & (warped[..., 4] > 0.5)
-    tinted = covered & (warped[..., 4] > 0.2)
+    tinted = covered & (warped[..., 4] > TINT_LEVEL)
     if visible is not None:  # an occluder is not the target's skin: its colour counts nowhere
         skin = skin & (visible > 0.5)
         tinted = tinted & (visible > 0.5)

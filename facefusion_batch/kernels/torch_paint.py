@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from facefusion_batch.kernels import torch_ops as D
-from facefusion_batch.kernels.base import FaceRegion
+from facefusion_batch.kernels.base import TINT_LEVEL, FaceRegion
 from facefusion_batch.kernels.geometry import canvas_origins, canvas_size, plan_waves
 from facefusion_batch.kernels.host_ops import pyramid_levels
 from facefusion_batch.runtime.batching import BatchPolicy
@@ -231,7 +231,7 @@ def _paint_chunk(frames, regions, origins, canvas, textures, settings, host_blen
         visible = D.to_device(visible, device)
         alpha = alpha * visible
     skin = covered & (warped[:, 4] > 0.5)
-    tinted = covered & (warped[:, 4] > 0.2)  # the skin and the ring round the features, as on the host
+    tinted = covered & (warped[:, 4] > TINT_LEVEL)  # the skin and the ring round the features, as on the host
     if visible is not None:  # an occluder is not the target's skin, as on the host
         skin = skin & (visible > 0.5)
         tinted = tinted & (visible > 0.5)

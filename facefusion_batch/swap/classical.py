@@ -93,7 +93,7 @@ MOUTH_FEATHER = 0.05
 # 13.5 dE), Matthew 94.7 / - / 78.9 % (10.9 / - / 7.5 dE)
 FEATURE_GROW = 0.08
 # the skin channel's value on that ring: left out of the statistics, the shading and the shade
-# limit (> 0.5 is skin), but inside what the tint limit holds to the target's (> 0.2). Left to
+# limit (> 0.5 is skin), but inside what the tint limit holds to the target's (> TINT_LEVEL). Left to
 # the source, the ring's tint showed as grey-blue patches at the inner eye corners and down the
 # nose bridge (the astronaut onto David and Courteney, David onto Courteney) and a red block by
 # Lisa's brow. scripts/bench_quality.py, 24 frames, 7 sources: the largest a*b* distance of any
