@@ -533,7 +533,8 @@ def draw(rows, results, path: Path) -> None:
         r = results[name]
         label = (
             f"{name}: {r['transferred_pct']}% closer to source, worst dE {r['worst_block_dE76_max']} "
-            f"({r['faces_worst_block_le8_pct']}% of faces <= 8), "
+            f"({r['faces_worst_block_le8_pct']}% of faces <= 8; "
+            f"beyond the source's own {r['worst_block_beyond_source_dE76_max']}), "
             f"toggles {r['swap_toggles']} ({r['swap_toggles_at_edge']} at the edge)"
         )
         row = np.hstack([src, before[crop], after[crop]])
