@@ -170,7 +170,8 @@ def beyond_source(before: np.ndarray, after: np.ndarray, reference: np.ndarray, 
     what the input's block stood out from its own (a goatee, a deep-set brow root, a target's
     stubble a smooth source replaces), that lightness is the source person, not a patch. a*b* are
     counted whole, and so is a lightness step that a whole neighbourhood shares (a grey patch
-    moves the blocks around it too). NaN where no block has 3 neighbours."""
+    moves the blocks around it too). Blocks with fewer than 3 around them (a corner of the face)
+    are left out; NaN where no block has 3."""
     if not blocks:
         return float("nan")
     lab_b, lab_a, lab_r = (block_lab(x, blocks) for x in (before, after, reference))
@@ -439,10 +440,11 @@ def main() -> None:
             "worst_block_beyond_source_dE76_max": round(float(np.nanmax(worst_beyond)), 2)
             if worst_beyond
             else None,
+            # (of the faces with a block that has 3 neighbours: a face too small has none)
             "faces_worst_block_beyond_source_le8_pct": round(
-                100 * float(np.mean(np.nan_to_num(worst_beyond) <= 8)), 1
+                100 * float(np.mean(np.array(worst_beyond)[np.isfinite(worst_beyond)] <= 8)), 1
             )
-            if worst_beyond
+            if np.isfinite(worst_beyond).any()
             else None,
             # per target face: median worst block over its frames, and where it most often lies
             "worst_block_by_target": {
