@@ -155,10 +155,11 @@ def colour_errors(before: np.ndarray, after: np.ndarray, blocks) -> tuple[float,
 
 
 def block_neighbours(blocks) -> list[np.ndarray]:
-    """Per block, the indices of the blocks around it (centres within 1.5 block widths)."""
+    """Per block, the indices of the blocks around it (centres within 2.3 block widths: two rings,
+    so a block at the face's edge, a chin's, has some too)."""
     centres = np.array([np.argwhere(m).mean(0) for m in blocks])
     width = np.sqrt(max(m.sum() for m in blocks))
-    near = np.linalg.norm(centres[:, None] - centres[None], axis=2) < 1.5 * width
+    near = np.linalg.norm(centres[:, None] - centres[None], axis=2) < 2.3 * width
     np.fill_diagonal(near, False)
     return [np.flatnonzero(row) for row in near]
 
@@ -170,8 +171,8 @@ def beyond_source(before: np.ndarray, after: np.ndarray, reference: np.ndarray, 
     what the input's block stood out from its own (a goatee, a deep-set brow root, a target's
     stubble a smooth source replaces), that lightness is the source person, not a patch. a*b* are
     counted whole, and so is a lightness step that a whole neighbourhood shares (a grey patch
-    moves the blocks around it too). Blocks with fewer than 3 around them (a corner of the face)
-    are left out; NaN where no block has 3."""
+    moves the blocks around it too). Blocks with fewer than 3 around them are left out; NaN
+    where no block has 3."""
     if not blocks:
         return float("nan")
     lab_b, lab_a, lab_r = (block_lab(x, blocks) for x in (before, after, reference))
