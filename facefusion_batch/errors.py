@@ -81,9 +81,24 @@ def signal_behind(exc: BaseException) -> Interrupted | None:
     """The signal an unexpected exception really is: a SIGTERM or SIGINT that lands while a C
     extension initialises (a lazy `import onnxruntime`) comes out as ImportError("initialization
     failed"); found in the exception's chain, else in what the handlers noted."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, Interrupted):
-            return seen
-        seen = seen.__cause__ or seen.__context__
+    for link in exception_chain(exc):
+        if isinstance(link, Interrupted):
+            return link
     return swallowed_signal()
+
+
+def exception_chain(exc: BaseException) -> list[BaseException]:
+    """`exc` and every exception behind it (`__cause__` and `__context__`, both followed), each
+    once: a chain may loop back on itself (a library re-raising an exception it caught, or code
+    that sets `__context__`), and a walk that trusts it to end never would."""
+    chain: list[BaseException] = []
+    seen: set[int] = set()
+    todo: list[BaseException] = [exc]
+    while todo:
+        link = todo.pop(0)
+        if id(link) in seen:
+            continue
+        seen.add(id(link))
+        chain.append(link)
+        todo.extend(e for e in (link.__cause__, link.__context__) if e is not None)
+    return chain
