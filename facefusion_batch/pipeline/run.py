@@ -347,19 +347,24 @@ def compose_native(frames: list[Frame], result: BatchResult) -> None:
 
 def woven(result: BatchResult, images: list[np.ndarray], fields: list[np.ndarray], first: int) -> BatchResult:
     """A batch swapped as fields (video/fields.py) back as frames: the fields' changes woven in,
-    per-frame counts summed over each frame's two fields (face counts stay per field)."""
+    per-frame counts summed over each frame's two fields (face counts stay per field), the faces
+    not swapped too: every per-frame count lines up with the batch's frames."""
     frames, painted, mattes = weave_fields(
         images, fields, result.frames, result.painted, first, result.mattes
     )
-    found = result.found_per_frame.reshape(-1, 2).sum(axis=1)
-    swapped = result.swapped_per_frame.reshape(-1, 2).sum(axis=1)
+
+    def per_frame(per_field: np.ndarray) -> np.ndarray:
+        return per_field.reshape(-1, 2).sum(axis=1)
+
+    swapped = per_frame(result.swapped_per_frame)
     return replace(
         result,
         frames=frames,
         painted=painted,
         mattes=mattes,
-        found_per_frame=found,
+        found_per_frame=per_frame(result.found_per_frame),
         swapped_per_frame=swapped,
+        dropped_per_frame={reason: per_frame(n) for reason, n in result.dropped_per_frame.items()},
         frames_with_faces=int(np.count_nonzero(swapped)),
     )
 
