@@ -17,9 +17,10 @@ PACKAGE = Path(facefusion_batch.__file__).resolve().parent
 NAME = "facefusion_batch"
 
 # modules that belong to no room: small utilities every room may use
-BASE = {"errors", "fsutil", "paths", "timing", "progress", "__init__", "__main__"}
+BASE = {"errors", "fsutil", "paths", "timing", "progress", "__main__"}
 # room → the rooms it may import (and itself); the base modules are always allowed
 ALLOWED: dict[str, set[str]] = {
+    "api": {"config", "farm", "pipeline"},  # the library face; the package's __init__ re-exports it
     "cli": {"config", "farm", "tools"},
     "tools": {"farm", "pipeline", "runtime", "models", "video", "config", "faces", "kernels"},
     "farm": {"pipeline", "video", "config"},
@@ -37,6 +38,7 @@ ALLOWED: dict[str, set[str]] = {
 LAZY_IMPORTERS = {
     "kernels.factory": {"kernels.torch_kernels"},  # the torch set only for a backend with a device
     "runtime.torch_backend": {"runtime.onnx_torch"},  # the ONNX interpreter imports torch
+    "__init__": {"api"},  # the library face loads on first use, not with every module of the package
 }
 
 
@@ -58,6 +60,8 @@ def room(module: str) -> str:
     head = module.split(".")[0]
     if head == "__main__":  # `python -m facefusion_batch` is the command line
         return "cli"
+    if head == "__init__":  # the package's names are the library face's
+        return "api"
     return "base" if head in BASE else head
 
 
