@@ -33,7 +33,6 @@ import cv2
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from facefusion_batch.models.assets import asset_path  # noqa: E402
 
@@ -85,8 +84,7 @@ def make_clip(path: Path, faces: int, size: tuple[int, int], frames: int, fps: i
 
 
 def job_render(clip: Path, out: Path, source: Path, batch_size: int, workers: int) -> dict:
-    from facefusion_batch.config import RenderSettings
-    from facefusion_batch.farm.jobs import render
+    from facefusion_batch import RenderSettings, render
 
     settings = RenderSettings(
         input=clip, output=out, sources=(source,), batch_size=batch_size, workers=workers, overwrite=True

@@ -77,9 +77,8 @@ def render_run(settings, *, resident: bool, planes: bool = True) -> dict:
     kernel set with the models on the GPU; `planes`: frames stay yuv420p planes where they can."""
     import torch
 
-    from facefusion_batch.farm.jobs import render
+    from facefusion_batch import Renderer, render
     from facefusion_batch.kernels.host import HostKernels
-    from facefusion_batch.pipeline.run import Renderer
     from facefusion_batch.runtime.nvml import NvmlSampler
 
     renderer = Renderer.load(settings)
@@ -141,9 +140,9 @@ def main() -> None:
     started = time.perf_counter()
     torch = require_gpu()
 
-    from facefusion_batch.config import RenderSettings
+    from facefusion_batch import DeviceSettings, RenderSettings
     from facefusion_batch.models.assets import asset_path
-    from facefusion_batch.runtime.device import DeviceSettings, default_streams
+    from facefusion_batch.runtime.device import default_streams
 
     props = torch.cuda.get_device_properties(0)
     streams = default_streams(props.total_memory)

@@ -116,8 +116,8 @@ def main() -> None:
     import cv2
     from media import make_clip
 
-    from facefusion_batch.config import RenderSettings, SwapSettings
-    from facefusion_batch.farm.jobs import render
+    from facefusion_batch import RenderSettings, render
+    from facefusion_batch.config import SwapSettings
     from facefusion_batch.models.assets import asset_path
     from facefusion_batch.swap.learned import LearnedSettings
 

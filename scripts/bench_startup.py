@@ -24,7 +24,6 @@ import av
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from facefusion_batch.models.assets import asset_path  # noqa: E402
 

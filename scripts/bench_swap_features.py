@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from dataclasses import replace
 from itertools import islice
@@ -21,7 +20,6 @@ import cv2
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT)]
 
 from facefusion_batch.kernels.host import HostKernels  # noqa: E402
 from facefusion_batch.pipeline.build import build_pipeline, load_models  # noqa: E402

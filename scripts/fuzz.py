@@ -47,7 +47,6 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from facefusion_batch.models.assets import asset_path  # noqa: E402
 
