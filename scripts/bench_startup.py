@@ -5,6 +5,12 @@ order alternates so both see the same machine load. Also tells whether torch was
 (`-X importtime`), which `auto` must not do on a machine without an NVIDIA driver.
 
     python scripts/bench_startup.py --runs 5
+    python scripts/bench_startup.py --model-check 550   # checking a 550 MB learned model file
+
+`--model-check MB` times instead what a render spends making sure a learned model file (random
+bytes with its CRC32 `.hash` beside it, in a --models-dir) is the one verified before: the first
+run hashes it and records it, later runs (fresh processes) trust the record while the file's
+size, mtime and inode hold.
 """
 
 from __future__ import annotations
@@ -58,11 +64,57 @@ def run_once(clip: Path, out: Path, backend: str) -> dict[str, float | bool]:
     return {"wall_s": wall, "peak_rss_mb": usage.ru_maxrss / 1024, "torch": "torch" in modules}
 
 
+CHECK = """
+import sys, time
+from pathlib import Path
+started = time.perf_counter()
+from facefusion_batch.pipeline.build import model_state
+imported = time.perf_counter()
+assert model_state("inswapper_128", Path(sys.argv[1])) == "present"
+print(imported - started, time.perf_counter() - imported)
+"""
+
+
+def model_check(megabytes: int, runs: int) -> dict[str, object]:
+    """Seconds a fresh process spends checking a learned model file: the first run, then later ones."""
+    import zlib
+
+    with tempfile.TemporaryDirectory() as tmp:
+        models, env = Path(tmp) / "models", {**ENV, "FFBATCH_HOME": str(Path(tmp) / "home")}
+        models.mkdir()
+        rng, crc = np.random.default_rng(0), 0
+        with open(models / "inswapper_128.onnx", "wb") as fh:
+            for _ in range(megabytes):
+                block = rng.integers(0, 256, 1_000_000, dtype=np.uint8).tobytes()
+                crc = zlib.crc32(block, crc)
+                fh.write(block)
+        (models / "inswapper_128.hash").write_text(f"{crc:08x}")
+        seconds = []
+        for _ in range(runs + 1):
+            out = subprocess.run(
+                [sys.executable, "-c", CHECK, str(models)],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            seconds.append(float(out.stdout.split()[1]))
+    return {
+        "file_mb": megabytes,
+        "first_run_check_s": round(seconds[0], 3),
+        "later_runs_check_s": [round(s, 3) for s in seconds[1:]],
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--out", type=Path, default=ROOT / "out" / "bench_startup.json")
+    parser.add_argument("--model-check", type=int, metavar="MB", help="time checking a model file of MB MB")
     args = parser.parse_args(argv)
+    if args.model_check:
+        print(json.dumps(model_check(args.model_check, args.runs), indent=2))
+        return 0
     runs: dict[str, list[dict]] = {"auto": [], "cpu": []}
     with tempfile.TemporaryDirectory() as tmp:
         clip = one_frame_clip(Path(tmp) / "one.mp4")

@@ -391,17 +391,20 @@ def validate_crc32(path: Path, cached: Any = None) -> dict[str, Any]:
     return {"crc32": actual, "crc32_source": str(sidecar)}
 
 
-_CRC_MEMO: dict[tuple[str, int, int], str] = {}
+_CRC_MEMO: dict[tuple[str, int, int, int], str] = {}
 
 
 def check_beside(path: Path) -> str | None:
     """The file's CRC32 checked against the ``.hash`` beside it, re-read on every call.
 
     The store's memo says a file was verified once; a sidecar edited (or a file swapped)
-    after that must still be noticed, so the sidecar is read again each run and the CRC32
-    recomputed whenever the file's size or mtime moved. A mismatch or an unreadable
-    sidecar is `ModelError` (exit 2) naming the file and both hashes; no sidecar: None.
+    after that must still be noticed, so the sidecar is read again each run. The file's CRC32
+    is kept in its store record (`store.recorded_digest`) and recomputed whenever the file's
+    size, mtime or inode moved. A mismatch or an unreadable sidecar is `ModelError` (exit 2)
+    naming the file and both hashes; no sidecar: None.
     """
+    from facefusion_batch.models import store  # the store's catalogue imports this module
+
     path = Path(path)
     sidecar = path.with_suffix(".hash")
     if not sidecar.is_file():
@@ -411,8 +414,11 @@ def check_beside(path: Path) -> str | None:
     except (ValueError, OSError) as exc:
         raise ModelError(f"{path}: its sidecar {sidecar} is unreadable ({exc})") from None
     st = path.stat()
-    key = (str(path.absolute()), st.st_size, st.st_mtime_ns)
-    actual = _CRC_MEMO.get(key) or crc32_file(path)
+    key = (str(path.absolute()), st.st_size, st.st_mtime_ns, st.st_ino)
+    actual = _CRC_MEMO.get(key) or store.recorded_digest(path, "crc32")
+    if actual is None:
+        actual = crc32_file(path)
+        store.record_digest(path, "crc32", actual)
     _CRC_MEMO[key] = actual
     if actual != expected:
         raise ModelError(

@@ -2,9 +2,13 @@
 
 Layout: models and data under `paths.models_dir()`, assets under
 `paths.assets_dir()`, each file next to a ``<file>.verified.json`` sidecar that
-records its sha256 and the (size, mtime_ns) it was hashed at, so later runs
-trust the recorded hash instead of re-hashing large files; a change of size or
-mtime forces a re-hash. Derived entries without a pinned hash are checked
+records its sha256 and the (size, mtime_ns, inode) it was hashed at, so later
+runs trust the recorded hash instead of re-hashing large files; a change of any
+of the three forces a re-hash, and `verify(full=True)` (`ffbatch models verify`)
+always re-hashes. Other digests of the same file state (FaceFusion's CRC32) are
+kept in the same record (`recorded_digest`). An empty file is never trusted; a
+sidecar that is not a valid record is said so (pinned files are re-hashed,
+unpinned ones made again). Derived entries without a pinned hash are checked
 against the hash recorded in their sidecar when they were made and validated.
 
 Files land atomically: they are written to a hidden temporary name in the
@@ -140,9 +144,35 @@ def _now() -> str:
     return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
-def _stat_key(path: Path) -> tuple[int, int]:
+def _stat_key(path: Path) -> tuple[int, int, int]:
+    """(size, mtime_ns, inode): a file verified in this state is trusted while all three hold
+    (a copy or an atomic replace changes the inode even when size and mtime are kept)."""
     st = path.stat()
-    return st.st_size, st.st_mtime_ns
+    return st.st_size, st.st_mtime_ns, st.st_ino
+
+
+def _stamp(path: Path) -> dict[str, int]:
+    size, mtime_ns, inode = _stat_key(path)
+    return {"size": size, "mtime_ns": mtime_ns, "inode": inode}
+
+
+def _matches(record: Mapping[str, Any], stamp: Mapping[str, int]) -> bool:
+    return all(record.get(k) == v for k, v in stamp.items())
+
+
+def _sidecar_record(sidecar: Path) -> tuple[dict[str, Any], str]:
+    """(record, problem): {} and "" when there is no sidecar; {} and why when it is not a record
+    this store wrote (unparseable, or its sha256 and stamp not of the right types)."""
+    if not sidecar.exists():
+        return {}, ""
+    record = _read_json(sidecar)
+    if record is None:
+        return {}, f"its record {sidecar.name} is unreadable (not a JSON object)"
+    sha = record.get("sha256")
+    ints = all(isinstance(record.get(k), int) for k in ("size", "mtime_ns") if k in record)
+    if not (isinstance(sha, str) and len(sha) == 64 and ints):
+        return {}, f"its record {sidecar.name} is malformed (no valid sha256, size and mtime)"
+    return record, ""
 
 
 # --- verification ----------------------------------------------------------------------
@@ -161,12 +191,19 @@ def _run_validator(spec: ModelSpec, path: Path, catalog: Mapping[str, ModelSpec]
 
 
 def _check_store_file(
-    spec: ModelSpec, path: Path, catalog: Mapping[str, ModelSpec], *, validate: bool = True
+    spec: ModelSpec,
+    path: Path,
+    catalog: Mapping[str, ModelSpec],
+    *,
+    validate: bool = True,
+    full: bool = False,
 ) -> VerifyResult:
-    """Verify a file in the store, using and refreshing its sidecar's hash memo.
+    """Verify a file in the store, using and refreshing its sidecar's hash memo (`full`:
+    re-hash even where the memo is fresh).
 
-    An unpinned (derived) file without a usable record is adopted when its
-    validator passes and `validate` is true (a file put there by hand).
+    An unpinned (derived) file without a sidecar is adopted when its validator passes and
+    `validate` is true (a file put there by hand); one whose sidecar is garbage is not: its
+    record is gone, so it must be made again.
     """
 
     def result(ok: bool, expected: str | None, actual: str | None, reason: str) -> VerifyResult:
@@ -178,10 +215,13 @@ def _check_store_file(
     if not path.is_file():
         return result(False, spec.sha256, None, "missing")
     sidecar = sidecar_path(path)
-    record = _read_json(sidecar) or {}
-    size, mtime_ns = _stat_key(path)
-    recorded = record.get("sha256") if isinstance(record.get("sha256"), str) else None
-    memo_fresh = recorded is not None and record.get("size") == size and record.get("mtime_ns") == mtime_ns
+    record, problem = _sidecar_record(sidecar)
+    stamp = _stamp(path)
+    size = stamp["size"]
+    recorded = record.get("sha256")
+    memo_fresh = recorded is not None and _matches(record, stamp) and not full
+    if size == 0:
+        return result(False, spec.sha256 or recorded, None, "empty file (0 bytes)")
     if spec.size is not None and size != spec.size:
         # no need to hash a file of the wrong size
         return result(False, spec.sha256, None, f"size {size} bytes, expected {spec.size} (truncated?)")
@@ -190,9 +230,16 @@ def _check_store_file(
     if spec.sha256 is not None:
         if actual != spec.sha256:
             return result(False, spec.sha256, actual, "sha256 mismatch")
+        if problem:
+            log.warning(
+                "%s: %s; re-hashed the file (its sha256 is the pinned one) and wrote it again", path, problem
+            )
         if not memo_fresh:
-            _write_memo(sidecar, {**record, "sha256": actual, "size": size, "mtime_ns": mtime_ns})
+            kept = record if recorded == actual else {}  # digests of another state are dropped
+            _write_memo(sidecar, {**kept, "name": spec.name, "file": spec.file, "sha256": actual, **stamp})
         return result(True, spec.sha256, actual, "ok")
+    if problem:
+        return result(False, None, actual, f"{problem}; must be made again")
 
     # Unpinned: the sidecar written when the file was made is the reference.
     base_sha = _base_sha(spec, catalog)
@@ -201,8 +248,8 @@ def _check_store_file(
     if recorded is not None:
         if actual != recorded:
             return result(False, recorded, actual, "sha256 differs from the one recorded when it was made")
-        if not memo_fresh:
-            _write_memo(sidecar, {**record, "size": size, "mtime_ns": mtime_ns})
+        if not memo_fresh and not _matches(record, stamp):
+            _write_memo(sidecar, {**record, **stamp})  # same sha256: its other digests still hold
         return result(True, recorded, actual, "ok")
     if spec.validator is None:
         return result(False, None, actual, "no verification record and nothing to validate it with")
@@ -219,8 +266,7 @@ def _check_store_file(
             "name": spec.name,
             "file": spec.file,
             "sha256": actual,
-            "size": size,
-            "mtime_ns": mtime_ns,
+            **stamp,
             "source": "found in the store without a record; validated",
             "derived_from_sha256": base_sha,
             "verified_at": _now(),
@@ -234,15 +280,24 @@ def _external_memo_path() -> Path:
     return paths.ffbatch_home() / "external-hashes.json"
 
 
-def _check_external_file(spec: ModelSpec, path: Path, catalog: Mapping[str, ModelSpec]) -> VerifyResult:
+def _check_external_file(
+    spec: ModelSpec, path: Path, catalog: Mapping[str, ModelSpec], *, full: bool = False
+) -> VerifyResult:
     """Verify a file in a user-provided directory; memo kept in the store, not beside it."""
     path = path.absolute()
-    size, mtime_ns = _stat_key(path)
+    stamp = _stamp(path)
     memo_file = _external_memo_path()
     memo = _read_json(memo_file) or {}
     entry = memo.get(str(path))
-    fresh = isinstance(entry, dict) and entry.get("size") == size and entry.get("mtime_ns") == mtime_ns
-    actual = entry["sha256"] if fresh and isinstance(entry.get("sha256"), str) else sha256_file(path)
+    fresh = (
+        not full
+        and isinstance(entry, dict)
+        and _matches(entry, stamp)
+        and isinstance(entry.get("sha256"), str)
+    )
+    if stamp["size"] == 0:
+        return VerifyResult(spec.name, path, False, spec.sha256, None, "empty file (0 bytes)")
+    actual = entry["sha256"] if fresh else sha256_file(path)
     validated = bool(fresh and entry.get("validated"))
 
     def result(ok: bool, reason: str) -> VerifyResult:
@@ -262,9 +317,48 @@ def _check_external_file(spec: ModelSpec, path: Path, catalog: Mapping[str, Mode
     else:
         res = result(True, "ok (no pinned sha256 to check against)")
     if res.ok and not fresh:
-        memo[str(path)] = {"sha256": actual, "size": size, "mtime_ns": mtime_ns, "validated": validated}
+        kept = entry if isinstance(entry, dict) and entry.get("sha256") == actual else {}
+        memo[str(path)] = {**kept, "sha256": actual, **stamp, "validated": validated}
         _write_memo(memo_file, memo)
     return res
+
+
+_DIGESTS = ("crc32",)  # other digests kept in a file's record, valid for the state it was hashed at
+
+
+def _record_of(path: Path) -> tuple[Path, str | None]:
+    """Where `path`'s record lives: its sidecar when there is one (the store), else the memo of
+    files in user directories under the path's key."""
+    sidecar = sidecar_path(path)
+    return (sidecar, None) if sidecar.is_file() else (_external_memo_path(), str(Path(path).absolute()))
+
+
+def recorded_digest(path: Path, kind: str) -> str | None:
+    """A digest of `path` (one of `_DIGESTS`) recorded while the file was as it is now (size,
+    mtime_ns and inode), or None: then it must be computed (and given to `record_digest`)."""
+    assert kind in _DIGESTS
+    where, key = _record_of(path)
+    data = _read_json(where) or {}
+    entry = data.get(key) if key is not None else data
+    try:
+        fresh = isinstance(entry, dict) and _matches(entry, _stamp(path))
+    except OSError:
+        return None
+    value = entry.get(kind) if fresh else None
+    return value if isinstance(value, str) else None
+
+
+def record_digest(path: Path, kind: str, value: str) -> None:
+    """Keep `value` as `path`'s `kind` digest for its present state (only beside a record of the
+    same state: a digest never outlives the file state its sha256 was verified at)."""
+    assert kind in _DIGESTS
+    where, key = _record_of(path)
+    data = _read_json(where) or {}
+    entry = data.get(key) if key is not None else data
+    if not (isinstance(entry, dict) and _matches(entry, _stamp(path))):
+        return
+    entry[kind] = value
+    _write_memo(where, data)
 
 
 def _cached_path(name: str, catalog: Mapping[str, ModelSpec]) -> Path | None:
@@ -287,19 +381,21 @@ def verify(
     models_dir: Path | None = None,
     catalog: Mapping[str, ModelSpec] | None = None,
     validate: bool = True,
+    full: bool = False,
 ) -> VerifyResult:
     """Check the file `model_path` would use (the user's directory first, then the store).
 
     Refreshes hash memos; with `validate`, an unrecorded derived file in the
-    store (put there by hand) is validated and, if it passes, recorded.
+    store (put there by hand) is validated and, if it passes, recorded. `full`: re-hash
+    the file whatever its memo says (a byte changed with the timestamp put back is found).
     """
     cat = _cat(catalog)
     spec = _spec(name, cat)
     if models_dir is not None:
         candidate = Path(models_dir) / spec.file
         if candidate.is_file():
-            return _check_external_file(spec, candidate, cat)
-    return _check_store_file(spec, store_dir(spec) / spec.file, cat, validate=validate)
+            return _check_external_file(spec, candidate, cat, full=full)
+    return _check_store_file(spec, store_dir(spec) / spec.file, cat, validate=validate, full=full)
 
 
 def list_models(
@@ -422,13 +518,11 @@ def _record(
     catalog: Mapping[str, ModelSpec],
     extra: Mapping[str, Any],
 ) -> None:
-    size, mtime_ns = _stat_key(final)
     data: dict[str, Any] = {
         "name": spec.name,
         "file": spec.file,
         "sha256": sha,
-        "size": size,
-        "mtime_ns": mtime_ns,
+        **_stamp(final),
         "source": source,
         "fetched_at": _now(),
         "licence": spec.licence,
