@@ -191,3 +191,120 @@ class TestFaceMeshFromRegistry:
         x = probes["smooth"].transpose(2, 0, 1)[None]
         pts, _ = sess.run(None, {"input_1": np.ascontiguousarray(x)})
         assert np.abs(pts.ravel() - results["smooth"]["conv2d_20"]).max() <= 1e-3 * 192
+
+
+# --- float16 and INT8 variants: what stays float32 -----------------------------------------------------
+
+
+def statistics_model() -> onnx.ModelProto:
+    """x [N,4,8,8] -> Conv -> InstanceNorm -> BatchNorm -> Softmax -> ReduceMean -> Exp -> Pow -> y."""
+    rng = np.random.default_rng(3)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((4, 4, 3, 3)).astype(np.float32), "w"),
+        numpy_helper.from_array(np.ones(4, np.float32), "one"),
+        numpy_helper.from_array(np.zeros(4, np.float32), "zero"),
+        numpy_helper.from_array(np.array([2.0], np.float32), "two"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+        helper.make_node("InstanceNormalization", ["c", "one", "zero"], ["i"], name="inorm"),
+        helper.make_node("BatchNormalization", ["i", "one", "zero", "zero", "one"], ["b"], name="bnorm"),
+        helper.make_node("Relu", ["b"], ["r"], name="relu"),
+        helper.make_node("Softmax", ["r"], ["s"], axis=1, name="softmax"),
+        helper.make_node("ReduceMean", ["s"], ["m"], axes=[1], keepdims=1, name="mean"),
+        helper.make_node("Exp", ["m"], ["e"], name="exp"),
+        helper.make_node("Pow", ["e", "two"], ["y"], name="pow"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "statistics",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 1, 8, 8])],
+        initializer=inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def input_types(model: onnx.ModelProto) -> dict[str, list[int]]:
+    """Each node's float input element types, by op type (from the graph, shapes inferred)."""
+    inferred = onnx.shape_inference.infer_shapes(model)
+    g = inferred.graph
+    types = {v.name: v.type.tensor_type.elem_type for v in [*g.input, *g.value_info, *g.output]}
+    types.update({i.name: i.data_type for i in g.initializer})
+    out: dict[str, list[int]] = {}
+    for node in g.node:
+        out.setdefault(node.op_type, []).extend(types[n] for n in node.input[:1] if n in types)
+    return out
+
+
+def assert_statistics_in_fp32(model: onnx.ModelProto) -> None:
+    types = input_types(model)
+    for op in ("InstanceNormalization", "BatchNormalization", "Softmax", "ReduceMean", "Exp", "Pow"):
+        assert types[op] == [TensorProto.FLOAT], (op, types[op])
+    assert TensorProto.FLOAT16 in types["Conv"]  # the rest does run in float16
+    assert model.graph.input[0].type.tensor_type.elem_type == TensorProto.FLOAT
+    assert model.graph.output[0].type.tensor_type.elem_type == TensorProto.FLOAT
+
+
+def test_float16_pass_keeps_normalisation_softmax_reductions_and_exponentials_in_fp32():
+    half = convert.to_float16(statistics_model())
+    assert_statistics_in_fp32(half)
+    x = np.random.default_rng(4).standard_normal((2, 4, 8, 8)).astype(np.float32)
+    ref = run(statistics_model(), x)
+    np.testing.assert_allclose(run(half, x), ref, rtol=2e-2, atol=1e-3)
+    assert {"InstanceNormalization", "BatchNormalization", "Softmax", "ReduceMean"} <= convert.FP32_OPS
+
+
+def test_float16_file_builtin_records_the_converter_and_fp32_ops(tmp_path):
+    onnx.save(statistics_model(), tmp_path / "m.onnx")
+    info = convert.float16_file(tmp_path / "m.onnx", tmp_path / "h.onnx", converter="builtin")
+    assert_statistics_in_fp32(onnx.load(tmp_path / "h.onnx"))
+    assert "to_float16" in info["made"] and "InstanceNormalization" in info["fp32_ops"]
+    assert "ModelOpt not used" in info["tool"]
+
+
+def test_asking_for_modelopt_where_it_is_absent_says_why(tmp_path, monkeypatch):
+    monkeypatch.setattr(convert, "modelopt_python", lambda: (None, "nvidia-modelopt is not installed here"))
+    onnx.save(statistics_model(), tmp_path / "m.onnx")
+    with pytest.raises(convert.ConverterUnavailable, match="not installed"):
+        convert.float16_file(tmp_path / "m.onnx", tmp_path / "h.onnx", converter="modelopt")
+    info = convert.float16_file(tmp_path / "m.onnx", tmp_path / "h.onnx")  # auto: the built-in pass
+    assert "not installed" in info["tool"]
+
+
+needs_modelopt = pytest.mark.skipif(
+    convert.modelopt_python()[0] is None,
+    reason="ModelOpt is not at hand: its [onnx] extra pins onnx~=1.21 and onnxruntime-gpu~=1.24 (and "
+    "needs torch), so it lives in a venv of its own (make venv-modelopt); set "
+    f"{convert.MODELOPT_PYTHON_ENV} to that venv's python",
+)
+
+
+@needs_modelopt
+def test_modelopt_autocast_keeps_statistics_in_fp32(tmp_path):
+    onnx.save(statistics_model(), tmp_path / "m.onnx")
+    x = np.random.default_rng(4).standard_normal((4, 4, 8, 8)).astype(np.float32)
+    info = convert.float16_file(tmp_path / "m.onnx", tmp_path / "h.onnx", {"x": x}, converter="modelopt")
+    assert info["tool"].startswith("nvidia-modelopt") and "AutoCast" in info["made"]
+    half = onnx.load(tmp_path / "h.onnx")
+    assert_statistics_in_fp32(half)
+    np.testing.assert_allclose(run(half, x), run(statistics_model(), x), rtol=2e-2, atol=1e-3)
+
+
+@needs_modelopt
+def test_modelopt_int8_is_qdq_with_fp16_outside_and_statistics_in_fp32(tmp_path):
+    onnx.save(statistics_model(), tmp_path / "m.onnx")
+    x = np.random.default_rng(5).standard_normal((8, 4, 8, 8)).astype(np.float32)
+    info = convert.int8_file(tmp_path / "m.onnx", tmp_path / "q.onnx", {"x": x}, converter="modelopt")
+    assert "entropy" in info["made"] and info["tool"].startswith("nvidia-modelopt")
+    q = onnx.load(tmp_path / "q.onnx")
+    ops = {n.op_type for n in q.graph.node}
+    assert {"QuantizeLinear", "DequantizeLinear"} <= ops
+    types = input_types(q)
+    for op in ("InstanceNormalization", "BatchNormalization", "Softmax", "ReduceMean", "Exp", "Pow"):
+        assert types[op] == [TensorProto.FLOAT], (op, types[op])
+    assert q.graph.input[0].type.tensor_type.elem_type == TensorProto.FLOAT
+    out = run(q, x)
+    assert out.shape == (8, 1, 8, 8) and np.isfinite(out).all()

@@ -451,13 +451,21 @@ def validate_yunet_batch(path: Path, cached: Callable[[str], Path | None] | None
 
 # --- float16 ---------------------------------------------------------------------------
 
+# Ops every float16 converter (ours and ModelOpt's) keeps in float32: normalisation statistics,
+# softmax, reductions and exponentials overflow float16 or lose the small differences they divide
+# by, and a strongly typed TensorRT engine runs each op in the type the file gives it.
+FP32_OPS = frozenset(
+    """InstanceNormalization BatchNormalization LayerNormalization GroupNormalization
+    Softmax LogSoftmax ReduceMean ReduceSum ReduceSumSquare ReduceL1 ReduceL2 ReduceLogSum ReduceLogSumExp
+    ReduceProd Exp Pow Log Sqrt Reciprocal""".split()
+)
 # Ops computed in float16 by `to_float16`; the rest stay float32 behind Cast nodes.
 FP16_OPS = frozenset(
     """Conv ConvTranspose Gemm MatMul Add Sub Mul Div Relu LeakyRelu PRelu Sigmoid Tanh Elu
-    InstanceNormalization BatchNormalization MaxPool AveragePool GlobalAveragePool Concat Reshape
-    Transpose Flatten Pad Slice Split Squeeze Unsqueeze Identity Clip Softmax Sqrt Neg Abs Max Min
-    Resize DepthToSpace SpaceToDepth HardSigmoid Erf""".split()
+    MaxPool AveragePool GlobalAveragePool Concat Reshape Transpose Flatten Pad Slice Split Squeeze
+    Unsqueeze Identity Clip Neg Abs Max Min Resize DepthToSpace SpaceToDepth HardSigmoid Erf""".split()
 )
+assert not FP16_OPS & FP32_OPS
 # Float inputs that keep float32 even on a float16 node (Resize's roi and scales).
 _FP32_POSITIONS = {"Resize": {1, 2}}
 
@@ -554,3 +562,156 @@ def to_float16(model: onnx.ModelProto) -> onnx.ModelProto:
     del g.value_info[:]
     onnx.checker.check_model(out)
     return out
+
+
+# --- converters: NVIDIA ModelOpt where it is at hand, ffbatch's own pass and onnxruntime's otherwise ---
+
+MODELOPT_PYTHON_ENV = "FFBATCH_MODELOPT_PYTHON"  # an interpreter whose environment has nvidia-modelopt[onnx]
+CONVERTERS = ("auto", "modelopt", "builtin")
+
+
+class ConverterUnavailable(ValidationError):
+    """The converter asked for cannot run here."""
+
+
+def modelopt_python() -> tuple[str | None, str]:
+    """(interpreter, why): "" to run ModelOpt in this process, a path to run it in another, or
+    None with the reason it is not at hand."""
+    import importlib.util
+
+    if importlib.util.find_spec("modelopt") is not None:
+        return "", "imports in this interpreter"
+    python = os.environ.get(MODELOPT_PYTHON_ENV, "")
+    if python:
+        if Path(python).is_file() and os.access(python, os.X_OK):
+            return python, f"${MODELOPT_PYTHON_ENV}={python}"
+        return None, f"${MODELOPT_PYTHON_ENV}={python} is not an executable file"
+    return None, (
+        f"nvidia-modelopt is not installed here and ${MODELOPT_PYTHON_ENV} names no interpreter that has it"
+    )
+
+
+def run_modelopt(
+    mode: str, src: Path, dst: Path, calibration: Mapping[str, np.ndarray] | None
+) -> dict[str, Any]:
+    """`modelopt_run.run` on `src` → `dst`, in this process or the interpreter of `modelopt_python`."""
+    import json
+    import subprocess
+
+    from . import modelopt_run
+
+    python, why = modelopt_python()
+    if python is None:
+        raise ConverterUnavailable(f"ModelOpt: {why}")
+    with tempfile.TemporaryDirectory(prefix="ffbatch-modelopt-") as tmp:
+        npz = None
+        if calibration:
+            npz = str(Path(tmp) / "calibration.npz")
+            np.savez(npz, **{k: np.asarray(v) for k, v in calibration.items()})
+        request = {
+            "mode": mode,
+            "src": str(src),
+            "dst": str(dst),
+            "calibration": npz,
+            "fp32_ops": sorted(FP32_OPS),
+        }
+        if python == "":
+            with contextlib.redirect_stdout(io.StringIO()), _quiet_stderr():
+                return modelopt_run.run(request)
+        request_path = Path(tmp) / "request.json"
+        request_path.write_text(json.dumps(request), encoding="utf-8")
+        proc = subprocess.run(
+            [python, modelopt_run.__file__, str(request_path)], capture_output=True, text=True, check=False
+        )
+        if proc.returncode != 0:
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
+            raise ValidationError(f"ModelOpt ({python}) failed: " + " | ".join(tail))
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _choose(converter: str) -> tuple[bool, str]:
+    """(use ModelOpt, why) for a `CONVERTERS` choice; raises when "modelopt" is asked and absent."""
+    if converter not in CONVERTERS:
+        raise ValueError(f"converter {converter!r} is not one of {CONVERTERS}")
+    if converter == "builtin":
+        return False, "asked for the built-in converter"
+    python, why = modelopt_python()
+    if python is None and converter == "modelopt":
+        raise ConverterUnavailable(f"ModelOpt: {why}")
+    return python is not None, why
+
+
+def float16_file(
+    src: Path,
+    dst: Path,
+    calibration: Mapping[str, np.ndarray] | None = None,
+    converter: str = "auto",
+) -> dict[str, Any]:
+    """`src` with float16 compute into `dst`, `FP32_OPS` and the I/O types kept float32: ModelOpt's
+    AutoCast (its data-range check on `calibration`) where it is at hand, else `to_float16`."""
+    use, why = _choose(converter)
+    if use:
+        info = run_modelopt("fp16", src, dst, calibration)
+    else:
+        onnx.save(to_float16(onnx.load(str(src))), str(dst))
+        info = {
+            "made": "ffbatch cast pass (convert.to_float16), float32 inputs and outputs kept",
+            "fp32_ops": sorted(FP32_OPS),
+            "tool": f"ffbatch (ModelOpt not used: {why})",
+        }
+    onnx.checker.check_model(str(dst))
+    return {**info, "tools": tool_versions("onnx", "onnxruntime", "numpy")}
+
+
+def int8_file(
+    src: Path, dst: Path, calibration: Mapping[str, np.ndarray], converter: str = "auto"
+) -> dict[str, Any]:
+    """`src` quantised to INT8 with explicit Q/DQ into `dst`, calibrated on `calibration` (input name
+    → items on axis 0): ModelOpt (entropy, float16 outside the Q/DQ pairs, `FP32_OPS` in float32)
+    where it is at hand, else onnxruntime's `quantize_static` (MinMax, float32 outside)."""
+    use, why = _choose(converter)
+    if use:
+        info = run_modelopt("int8", src, dst, calibration)
+    else:
+        info = _ort_quantize(src, dst, calibration)
+        info["tool"] = f"onnxruntime (ModelOpt not used: {why})"
+    return {**info, "tools": tool_versions("onnx", "onnxruntime", "numpy")}
+
+
+def _ort_quantize(src: Path, dst: Path, calibration: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        CalibrationMethod,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+
+    n = len(next(v for v in calibration.values() if np.ndim(v) > 1))
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.i = 0
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            if self.i >= n:
+                return None
+            item = {k: (v[self.i : self.i + 1] if np.ndim(v) > 1 else v) for k, v in calibration.items()}
+            self.i += 1
+            return item
+
+    quantize_static(
+        str(src),
+        str(dst),
+        Reader(),
+        quant_format=QuantFormat.QDQ,
+        per_channel=True,
+        activation_type=QuantType.QInt8,
+        weight_type=QuantType.QInt8,
+        calibrate_method=CalibrationMethod.MinMax,
+        extra_options={"ActivationSymmetric": True, "WeightSymmetric": True},
+    )
+    return {
+        "made": "onnxruntime quantize_static, QuantFormat.QDQ, symmetric QInt8 activations (MinMax) "
+        "and per-channel QInt8 weights, float32 outside the Q/DQ pairs",
+    }
