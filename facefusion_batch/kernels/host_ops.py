@@ -13,18 +13,16 @@ from functools import lru_cache
 import cv2
 import numpy as np
 
+from facefusion_batch.kernels import formulas
 from facefusion_batch.kernels.base import (
     DETAIL_SIGMA,
     GRAIN_CLIP,
-    LAB_NEUTRAL,
     LUMA_BGR,
     MODEL_MASK_BLUR,
     SHADE_LIMIT,
     SHARPNESS_SIGMAS,
-    STD_RATIO_RANGE,
     TINT_LEVEL,
     TINT_LIMIT,
-    TINT_SCALE,
     grain_gain,
     sharpness_weights,
 )
@@ -182,6 +180,17 @@ def lab_stats(lab: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return values.mean(axis=0), values.std(axis=0) + 1e-3
 
 
+def to_lab8(bgr: np.ndarray) -> np.ndarray:
+    """BGR float 0–255 [H, W, 3] → OpenCV's 8-bit LAB as float32 (8-bit: table-driven, several
+    times faster than float, and precise enough for statistics)."""
+    return cv2.cvtColor(np.clip(bgr + 0.5, 0, 255).astype(np.uint8), cv2.COLOR_BGR2LAB).astype(np.float32)
+
+
+def from_lab8(lab: np.ndarray) -> np.ndarray:
+    """8-bit LAB float [H, W, 3] → BGR float32 0–255 (whole levels)."""
+    return cv2.cvtColor(np.clip(lab + 0.5, 0, 255).astype(np.uint8), cv2.COLOR_LAB2BGR).astype(np.float32)
+
+
 def masked_blur(image: np.ndarray, mask: np.ndarray, sigma: float) -> np.ndarray:
     """Gaussian blur that averages only over `mask` (normalised convolution).
 
@@ -214,72 +223,21 @@ def transfer_colour(
     shade_limit: float = SHADE_LIMIT,
     tinted: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Return `swapped_bgr` (float32 0–255) recoloured to match `target_bgr` on `skin` (bool).
-
-    `global` matches LAB mean and standard deviation on skin only (eyes, brows and lips
-    excluded); `local` also carries the target's low-frequency shading (its light, at the scale
-    `sigma` in pixels), so a flat-lit source does not look pasted onto a side-lit face, and
-    matches the spread of lightness only: the target's tint arrives with its shading, and
-    stretching the source's a*/b* spread to the target's (whose skin mask also covers lashes,
-    lids and lip rims) reddened the source's lids and the rims of its features
-    (scripts/bench_quality.py, two sources: skin blocks with a*/b* off by more than 4, 5.66 ->
-    3.46 % and 2.17 -> 1.10 %, identity unchanged; the lightness ratio is what carries it).
-    Where that ratio darkens a pixel (a dark eye, a socket), its chroma darkens by the same
-    share (LAB_NEUTRAL), as under less light: at full chroma a brown eye turned maroon.
-    After the shading, what is left of the tint's difference at the finer scale TINT_SCALE ×
-    `sigma` is held to `tint_limit` (inf: not held): the source's own red lids or sallow cheek
-    do not survive it. Where the lightness's local mean at that scale is more than
-    `shade_limit` darker than the target's (inf: free), it is lifted by the excess, one way
-    only: the darkest of a source's beard or deep-set brow root on a flat, beardless target
-    (SHADE_LIMIT). `tinted` (bool, default `skin`): where the tint is measured and held; the
-    classical swap adds the ring round the eyes, brows and lips that `skin` leaves out (its
-    lightness is the source's identity, but left to the source its tint made grey-blue patches
-    at the inner eye corners and the nose bridge: swap/classical.py TINT_RING). The target's
-    darkest skin pixels count in its shading too: left out below 0.6 / 0.75 of its median
-    lightness (its hair at a hairline, but also its deepest shadows), the astronaut's faces with
-    every skin block within 8 ΔE fell from 86.6 to 79.8 / 44.5 % (scripts/bench_quality.py).
-    `fix` ([2, 3]): the target's spread multiplied by its first row and its mean shifted by its
-    second (the track's statistics, swap/colour_track.py).
-    """
-    if mode == "none" or strength <= 0 or skin.sum() < 16:
-        return swapped_bgr
-    # 8-bit LAB (table-driven, several times faster than float) is precise enough for statistics
-    src_lab = cv2.cvtColor(np.clip(swapped_bgr + 0.5, 0, 255).astype(np.uint8), cv2.COLOR_BGR2LAB)
-    dst_lab = cv2.cvtColor(np.clip(target_bgr + 0.5, 0, 255).astype(np.uint8), cv2.COLOR_BGR2LAB)
-    src_lab = src_lab.astype(np.float32)
-    dst_lab = dst_lab.astype(np.float32)
-    mu_s, sd_s = lab_stats(src_lab, skin)
-    mu_t, sd_t = lab_stats(dst_lab, skin)
-    if fix is not None:  # toward the face's track: [2, 3] spread factor, mean shift
-        sd_t, mu_t = sd_t * fix[0], mu_t + fix[1]
-    ratio = np.clip(sd_t / sd_s, *STD_RATIO_RANGE)
-    if mode == "local":
-        ratio[1:] = 1.0
-    moved = (src_lab - mu_s) * ratio + mu_t
-    if mode == "local":
-        # where the stretch darkens a pixel, its chroma darkens with it (about neutral)
-        stretched = (src_lab[..., 0] - mu_s[0]) * ratio[0] + mu_s[0]
-        follow = np.clip(np.maximum(stretched, 1.0) / np.maximum(src_lab[..., 0], 1.0), 0.0, 1.0)
-        moved[..., 1:] = (
-            LAB_NEUTRAL + follow[..., None] * (src_lab[..., 1:] - LAB_NEUTRAL) + (mu_t - mu_s)[1:]
-        )
-        # swap the low frequencies: target light and tint, source detail
-        shading = masked_blur(dst_lab, skin, sigma) - masked_blur(moved, skin, sigma)
-        bound = np.asarray(limit, np.float32)
-        moved = moved + np.clip(shading, -bound, bound)
-        # what is left of the target's difference at the finer scale: its tint held to
-        # `tint_limit` both ways (over `tinted`: the ring round the features too), its lightness
-        # to `shade_limit` one way (over the skin alone: a socket's depth is the source's)
-        left = dst_lab - moved
-        if np.isfinite(tint_limit):
-            tint = masked_blur(left[..., 1:], skin if tinted is None else tinted, TINT_SCALE * sigma)
-            moved[..., 1:] += tint - np.clip(tint, -tint_limit, tint_limit)
-        if np.isfinite(shade_limit):
-            shade = masked_blur(left[..., :1], skin, TINT_SCALE * sigma)[..., 0]
-            moved[..., 0] += np.maximum(shade - shade_limit, 0.0)
-    moved = src_lab + strength * (moved - src_lab)
-    out = cv2.cvtColor(np.clip(moved + 0.5, 0, 255).astype(np.uint8), cv2.COLOR_LAB2BGR)
-    return out.astype(np.float32)
+    """formulas.transfer_colour on one face: BGR float32 [H, W, 3], skin bool [H, W]; `fix` [2, 3]."""
+    return formulas.transfer_colour(
+        PRIMITIVES,
+        swapped_bgr,
+        target_bgr,
+        skin,
+        strength,
+        mode,
+        sigma,
+        limit,
+        tint_limit,
+        fix,
+        shade_limit,
+        tinted,
+    )
 
 
 def _detail(bgr: np.ndarray, mask: np.ndarray) -> float:
@@ -529,3 +487,19 @@ def region_colour_stats(
     mu_s, sd_s = lab_stats(src.astype(np.float32), skin)
     mu_t, sd_t = lab_stats(dst.astype(np.float32), skin)
     return np.stack([mu_s, sd_s, mu_t, sd_t]).astype(np.float32)
+
+
+# the host set's primitives for the shared formulas (kernels/formulas.py): channel-last images
+PRIMITIVES = formulas.Primitives(
+    xp=np,
+    to_lab8=to_lab8,
+    from_lab8=from_lab8,
+    mask_stats=lab_stats,
+    masked_blur=masked_blur,
+    has_pixels=lambda mask, n: bool(mask.sum() >= n),
+    channels=lambda x, start, stop: x[..., start:stop],
+    join_channels=lambda parts: np.concatenate(parts, axis=-1),
+    per_pixel=lambda plane: plane[..., None],
+    per_channel=lambda vector: vector,
+    constant=lambda values, like: np.asarray(values, np.float32),
+)

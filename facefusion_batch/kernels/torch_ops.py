@@ -31,16 +31,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from facefusion_batch.kernels import formulas
 from facefusion_batch.kernels.base import (
     DETAIL_SIGMA,
     GRAIN_CLIP,
-    LAB_NEUTRAL,
     LUMA_BGR,
     SHADE_LIMIT,
     SHARPNESS_SIGMAS,
-    STD_RATIO_RANGE,
     TINT_LIMIT,
-    TINT_SCALE,
     grain_gain,
     sharpness_weights,
 )
@@ -588,65 +586,54 @@ def transfer_colour(
     skin: Tensor,
     strength: float = 1.0,
     mode: str = "local",
-    sigma: float = 8.0,
+    sigma: float | list[float] | np.ndarray = 8.0,
     limit: tuple[float, float, float] = (60.0, 30.0, 30.0),
     tint_limit: float = TINT_LIMIT,
     fix: Tensor | None = None,
     shade_limit: float = SHADE_LIMIT,
     tinted: Tensor | None = None,
 ) -> Tensor:
-    """host_ops.transfer_colour on device: BGR float [..., 3, H, W], skin bool [..., H, W] →
+    """formulas.transfer_colour on device: BGR float [..., 3, H, W], skin bool [..., H, W] →
     recoloured [..., 3, H, W], each image on its own statistics; `sigma` one, or one per image;
-    `fix` [..., 2, 3]: each image's spread factor and mean shift (host_ops' `fix`)."""
-    if mode == "none" or strength <= 0:
-        return swapped
-    # the pixel counts stay on the device: no host round trip per face
-    sel = skin.to(swapped.dtype).unsqueeze(-3)
-    count = sel.sum(dim=(-3, -2, -1), keepdim=True)
-    src = to_uint8_levels(bgr_to_lab8(to_uint8_levels(swapped)))
-    dst = to_uint8_levels(bgr_to_lab8(to_uint8_levels(target)))
+    `fix` [..., 2, 3]: each image's spread factor and mean shift."""
+    sigmas = float(sigma) if np.ndim(sigma) == 0 else np.asarray(sigma, np.float64)
+    return formulas.transfer_colour(
+        PRIMITIVES, swapped, target, skin, strength, mode, sigmas, limit, tint_limit, fix, shade_limit, tinted
+    )
 
-    n = torch.clamp(count, min=1.0)
 
-    def stats(lab: Tensor) -> tuple[Tensor, Tensor]:
-        mean = (lab * sel).sum(dim=(-2, -1), keepdim=True) / n
-        var = (((lab - mean) * sel) ** 2).sum(dim=(-2, -1), keepdim=True) / n
-        return mean, torch.sqrt(var) + 1e-3
+def to_lab8(bgr: Tensor) -> Tensor:
+    """host_ops.to_lab8: BGR float 0–255 [..., 3, H, W] → OpenCV's 8-bit LAB, whole levels, float."""
+    return to_uint8_levels(bgr_to_lab8(to_uint8_levels(bgr)))
 
-    mu_s, sd_s = stats(src)
-    mu_t, sd_t = stats(dst)
-    if fix is not None:  # toward each face's track, as on the host
-        sd_t, mu_t = sd_t * fix[..., 0, :, None, None], mu_t + fix[..., 1, :, None, None]
-    ratio = torch.clamp(sd_t / sd_s, *STD_RATIO_RANGE)
-    if mode == "local":  # the lightness spread only, as on the host
-        lightness = constant("lightness_only", lambda: np.array([1.0, 0.0, 0.0]), src.device, src.dtype)
-        lightness = lightness[:, None, None]
-        ratio = ratio * lightness + (1 - lightness)
-    moved = (src - mu_s) * ratio + mu_t
-    if mode == "local":  # the chroma of what the stretch darkens darkens with it, as on the host
-        stretched = (src[..., :1, :, :] - mu_s[..., :1, :, :]) * ratio[..., :1, :, :] + mu_s[..., :1, :, :]
-        follow = torch.clamp(
-            torch.clamp(stretched, min=1.0) / torch.clamp(src[..., :1, :, :], min=1.0), 0.0, 1.0
-        )
-        chroma = LAB_NEUTRAL + follow * (src[..., 1:, :, :] - LAB_NEUTRAL) + (mu_t - mu_s)[..., 1:, :, :]
-        moved = torch.cat([moved[..., :1, :, :], chroma], dim=-3)
-        shading = masked_blur(dst, skin, sigma) - masked_blur(moved, skin, sigma)
-        limit = constant(("shading_limit", tuple(limit)), lambda: limit, src.device, src.dtype)[:, None, None]
-        moved = moved + torch.maximum(torch.minimum(shading, limit), -limit)
-        if math.isfinite(tint_limit) or math.isfinite(shade_limit):  # as on the host
-            fine = TINT_SCALE * np.asarray(sigma, np.float64)  # one, or one per image
-            left = dst - moved
-            light, tint = moved[..., :1, :, :], moved[..., 1:, :, :]
-            if math.isfinite(tint_limit):
-                off = masked_blur(left[..., 1:, :, :], skin if tinted is None else tinted, fine)
-                tint = tint + off - torch.clamp(off, -tint_limit, tint_limit)
-            if math.isfinite(shade_limit):
-                darker = masked_blur(left[..., :1, :, :], skin, fine)
-                light = light + torch.clamp(darker - shade_limit, min=0.0)
-            moved = torch.cat([light, tint], dim=-3)
-    moved = src + strength * (moved - src)
-    # fewer than 16 skin pixels: statistics are meaningless, keep the face as it is
-    return torch.where(count >= 16, lab8_to_bgr(to_uint8_levels(moved)), swapped)
+
+def mask_stats(image: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    """host_ops.lab_stats of each image [..., C, H, W] over its mask [..., H, W] (bool): mean and
+    spread (+1e-3), [..., C, 1, 1]; the pixel counts stay on the device (no host round trip)."""
+    sel = mask.to(image.dtype).unsqueeze(-3)
+    n = torch.clamp(sel.sum(dim=(-3, -2, -1), keepdim=True), min=1.0)
+    mean = (image * sel).sum(dim=(-2, -1), keepdim=True) / n
+    var = (((image - mean) * sel) ** 2).sum(dim=(-2, -1), keepdim=True) / n
+    return mean, torch.sqrt(var) + 1e-3
+
+
+# the torch set's primitives for the shared formulas (kernels/formulas.py): channel-first images,
+# statistics [..., C, 1, 1]
+PRIMITIVES = formulas.Primitives(
+    xp=torch,
+    to_lab8=to_lab8,
+    from_lab8=lambda lab: lab8_to_bgr(to_uint8_levels(lab)),
+    mask_stats=mask_stats,
+    masked_blur=masked_blur,
+    has_pixels=lambda mask, n: mask.to(torch.float32).sum(dim=(-2, -1))[..., None, None, None] >= n,
+    channels=lambda x, start, stop: x[..., start:stop, :, :],
+    join_channels=lambda parts: torch.cat(parts, dim=-3),
+    per_pixel=lambda plane: plane.unsqueeze(-3),
+    per_channel=lambda vector: vector[..., None, None],
+    constant=lambda values, like: constant(
+        ("per_channel", tuple(values)), lambda: values, like.device, like.dtype
+    )[:, None, None],
+)
 
 
 def _detail(bgr: Tensor, mask: Tensor) -> Tensor:

@@ -1,0 +1,157 @@
+"""The classical paint's element-wise formulas, written once for both kernel sets.
+
+Each formula takes `ops`, its kernel set's `Primitives`: the array namespace (numpy or torch:
+both speak the Python array API for what is used here) and the operations that rightly differ
+per set (LAB conversion, masked blurs, statistics over a mask; OpenCV on the host, batched tensor
+operations on the device). Images are channel-last on the host ([H, W, C]) and channel-first on
+the torch set ([..., C, H, W]); a formula reaches channels only through `ops.channels` and
+`ops.join_channels`, spreads a plane over the channels with `ops.per_pixel`, and gets
+per-channel values (statistics, constants) shaped by the set to broadcast against its images.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from facefusion_batch.kernels.base import (
+    LAB_NEUTRAL,
+    SHADE_LIMIT,
+    STD_RATIO_RANGE,
+    TINT_LIMIT,
+    TINT_SCALE,
+    Array,
+)
+
+
+@dataclass(frozen=True)
+class Primitives:
+    """What a kernel set gives the formulas: its array namespace and its own operations."""
+
+    xp: Any  # the array namespace: numpy or torch
+    # BGR float 0–255 → OpenCV's 8-bit LAB, rounded to whole levels, as float (and back)
+    to_lab8: Callable[[Array], Array]
+    from_lab8: Callable[[Array], Array]
+    # per-channel mean and spread (+1e-3) of an image over a bool mask
+    mask_stats: Callable[[Array, Array], tuple[Array, Array]]
+    # Gaussian blur averaging only over a mask (normalised convolution); sigma one or one per image
+    masked_blur: Callable[[Array, Array, Any], Array]
+    # whether a mask holds at least n pixels: a bool on the host, a per-image bool array on the
+    # device (where asking would wait for it)
+    has_pixels: Callable[[Array, int], Any]
+    channels: Callable[[Array, int, int], Array]  # channels [start, stop) of an image or a statistic
+    join_channels: Callable[[list[Array]], Array]
+    per_pixel: Callable[[Array], Array]  # a plane [..., H, W] shaped to broadcast over channels
+    per_channel: Callable[[Array], Array]  # a vector [..., C] shaped like a statistic
+    constant: Callable[[Sequence[float], Array], Array]  # per-channel values, shaped like a statistic
+
+
+def transfer_colour(
+    ops: Primitives,
+    swapped: Array,
+    target: Array,
+    skin: Array,
+    strength: float = 1.0,
+    mode: str = "local",
+    sigma: Any = 8.0,
+    limit: Sequence[float] = (60.0, 30.0, 30.0),
+    tint_limit: float = TINT_LIMIT,
+    fix: Array | None = None,
+    shade_limit: float = SHADE_LIMIT,
+    tinted: Array | None = None,
+) -> Array:
+    """`swapped` (BGR float 0–255) recoloured to match `target` on `skin` (bool); fewer than 16
+    skin pixels: the face as it is.
+
+    `global` matches LAB mean and standard deviation on skin only (eyes, brows and lips
+    excluded); `local` also carries the target's low-frequency shading (its light, at the scale
+    `sigma` in pixels: one, or one per image), so a flat-lit source does not look pasted onto a
+    side-lit face, and matches the spread of lightness only: the target's tint arrives with its
+    shading, and stretching the source's a*/b* spread to the target's (whose skin mask also
+    covers lashes, lids and lip rims) reddened the source's lids and the rims of its features
+    (scripts/bench_quality.py, two sources: skin blocks with a*/b* off by more than 4, 5.66 ->
+    3.46 % and 2.17 -> 1.10 %, identity unchanged; the lightness ratio is what carries it).
+    Where that ratio darkens a pixel (a dark eye, a socket), its chroma darkens by the same
+    share (LAB_NEUTRAL), as under less light: at full chroma a brown eye turned maroon.
+    After the shading, what is left of the tint's difference at the finer scale TINT_SCALE ×
+    `sigma` is held to `tint_limit` (inf: not held): the source's own red lids or sallow cheek
+    do not survive it. Where the lightness's local mean at that scale is more than
+    `shade_limit` darker than the target's (inf: free), it is lifted by the excess, one way
+    only: the darkest of a source's beard or deep-set brow root on a flat, beardless target
+    (SHADE_LIMIT). `tinted` (bool, default `skin`): where the tint is measured and held; the
+    classical swap adds the ring round the eyes, brows and lips that `skin` leaves out (its
+    lightness is the source's identity, but left to the source its tint made grey-blue patches
+    at the inner eye corners and the nose bridge: swap/classical.py TINT_RING). The target's
+    darkest skin pixels count in its shading too: left out below 0.6 / 0.75 of its median
+    lightness (its hair at a hairline, but also its deepest shadows), the astronaut's faces with
+    every skin block within 8 ΔE fell from 86.6 to 79.8 / 44.5 % (scripts/bench_quality.py).
+    `fix` ([..., 2, 3]): the target's spread multiplied by its first row and its mean shifted by
+    its second (the track's statistics, swap/colour_track.py).
+    """
+    xp = ops.xp
+    if mode == "none" or strength <= 0:
+        return swapped
+    enough = ops.has_pixels(skin, 16)
+    if enough is False:
+        return swapped
+    src = ops.to_lab8(swapped)
+    dst = ops.to_lab8(target)
+    mu_s, sd_s = ops.mask_stats(src, skin)
+    mu_t, sd_t = ops.mask_stats(dst, skin)
+    if fix is not None:  # toward the face's track: spread factor, mean shift
+        sd_t = sd_t * ops.per_channel(fix[..., 0, :])
+        mu_t = mu_t + ops.per_channel(fix[..., 1, :])
+    ratio = xp.clip(sd_t / sd_s, *STD_RATIO_RANGE)
+    if mode == "local":  # the lightness spread only
+        lightness = ops.constant((1.0, 0.0, 0.0), src)
+        ratio = ratio * lightness + (1 - lightness)
+    moved = (src - mu_s) * ratio + mu_t
+    if mode == "local":
+        light, tint = _light_and_tint(ops)
+        # where the stretch darkens a pixel, its chroma darkens with it (about neutral)
+        stretched = (light(src) - light(mu_s)) * light(ratio) + light(mu_s)
+        follow = xp.clip(xp.clip(stretched, 1.0, None) / xp.clip(light(src), 1.0, None), 0.0, 1.0)
+        chroma = LAB_NEUTRAL + follow * (tint(src) - LAB_NEUTRAL) + tint(mu_t - mu_s)
+        moved = ops.join_channels([light(moved), chroma])
+        # swap the low frequencies: target light and tint, source detail
+        shading = ops.masked_blur(dst, skin, sigma) - ops.masked_blur(moved, skin, sigma)
+        bound = ops.constant(tuple(limit), src)
+        moved = moved + xp.clip(shading, -bound, bound)
+        if math.isfinite(tint_limit) or math.isfinite(shade_limit):
+            moved = _hold_fine(ops, moved, dst, skin, tinted, TINT_SCALE * sigma, tint_limit, shade_limit)
+    moved = src + strength * (moved - src)
+    out = ops.from_lab8(moved)
+    return out if enough is True else xp.where(enough, out, swapped)
+
+
+def _light_and_tint(ops: Primitives) -> tuple[Callable[[Array], Array], Callable[[Array], Array]]:
+    """LAB's lightness channel and its two tint channels (a*, b*), of an image or a statistic."""
+    return (lambda x: ops.channels(x, 0, 1)), (lambda x: ops.channels(x, 1, 3))
+
+
+def _hold_fine(
+    ops: Primitives,
+    moved: Array,
+    dst: Array,
+    skin: Array,
+    tinted: Array | None,
+    fine: Any,
+    tint_limit: float,
+    shade_limit: float,
+) -> Array:
+    """What is left of the target's difference at the finer scale `fine`: its tint held to
+    `tint_limit` both ways (over `tinted`: the ring round the features too), its lightness to
+    `shade_limit` one way (over the skin alone: a socket's depth is the source's)."""
+    xp = ops.xp
+    light, tint = _light_and_tint(ops)
+    left = dst - moved
+    lightness, chroma = light(moved), tint(moved)
+    if math.isfinite(tint_limit):
+        off = ops.masked_blur(tint(left), skin if tinted is None else tinted, fine)
+        chroma = chroma + (off - xp.clip(off, -tint_limit, tint_limit))
+    if math.isfinite(shade_limit):
+        darker = ops.masked_blur(light(left), skin, fine)
+        lightness = lightness + xp.clip(darker - shade_limit, 0.0, None)
+    return ops.join_channels([lightness, chroma])
