@@ -49,7 +49,11 @@ def test_trim_is_refused_with_why_and_a_missing_value_is_a_usage_error():
 def run(*args: str, columns: str = "80") -> subprocess.CompletedProcess:
     env = {**os.environ, "COLUMNS": columns}
     return subprocess.run(
-        [sys.executable, "-m", "facefusion_batch", *args], capture_output=True, text=True, timeout=60, env=env
+        [sys.executable, "-m", "facefusion_batch", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
     )
 
 

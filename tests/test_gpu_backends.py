@@ -218,6 +218,7 @@ def test_nvml_inventory_from_a_fake_module():
 class _FakeTrt:
     float32, float16, int32, int8, bool = "f32", "f16", "i32", "i8", "b"
     TensorIOMode = types.SimpleNamespace(INPUT="in", OUTPUT="out")
+    ExecutionContextAllocationStrategy = types.SimpleNamespace(USER_MANAGED="user")
 
 
 class _FakeContext:
@@ -228,12 +229,19 @@ class _FakeContext:
 
     def set_input_shape(self, name, shape):
         self.shapes[name] = tuple(shape)
+        return True
 
     def set_tensor_address(self, name, address):
         self.addresses[name] = address
 
     def get_tensor_shape(self, name):
         return (self.shapes["x"][0], 3)
+
+    def update_device_memory_size_for_shapes(self):
+        return 0
+
+    def set_device_memory(self, memory, size):
+        pass
 
     def execute_async_v3(self, stream_handle):
         n = self.shapes["x"][0] * 3
@@ -262,7 +270,10 @@ class _FakeEngine:
     def get_tensor_profile_shape(self, name, profile):
         return (1, 3), (4, 3), (4, 3)
 
-    def create_execution_context(self):
+    def get_tensor_shape(self, name):
+        return (-1, 3)
+
+    def create_execution_context(self, strategy):
         self.contexts.append(1)
         return _FakeContext(self.log)
 
@@ -296,7 +307,7 @@ def test_tensorrt_session_binds_addresses_chunks_by_profile_and_keeps_a_context_
 
     def run(key):
         results[key] = session.run({"x": x})["y"]
-        together.wait(timeout=10)
+        together.wait(timeout=120)  # a hang guard
 
     threads = [threading.Thread(target=run, args=(k,)) for k in range(2)]
     for t in threads:

@@ -239,7 +239,7 @@ def test_a_still_image_cannot_become_a_video(tmp_path, t1_path, astronaut_path):
         "-o",
         str(out),
         "-q",
-        timeout=120,
+        timeout=300,
     )
     assert proc.returncode == 2 and "still image" in proc.stderr and "Traceback" not in proc.stderr
     assert not out.exists() and list(tmp_path.iterdir()) == []
