@@ -936,14 +936,18 @@ def models_prepare(
 
 @models_app.command("calibration-crops")
 def models_calibration_crops(
-    videos: Annotated[list[Path], typer.Argument(help="Videos to take faces from.", show_default=False)],
     output: Annotated[Path, typer.Option("--output", "-o", help="Directory for the crops.")],
+    sources: Annotated[
+        list[Path] | None, typer.Argument(help="Videos or photos to take faces from.", show_default=False)
+    ] = None,
     count: Annotated[int, typer.Option(help="How many crops (>= 500 recommended for INT8).")] = 500,
+    photos: Annotated[bool, typer.Option(help="Start with the embedded test photos' faces.")] = True,
     models_dir: ModelsDirOpt = None,
 ) -> None:
-    """Write aligned face crops (ffhq_512 template, 512 px) from VIDEOS, found by the default detector."""
+    """Write aligned crops of real faces (ffhq_512 template, 512 px) and their recogniser embeddings
+    from the embedded photos and VIDEO_OR_PHOTOS, for checking and calibrating fp16 / INT8 variants."""
     setup_logging(False, False)
-    tools_models.calibration_crops(videos, output, count, models_dir)
+    tools_models.calibration_crops(sources or [], output, count, models_dir, photos=photos)
     typer.echo(str(output))
 
 

@@ -18,10 +18,13 @@ from media import make_clip
 
 from facefusion_batch import paths
 from facefusion_batch.errors import ModelError
-from facefusion_batch.faces.identity import read_emap
+from facefusion_batch.faces.identity import Recogniser, read_emap
 from facefusion_batch.models import catalog, facefusion, prepare, store
 from facefusion_batch.models.calibration import load_crops
 from facefusion_batch.models.catalog import build_catalog
+from facefusion_batch.models.facefusion import RECOGNISER
+from facefusion_batch.runtime.backends import select_backend
+from facefusion_batch.runtime.device import DeviceSettings
 from facefusion_batch.tools.calibration import extract_crops
 
 
@@ -173,7 +176,10 @@ def calibration_dir(tmp_path_factory, models, t1_small) -> Path:
     """Aligned crops from a short clip over t1 (six faces), made by the CLI's extractor."""
     root = tmp_path_factory.mktemp("calibration")
     clip = make_clip(root / "clip.mp4", frames=4, size=(480, 320), image=t1_small, audio=None)
-    assert extract_crops([clip], root / "crops", models.detector, count=12) >= 8
+    arcface = root / "arcface.onnx"
+    onnx.save(prepare.make_dynamic_batch(standins.arcface())[0], str(arcface))
+    recogniser = Recogniser(select_backend(DeviceSettings()).load(arcface, label=RECOGNISER))
+    assert extract_crops([clip], root / "crops", models.detector, recogniser, count=12) >= 8
     return root / "crops"
 
 

@@ -17,13 +17,14 @@ import numpy as np
 import onnx
 
 from . import store
-from .calibration import feeds_for, load_for
+from .calibration import feeds_for, identity_for, load_for, output_levels
 from .catalog import CATALOG, Derived, ModelSpec
 from .convert import (
     ValidationError,
     _graph_inputs,
+    float16_file,
+    int8_file,
     make_batch_dynamic,
-    to_float16,
     tool_versions,
 )
 
@@ -40,6 +41,8 @@ if TYPE_CHECKING:
 BATCH_RTOL = 1e-3  # |batched − single| ≤ BATCH_RTOL · max(1, max |single|)
 PROBE_BATCH = 3
 DEVIATION_ITEMS = 16  # calibration items on which a variant's deviation is measured
+AUTOCAST_ITEMS = 4  # crops for AutoCast's range check (it keeps every activation of every item)
+CALIBRATION_ITEMS = 64  # crops INT8 calibration sees at most (entropy histograms of every activation)
 
 
 def variant_name(name: str, variant: str) -> str:
@@ -208,16 +211,27 @@ def _calibration_dir(ctx: DeriveContext) -> Path | None:
     return Path(value) if value else None
 
 
+def _calibration_feeds(ctx: DeriveContext, directory: Path, limit: int | None) -> dict[str, np.ndarray]:
+    """The model's inputs from `limit` crops of the calibration set (identity inputs of real faces)."""
+    crops = load_for(ctx.spec.name, directory, limit)
+    identity = identity_for(ctx.spec.name, directory, len(crops))
+    session = _session(ctx.base_path)
+    return feeds_for(ctx.spec.name, session, crops, np.random.default_rng(2), len(crops), identity)
+
+
 def measure_deviation(
     name: str, reference: Path, variant: Path, calibration_dir: Path | None, items: int = DEVIATION_ITEMS
 ) -> dict[str, Any]:
-    """Largest and mean |variant − float32| over the calibration crops (or seeded probes)."""
+    """|variant − float32| over real face crops of the calibration set (seeded probes without one):
+    largest and mean, raw and, for an image output, in levels (0–255)."""
 
     ref, var = _session(reference), _session(variant)
     crops = load_for(name, calibration_dir, items) if calibration_dir else None
-    feeds = feeds_for(name, ref, crops, np.random.default_rng(1), items)
+    identity = identity_for(name, calibration_dir, len(crops)) if crops is not None else None
+    feeds = feeds_for(name, ref, crops, np.random.default_rng(1), items, identity)
     names = [o.name for o in ref.get_outputs()]
     worst, total, count = 0.0, 0.0, 0
+    worst_levels, total_levels, count_levels = 0.0, 0.0, 0
     n = len(next(v for v in feeds.values() if v.ndim > 1))
     for i in range(0, n, 4):  # a few items per call keeps memory flat on large models
         chunk = {k: (v[i : i + 4] if v.ndim > 1 else v) for k, v in feeds.items()}
@@ -226,34 +240,45 @@ def measure_deviation(
             worst = max(worst, float(d.max()))
             total += float(d.sum())
             count += d.size
-    probe = f"{n} crops of the calibration set {calibration_dir}" if crops is not None else ""
-    probe = probe or f"{n} seeded probes (no calibration set given)"
-    return {"max_abs_deviation": worst, "mean_abs_deviation": total / max(count, 1), "measured_on": probe}
+            la, lb = output_levels(name, a), output_levels(name, b)
+            if la is not None and lb is not None:
+                dl = np.abs(la - lb)
+                worst_levels = max(worst_levels, float(dl.max()))
+                total_levels += float(dl.sum())
+                count_levels += dl.size
+    if crops is not None:
+        probe = f"{n} real face crops of the calibration set {calibration_dir}"
+        if identity is not None:
+            probe += ", each swapped with the next crop's face (its recogniser embedding)"
+    else:
+        probe = f"{n} seeded probes (no calibration set given)"
+    out: dict[str, Any] = {
+        "max_abs_deviation": worst,
+        "mean_abs_deviation": total / max(count, 1),
+        "measured_on": probe,
+        "real_faces": crops is not None,
+    }
+    if count_levels:
+        out["max_levels"] = worst_levels
+        out["mean_levels"] = total_levels / count_levels
+    return out
 
 
 def derive_fp16(ctx: DeriveContext) -> dict[str, Any]:
-    """Recipe "fp16": `convert.to_float16` of the dynamic-batch model, deviation measured."""
+    """Recipe "fp16": `convert.float16_file` of the dynamic-batch model (ModelOpt AutoCast where it
+    is at hand), deviation measured on real face crops."""
 
     assert ctx.base_path is not None
-    onnx.save(to_float16(onnx.load(str(ctx.base_path))), str(ctx.out_path))
-    info = measure_deviation(ctx.spec.name, ctx.base_path, ctx.out_path, _calibration_dir(ctx))
-    return {
-        "made": "float16 weights and compute (ffbatch cast pass), float32 inputs and outputs kept",
-        "deviation_from_fp32": info,
-        "tools": tool_versions("onnx", "onnxruntime", "numpy"),
-    }
+    calibration_dir = _calibration_dir(ctx)
+    feeds = _calibration_feeds(ctx, calibration_dir, AUTOCAST_ITEMS) if calibration_dir else None
+    made = float16_file(ctx.base_path, ctx.out_path, feeds)
+    info = measure_deviation(ctx.spec.name, ctx.base_path, ctx.out_path, calibration_dir)
+    return {**made, "deviation_from_fp32": info}
 
 
 def derive_int8(ctx: DeriveContext) -> dict[str, Any]:
-    """Recipe "int8_qdq": onnxruntime's static quantisation to explicit Q/DQ, symmetric INT8
-    activations and per-channel weights (what TensorRT builds INT8 engines from)."""
-    from onnxruntime.quantization import (
-        CalibrationDataReader,
-        CalibrationMethod,
-        QuantFormat,
-        QuantType,
-        quantize_static,
-    )
+    """Recipe "int8_qdq": `convert.int8_file` (explicit Q/DQ, what TensorRT builds INT8 engines
+    from; ModelOpt where it is at hand) calibrated on the calibration set's real face crops."""
 
     assert ctx.base_path is not None
     calibration_dir = _calibration_dir(ctx)
@@ -262,42 +287,15 @@ def derive_int8(ctx: DeriveContext) -> dict[str, Any]:
             f"{ctx.spec.name} needs a calibration set: "
             "ffbatch models prepare NAME --int8 --calibration-dir DIR (see ffbatch models calibration-crops)"
         )
-    session = _session(ctx.base_path)
-    crops = load_for(ctx.spec.name, calibration_dir, None)
-    feeds = feeds_for(ctx.spec.name, session, crops, np.random.default_rng(2), len(crops))
-    del session
-    n = len(crops)
-
-    class Reader(CalibrationDataReader):
-        def __init__(self) -> None:
-            self.i = 0
-
-        def get_next(self):
-            if self.i >= n:
-                return None
-            item = {k: (v[self.i : self.i + 1] if v.ndim > 1 else v) for k, v in feeds.items()}
-            self.i += 1
-            return item
-
-    quantize_static(
-        str(ctx.base_path),
-        str(ctx.out_path),
-        Reader(),
-        quant_format=QuantFormat.QDQ,
-        per_channel=True,
-        activation_type=QuantType.QInt8,
-        weight_type=QuantType.QInt8,
-        calibrate_method=CalibrationMethod.MinMax,
-        extra_options={"ActivationSymmetric": True, "WeightSymmetric": True},
-    )
+    feeds = _calibration_feeds(ctx, calibration_dir, CALIBRATION_ITEMS)
+    made = int8_file(ctx.base_path, ctx.out_path, feeds)
     info = measure_deviation(ctx.spec.name, ctx.base_path, ctx.out_path, calibration_dir)
+    n = len(next(v for v in feeds.values() if v.ndim > 1))
     return {
-        "made": "onnxruntime quantize_static, QuantFormat.QDQ, symmetric QInt8 activations (MinMax) "
-        "and per-channel QInt8 weights",
+        **made,
         "calibration_items": n,
         "calibration_dir": str(calibration_dir),
         "deviation_from_fp32": info,
-        "tools": tool_versions("onnx", "onnxruntime", "numpy"),
     }
 
 

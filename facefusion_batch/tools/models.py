@@ -7,13 +7,16 @@ from pathlib import Path
 
 from facefusion_batch.errors import InputError
 from facefusion_batch.faces.detect import YuNetDetector
+from facefusion_batch.faces.identity import Recogniser
 from facefusion_batch.models import store
+from facefusion_batch.models.assets import asset_path
+from facefusion_batch.models.calibration import EMBEDDINGS, MANIFEST, identity_path, needs_identity
 from facefusion_batch.models.catalog import DEFAULT_DETECTOR, DEFAULT_SET
-from facefusion_batch.models.facefusion import MODELS
+from facefusion_batch.models.facefusion import MODELS, RECOGNISER
 from facefusion_batch.models.prepare import prepared_path, variant_catalog, variant_name
 from facefusion_batch.runtime.backends import select_backend
 from facefusion_batch.runtime.device import DeviceSettings
-from facefusion_batch.tools.calibration import extract_crops
+from facefusion_batch.tools.calibration import PHOTOS, extract_crops, write_identity
 
 
 def list_lines() -> Iterator[str]:
@@ -55,6 +58,10 @@ def prepare(
         raise InputError("--int8 needs --calibration-dir (make one with: ffbatch models calibration-crops)")
     if calibration_dir is not None and not calibration_dir.is_dir():
         raise InputError(f"--calibration-dir {calibration_dir}: no such directory")
+    if calibration_dir is not None:
+        _check_calibration_set(calibration_dir)
+        if needs_identity(name) and (force or not identity_path(calibration_dir, name).is_file()):
+            _write_identity(calibration_dir, name, models_dir)
     catalog = variant_catalog(name, calibration_dir=calibration_dir)
     for variant in ["batch"] + ["fp16"] * fp16 + ["int8"] * int8:
         target = variant_name(name, variant)
@@ -65,16 +72,56 @@ def prepare(
         yield f"{target}: {path}"
 
 
-def calibration_crops(videos: list[Path], output: Path, count: int, models_dir: Path | None) -> int:
-    """Aligned face crops from `videos` into `output` (the default detector, on the CPU)."""
-    for video in videos:
-        if not video.is_file():
-            raise InputError(f"{video}: no such file")
+def _check_calibration_set(directory: Path) -> None:
+    for needed in (MANIFEST, EMBEDDINGS):
+        if not (directory / needed).is_file():
+            raise InputError(
+                f"--calibration-dir {directory} is not a calibration set with face embeddings (no {needed}); "
+                "make one with: ffbatch models calibration-crops [VIDEO_OR_PHOTO...] -o DIR"
+            )
+
+
+def _write_identity(directory: Path, name: str, models_dir: Path | None) -> None:
+    """identity/NAME.npy: the swapper's identity input for each calibration face (its converter
+    run where it has one)."""
+    model = MODELS[name]
+    converter = None
+    if model.converter:
+        path = prepared_path(
+            variant_name(model.converter, "batch"),
+            models_dir=models_dir,
+            catalog=variant_catalog(model.converter),
+        )
+        converter = select_backend(DeviceSettings()).load(path, label=model.converter)
+    write_identity(
+        directory, name, model_path=store.model_path(name, models_dir=models_dir), converter=converter
+    )
+
+
+def _recogniser(models_dir: Path | None) -> Recogniser:
+    """The recogniser from its dynamic-batch copy (FaceFusion's file fixes the batch at 1)."""
+    path = prepared_path(
+        variant_name(RECOGNISER, "batch"), models_dir=models_dir, catalog=variant_catalog(RECOGNISER)
+    )
+    return Recogniser(select_backend(DeviceSettings()).load(path, label=RECOGNISER), MODELS[RECOGNISER])
+
+
+def calibration_crops(
+    sources: list[Path], output: Path, count: int, models_dir: Path | None, *, photos: bool = True
+) -> int:
+    """Aligned face crops and their embeddings from the embedded photos (unless `photos` is
+    False) and `sources` (videos or photos) into `output` (the default detector, on the CPU)."""
+    for source in sources:
+        if not source.is_file():
+            raise InputError(f"{source}: no such file")
     if count < 1:
         raise InputError(f"--count must be at least 1 (got {count})")
+    if not sources and not photos:
+        raise InputError("calibration-crops: no videos or photos given, and --no-photos")
+    every = [asset_path(p) for p in PHOTOS] * photos + list(sources)
     path = store.model_path(DEFAULT_DETECTOR, models_dir=models_dir)
     detector = YuNetDetector(select_backend(DeviceSettings()).load(path, label=DEFAULT_DETECTOR))
-    written = extract_crops(videos, output, detector, count=count)
+    written = extract_crops(every, output, detector, _recogniser(models_dir), count=count)
     if written == 0:
-        raise InputError("no face found in the given videos")
+        raise InputError("no face found in the given videos or photos")
     return written
