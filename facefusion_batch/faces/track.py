@@ -40,21 +40,12 @@ from facefusion_batch.faces.table import FaceTable
 from facefusion_batch.kernels.base import Frames, Kernels
 
 THUMB = (16, 9)  # width, height of the thumbnails scene cuts are measured on
-# One Euro beta at smoothing 1: how fast the filter opens up on motion. At 4 the smoothed mesh
-# lagged the camera of bench_quality's 120-frame pan: 0.92 / 1.11 px RMS off its true path on
-# the two faces always in frame (unsmoothed 0.21 / 0.25); at 8, 0.61 / 0.73, while a still face
-# on a noisy clip keeps its smoothing (0.05-0.13 px jitter against 0.05-0.12 at 4 and 0.14-0.28
-# unsmoothed). Faces the frame's edge cuts slip 0.8-1.8 px either way: their own mesh error (a
-# turned face entering at the top edge slipped 3.1 px: its mesh is too unsure to swap it now)
+# One Euro beta at smoothing 1: how fast the filter opens up on motion; lower lags a panning
+# camera, and a still face keeps its smoothing either way (docs/default-swap.md)
 SMOOTHING_BETA = 8.0
 # A blink in the lids: LID_RUN holds in a row, all clear (within LID_CLEAR of 0 or of 1), and
-# all more than LID_JUMP from every hold since the previous such step. A 4-frame blink the
-# picture sees (and the mesh does not) was drawn at most half shut, over 11 frames, by the plain
-# 8-frame mean; with the step it is drawn fully shut from its 3rd frame to its end, and open 3
-# frames after. The cost, on bench_quality's 120-frame pan: Matthew's squinting eye (its holds
-# flip between 0 and 1) changes 11 % more (summed change 6.18 -> 6.84), and an edge face's eye
-# read shut on 4 frames is drawn shut on 2 (was half shut on 8). A run of 2 let more of the
-# squint's flips through (8.95); a run of 4 drew a 3-frame blink only 38 % shut.
+# all more than LID_JUMP from every hold since the previous such step: a short blink is drawn
+# fully shut on time, while most of a squint's flips stay filtered (docs/default-swap.md)
 LID_RUN, LID_JUMP, LID_CLEAR = 3, 0.5, 0.05
 
 

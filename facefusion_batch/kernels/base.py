@@ -31,43 +31,24 @@ BLEND_MODES = ("multiband", "feather", "poisson")
 LUMA_BGR = (0.114, 0.587, 0.299)  # grey from B, G, R (BT.601 luma)
 COLOUR_MODES = ("local", "global", "none")
 # colour transfer: the std ratio is clipped (a noisy region cannot blow it up). Its upper end is
-# also how far a flat-lit source's shading contrast is stretched to a contrasty target's, and the
-# recogniser reads identity from it: scripts/bench_quality.py (24 frames) with 1.15 instead of
-# 1.4 took Matt as the source from 82.4 to 55.5 % of faces closer to him and Lisa from 90.5 to
-# 76.8 %; it did soften the shadow under Matt's lower lip that shows as a grey chin patch on the
-# women (his worst skin block 20.3 -> 14.6 dE), the same contrast seen as colour
+# also how far a flat-lit source's shading contrast is stretched to a contrasty target's, which
+# carries identity (docs/default-swap.md, "How the constants were chosen")
 STD_RATIO_RANGE = (0.7, 1.4)
 # local colour: where that stretch darkens a pixel (a socket, a lash line, the source's dark
 # eye), its chroma about neutral (8-bit LAB a*/b* 128) darkens by the same share, as it would
-# under less light. Kept at full chroma, a soft brown eye stretched 1.4x came out maroon on a
-# paler target (Matt onto David and Jennifer at 1:1; it is dark brown now). scripts/bench_quality.py
-# (24 frames, 7 sources): faces with every skin block within 8 dE, Matthew 90.5 -> 96.8 %,
-# Courteney 98.9 -> 100 %, no source lower; faces closer to the source 92.4 -> 93.3 % (astronaut),
-# 94.7 -> 95.8 (Matthew), 91.6 -> 93.7 (Lisa), the rest unchanged. The chroma darkened by the
-# square of the share instead took David to 77.9 % and Matt to 78.2 % (from 81.1 and 83.2)
+# under less light; at full chroma a brown eye came out maroon (docs/default-swap.md)
 LAB_NEUTRAL = 128.0
 # local colour: after the shading, the tint (a*, b*) of the swapped skin may still differ from
-# the target's by at most TINT_LIMIT (8-bit LAB) at TINT_SCALE of the shading's scale: the
-# source's own chroma (red lids and lip rims, a rosy or sallow cheek) left blocks of skin off in
-# a*/b* by more than 4 and read as grey or ruddy patches (scripts/bench_quality.py, 7 sources:
-# 0.6-4.3 % of blocks -> 0.1-1.4 %, identity within 1.6 points); lightness is left alone: held
-# the same way (to 20 levels) it took the astronaut from 91 to 68 % transferred
-# Cost (then): two more masked blurs of a* and b*, 1.4 ms on a 160x150 face region (transfer_colour
-# 8.5 ms): 1-2 % of a demo frame; scripts/bench_swap_features.py reads 0.95-1.06x, its noise.
+# the target's by at most TINT_LIMIT (8-bit LAB) at TINT_SCALE of the shading's scale, so the
+# source's own red lids or sallow cheeks show no patches; lightness is left alone, it carries
+# identity (docs/default-swap.md)
 TINT_LIMIT = 3.0
 TINT_SCALE = 0.5
 # local colour: how much darker than the target's own skin (8-bit L levels, at TINT_SCALE) the
 # source's shading may paint before its local mean is lifted (transfer_colour, both kernel
-# sets). Matt's goatee and deep-set brow root on beardless, flat-browed targets were every one
-# of his worst skin blocks over 8 dE, lightness only. scripts/bench_quality.py, 24 frames (Matt:
-# faces closer to him %, worst block's max dE, faces whose worst block is within 8 %): free
-# 81.5 / 14.84 / 79.8; 34: 81.5 / 11.11 / 84.9; 28: 79.8 / 10.42 / 89.9; 24: 75.6 / 9.87 /
-# 91.6; 20: 71.4 / 9.31 / 95.8. At 34 only Lisa's transfer moved, by 2 faces of 95 (94.7 ->
-# 92.6 %, her mean distances as they were; David 90.5 -> 91.6 % within 8); at 28 Matthew lost
-# 2.1 points, at 20 Matt is at the 70 % line. By eye at 1:1 the goatee is a shade lighter at 34
-# and still there at 20: it is part of him, and only the darkest of it is clipped. The two
-# limits are measured over different masks (the tint's also covers the ring round the
-# features, swap/classical.py TINT_RING), so each has its own masked blur
+# sets): only the darkest of a goatee or a deep-set brow root is clipped, the rest is the source
+# person (docs/default-swap.md). The two limits are measured over different masks (the tint's
+# also covers the ring round the features, swap/classical.py TINT_RING): each has its own blur
 SHADE_LIMIT = 34.0
 # the source texture's skin channel: above 0.5 the face's skin (its colour statistics, shading
 # and shade limit), above TINT_LEVEL also where its tint is held to the target's (the ring round

@@ -56,64 +56,30 @@ RASTER_SPAN = 40.0  # eye-corner span (px) at which the warp map is rasterised
 # the occlusion model's crop (as the learned swap's inswapper crop: FaceFusion's xseg setting)
 OCCLUSION_TEMPLATE, OCCLUSION_CROP = "arcface_128", 256
 # IOD around each eye opening that stays the target's with a held eye: a pixel or two, so the
-# source's lid and brow bone stay and carry its identity. Measured by scripts/bench_quality.py
-# with shut lids read from the picture (swap/lids.py), the astronaut as the source: 0.15 (the
-# lids too) 40.3 % of faces closer to the source, 0.04 63.0 %, 0.015 69.7 %; no seam at 4x
+# source's lid and brow bone stay and carry its identity (docs/default-swap.md)
 EYE_MARGIN = 0.015
-# above the brows, a source pixel darker than this share of the face's median grey is hair
-# (scripts/bench_quality.py: the astronaut's fringe; 90.8 -> 91.6 % transferred, skin blocks
-# with a*/b* off by > 4 1.0 -> 0.26 %, the worst block 10.0 -> 11.1 ΔE; no other source moved).
-# Cutting lighter hair too cost identity and left the skin as it was: 0.72 / 0.82 took the
-# astronaut to 90.8 / 89.1 % and David to 77.9 / 75.8 % (from 92.4 and 82.1), worst blocks alike
+# above the brows, a source pixel darker than this share of the face's median grey is hair (a
+# fringe); cutting lighter hair too cost identity (docs/default-swap.md)
 HAIR_DARKER = 0.6
 # IOD: dark pixels at the temples (beside the eyes and brows) that come within this of the
-# cut-out's edge are hair that reaches it, and are cut like the fringe. scripts/bench_quality.py
-# (24 frames): the astronaut's faces with every skin block within 8 dE 86.6 -> 95.0 % (her bob
-# had left a dark streak on Courteney's hairline, 8.2 -> 6.8 dE there), 91.6 % transferred (from
-# 90.8); no other source's worst blocks moved, nor any mean distance to a source by 0.002
+# cut-out's edge are hair that reaches it (a bob), cut like the fringe (docs/default-swap.md)
 TEMPLE_EDGE = 0.05
-# IOD by which the target's own inner mouth (teeth, tongue) is grown into its lips, and its eyes
-# with --eyes-mouth target. The mouth's was 0.06 IOD, which kept the inner rim of the target's
-# lips, and the recogniser read a smiling target's lips and teeth as its own: measured by
-# scripts/bench_quality.py (24 frames, mouth_shape off, with the drawn lids' colour change of the
-# same commit), 0.06 -> 0 (a pixel) took David as the source from 64.2 to 70.5 % transferred,
-# Lisa 61.1 -> 74.7 %, the astronaut 78.2 -> 79.0 %; the teeth stay the target's
+# IOD by which the target's own inner mouth (teeth, tongue) is grown into its lips (none: the
+# recogniser reads a target's inner lip rim as its own), and its eyes with --eyes-mouth target
 MOUTH_HOLE_GROW, EYE_HOLE_GROW = 0.0, 0.06
-# IOD over which the mask ramps up from the inner mouth (the rest of its edge: `feather`). At
-# 0.15 the ramp covered most of a thin lip and the recogniser read the target's there;
-# scripts/bench_quality.py (24 frames) for 0.15 / 0.08 / 0.05: % of faces closer to the source,
-# the astronaut 82.4 / 89.9 / 92.4, David 71.6 / 73.7 / 82.1, Matthew 68.4 / 90.5 / 94.7 (onto
-# David 0 -> 96 %), Lisa 80.0 / 90.5 / 90.5; the cost, Matthew's worst skin block 7.7 / 9.7 /
-# 10.9 dE (his stubble round the mouth: the lips no longer fade it out)
+# IOD over which the mask ramps up from the inner mouth (the rest of its edge: `feather`): a
+# wider ramp covers a thin lip with the target's (docs/default-swap.md)
 MOUTH_FEATHER = 0.05
-# IOD round the eyes, brows and lips left out of the skin's colour statistics. Nearer the
-# features the local colour takes over more of the source's own shading there (a socket, the
-# stubble round a mouth), which is identity: measured by scripts/bench_quality.py, 0.08 / 0.05
-# / 0.03 gave the astronaut 92.4 / 86.6 / 85.7 % transferred (worst skin block 11.3 / 12.2 /
-# 13.5 dE), Matthew 94.7 / - / 78.9 % (10.9 / - / 7.5 dE)
+# IOD round the eyes, brows and lips left out of the skin's colour statistics: nearer the
+# features the local colour takes over the source's own shading there, which is identity
 FEATURE_GROW = 0.08
 # the skin channel's value on that ring: left out of the statistics, the shading and the shade
-# limit (> 0.5 is skin), but inside what the tint limit holds to the target's (> TINT_LEVEL). Left to
-# the source, the ring's tint showed as grey-blue patches at the inner eye corners and down the
-# nose bridge (the astronaut onto David and Courteney, David onto Courteney) and a red block by
-# Lisa's brow. scripts/bench_quality.py, 24 frames, 7 sources: the largest a*b* distance of any
-# skin block 4.8-7.6 -> 3.9-4.7, blocks with a* or b* off by more than 4 0-1.6 % -> 0 on every
-# source, worst block beyond the source's own features within 8 on every face of 5 -> 7
-# sources; faces closer to the source 0.8-3.3 points fewer (the astronaut 92.4 -> 89.1 %), their
-# mean distances within 0.004. Holding the ring's lightness too (one blur for both limits) took
-# Matt from 81.5 to 76.5 % (his deep-set sockets lifted); over the skin alone it is 80.7 %
+# limit (> 0.5 is skin), but inside what the tint limit holds to the target's (> TINT_LEVEL), so
+# the source's own tint there shows no grey-blue or red patch (docs/default-swap.md)
 TINT_RING = 0.4
 # how far the shadow under a top-lit source's lower lip is lifted toward its chin's skin
-# (swap/lip_shadow.py). The recogniser reads identity in it: scripts/bench_quality.py (24
-# frames), Matt as the source (the only one of the seven with such a shadow that moves), for 0 /
-# 0.3 / 0.5 / 1: 82.4 / 79.0 / 68.9 / 47.9 % of faces closer to him, faces with every skin block
-# within 8 dE 54.6 / 76.5 / 85.7 / 85.7 %, his worst block on Lisa's chin 10.7 / 6.7 / 4.4 /
-# 3.3 dE. At 1 the grey goatee is gone from every target at 1:1; at 0.3 it is lighter and
-# browner but still shows on Jennifer and Lisa. 0.3 keeps every source above 70 % (of the
-# others only the astronaut, 92.4 -> 90.8 %, and Lisa, 90.5 -> 89.5 %, moved at all). Lifting
-# at paint time instead, only as far as the swap under the lip is darker than the target's own
-# chin by more than 10 / 5 levels (at half the shading's scale), cost as much: Matt 68.1 / 68.9 %,
-# 85.7 % within 8 dE (as 0.5 here). `--lip-shadow` leaves the choice to the user
+# (swap/lip_shadow.py): a grey goatee on pale targets weighed against identity, which the
+# recogniser reads in it; `--lip-shadow` leaves the choice to the user (docs/default-swap.md)
 LIP_SHADOW_LIFT = 0.3
 # target/source eye-opening ratios at which a target's eye starts to stay its own / fully does
 EYE_OPEN, EYE_CLOSED = 0.6, 0.35
@@ -134,21 +100,14 @@ class ClassicalSettings:
     # finer scale (8-bit L levels; inf: free). SHADE_LIMIT (kernels/base.py) says what each costs
     shade_limit: float = SHADE_LIMIT
     forehead_margin: float = 0.1  # IOD above the brows kept from the source (hair stays out)
-    # IOD over which the mask ramps from 0 to 1 at its edges. Measured by scripts/bench_quality.py
-    # (24 frames, 7 sources): 0.25 gave 75.8 % of faces closer to the source on average (the
-    # weakest source 31.6 %), 0.2 82.2 % (61.1 %). With the edge ramp (EDGE_RAMP) 0.2 gave 80.9 %
-    # (57.9 %, David), 0.15 84.0 % (69.5 %, Matthew), 0.1 85.1 % (71.6 %), but at 0.1 the mask's
-    # top edge shows as a line across the forehead at 1:1; 0.15 and 0.2 look the same there. (The
-    # orange blob 0.15 once lit at the outer brow was the source's fringe: HAIR_DARKER.)
+    # IOD over which the mask ramps from 0 to 1 at its edges: narrower transfers more identity,
+    # but at 0.1 the top edge shows as a line across the forehead (docs/default-swap.md)
     feather: float = 0.15
     # how far the target mesh moves toward the source's brows, nose, eye spacing and size
     # (swap/shape.py); 0 paints the source's texture on the target's own geometry
     shape: float = 1.0
-    # the mouth's width and lip thickness from a frontal source too (swap/shape.py). Once off: it
-    # cost identity (astronaut 84.0% -> 75.6% transferred) while the target's inner lip rim
-    # stayed (MOUTH_HOLE_GROW 0.06). With the hole at the inner lip line it gains (7 sources, 24
-    # frames: 79.9 -> 80.8 % on average; Lisa 74.7 -> 80.0, astronaut 79.0 -> 81.5, David
-    # 70.5 -> 69.5, Matthew 69.5 -> 68.4; worst skin blocks within 0.1 dE)
+    # the mouth's width and lip thickness from a frontal source too (swap/shape.py): identity,
+    # with the inner mouth kept only to the inner lip line (docs/default-swap.md)
     mouth_shape: bool = True
     # the squeezed side of a turned source face painted from its visible side (swap/symmetry.py)
     mirror_fill: bool = True

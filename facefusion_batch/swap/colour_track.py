@@ -27,8 +27,7 @@ import numpy as np
 from facefusion_batch.faces.track import InOrder
 
 # frames of a track whose median the paint follows: an occluder over fewer than half of them
-# leaves the median alone (a 3-frame bar: the face away from it changed by 1.2-2.8 levels, from
-# 2.4-4.6 on its own statistics; scripts/bench_quality.py occluder_pumping)
+# leaves the median alone (bench_quality's occluder_pumping; docs/default-swap.md)
 COLOUR_WINDOW = 16
 
 

@@ -29,13 +29,8 @@ LID_ABOVE, LID_BELOW, LID_PAST = 0.08, 0.035, 0.04
 SKIN_GAP, SKIN_SQUEEZE = 0.02, 0.5
 # in IOD: the ring round the drawn lid whose mean colour it takes, and the blur of its edge;
 # how far that colour is lifted toward the face's median skin colour. The lifted lid can be
-# paler than the target's own shut lid in its socket, but taking that lid's colour instead (its
-# low frequencies, at half the shading's scale, over the drawn lid) cost identity in
-# scripts/bench_quality.py: the astronaut 90.8 -> 85.7 % of faces closer to her (onto
-# Matthew's wink 83.3 -> 62.5), David 82.1 -> 66.3 % (onto Matthew 41.7 -> 8.3); only darkening
-# it to that lid's lightness, the astronaut 91.6 -> 87.4 %, David 75.8 -> 63.2 % (his mean
-# distance to the original 0.690 -> 0.657); a SKIN_LIFT of 0.2 moved no source by more than its
-# noise and left Courteney's pale drawn lids as pale at 1:1
+# paler than the target's own shut lid, but taking that lid's colour instead cost identity
+# (docs/default-swap.md)
 LID_RING, LID_SOFT, SKIN_LIFT = 0.05, 0.03, 0.5
 # the lash line: its height above the lower arc as a share of the opening, its width (IOD) and
 # how dark it is drawn (1: the lashes' own colour)

@@ -31,11 +31,8 @@ MIN_PART = 0.0015  # of the crop's area: a smaller speck is noise, not an occlud
 SOFTEN = 1.5  # px: the visibility's edge
 # An occluder found on the skin continues into the lips and nostrils and a little past the
 # outline (`occluder_continued`) where a pixel there is within JOIN_TOLERANCE (Y, Cr, Cb) of its
-# median colour: a microphone over a mouth's corner was painted over on the lips and the jaw's
-# line, as a grey ghost of the source's mouth (tests/test_skin_occlusion.py). A false occluder (a turned
-# face's shadowed, made-up eye corner on t1.jpg) grows the same way: holes in a clean t1.jpg swap
-# 1.3 -> 2.5 % of its pixels. How far from the skin a part lies does not tell the two apart: the
-# bar measured 4.8-6.0 robust spreads, t1.jpg's false parts 4.8-9.4
+# median colour, so the source's lips are not painted over a microphone at a mouth's corner
+# (tests/test_skin_occlusion.py); a false occluder grows the same way (docs/default-swap.md)
 JOIN_TOLERANCE = (24.0, 8.0, 8.0)
 BEYOND = 0.03  # of the crop: how far past the mesh's outline an occluder is followed
 
