@@ -3,7 +3,7 @@
 The classical paint matches each face's LAB mean and lightness spread to its target's skin. On
 a frame's own statistics, a dark sleeve or microphone over part of a face for three frames
 moves the spread and the mean of the whole face with it: the swapped face away from the
-occluder brightened and darkened by 2-5 levels (scripts/bench_quality.py, `occluder_pumping`).
+occluder brightens and darkens (scripts/bench_quality.py, `occluder_pumping`).
 
 Here each face's statistics (`Kernels.colour_stats`: the warped source's and the target's, on
 the skin the paint matches) join its track's, and the paint is corrected by how far this frame

@@ -1,9 +1,8 @@
 """A source's own eyes drawn shut, for the targets whose eyes are closed.
 
-A closed target eye used to stay the target's own: its lid, lashes and lid crease. The
-recogniser (and an editor) reads identity there, so on a clip where a person blinks, winks or
-looks down the swap fell back to the original face (scripts/bench_quality.py: the astronaut
-onto Matthew's wink 100 -> 16.7 % of faces closer to the source once his wink was kept). A
+A closed target eye kept as the target's own (its lid, lashes and lid crease) carries the
+target's identity: the recogniser (and an editor) reads it there, so where a person blinks,
+winks or looks down the swap would fall back to the original face (docs/default-swap.md). A
 shut eye is lid skin over the opening and a lash line along its bottom; both can be drawn from
 the source photo itself: the skin just above the opening (the upper lid, mirrored down and
 squeezed) fills the opening and the upper lash line, and a line of the photo's own darkest

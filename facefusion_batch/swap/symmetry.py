@@ -74,9 +74,7 @@ def far_half(mesh: np.ndarray) -> np.ndarray:
     seen edge-on: the mesh lays the far brow and the socket's shadow over it while its
     triangles keep about the area the flipped photo gives them, so area alone leaves them to
     the photo and a frontal target gets a grey smear between the brows. In the flipped photo
-    that half is the near half's skin, seen from the front. (Measured with scripts/
-    bench_quality.py on t1.jpg's two most turned faces as sources: 67 -> 88 % and 83 -> 93 % of
-    faces closer to the source; a full half already from 0.2 cost the second 16 points.)"""
+    that half is the near half's skin, seen from the front (docs/default-swap.md)."""
     if len(mesh) <= max(LEFT_EYE_OUTER, RIGHT_EYE_OUTER, NOSE_TIP, NASION):
         return np.zeros(len(mesh))  # not a face mesh: no eyes to tell its sides by
     angle, span, yaw = eye_frame(mesh)
@@ -96,9 +94,7 @@ def inset_midline(mesh: np.ndarray) -> np.ndarray:
     pixel or two past it, on the background (a grey door frame behind Matt in t1.jpg). The
     flipped photo's midline is the same edge, so the mirror fill cannot help there: painted on
     a frontal target that was a grey spot between the brows. Sampled a little inward it is the
-    brow ridge's skin. (Measured with scripts/bench_quality.py, Matt as the source: the spot
-    gone at 1:1 on all five targets, 97.5 -> 86.6 % of faces closer to him than to the
-    original: the recogniser took the grey edge for his brow ridge.)"""
+    brow ridge's skin, at a cost in identity the recogniser measures (docs/default-swap.md)."""
     if len(mesh) <= max(LEFT_EYE_OUTER, RIGHT_EYE_OUTER, NOSE_TIP, NASION):
         return mesh
     angle, span, yaw = eye_frame(mesh)
