@@ -561,7 +561,7 @@ def render(
         str,
         typer.Option(
             help="libx264 | libx264rgb | libx265 | libsvtav1 | prores_ks | dnxhd | ffv1 | h264_nvenc | "
-            "hevc_nvenc (see README, 'Formats for post-production', for the containers each fits)."
+            "hevc_nvenc (docs/formats.md gives the containers each fits)."
         ),
     ] = "libx264",
     crf: Annotated[
