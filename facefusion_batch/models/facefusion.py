@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from facefusion_batch.errors import ModelError
+from facefusion_batch.models import records
 
 log = logging.getLogger(__name__)
 
@@ -399,12 +400,10 @@ def check_beside(path: Path) -> str | None:
 
     The store's memo says a file was verified once; a sidecar edited (or a file swapped)
     after that must still be noticed, so the sidecar is read again each run. The file's CRC32
-    is kept in its store record (`store.recorded_digest`) and recomputed whenever the file's
+    is kept in its store record (`records.recorded_digest`) and recomputed whenever the file's
     size, mtime or inode moved. A mismatch or an unreadable sidecar is `ModelError` (exit 2)
     naming the file and both hashes; no sidecar: None.
     """
-    from facefusion_batch.models import store  # the store's catalogue imports this module
-
     path = Path(path)
     sidecar = path.with_suffix(".hash")
     if not sidecar.is_file():
@@ -415,10 +414,10 @@ def check_beside(path: Path) -> str | None:
         raise ModelError(f"{path}: its sidecar {sidecar} is unreadable ({exc})") from None
     st = path.stat()
     key = (str(path.absolute()), st.st_size, st.st_mtime_ns, st.st_ino)
-    actual = _CRC_MEMO.get(key) or store.recorded_digest(path, "crc32")
+    actual = _CRC_MEMO.get(key) or records.recorded_digest(path, "crc32")
     if actual is None:
         actual = crc32_file(path)
-        store.record_digest(path, "crc32", actual)
+        records.record_digest(path, "crc32", actual)
     _CRC_MEMO[key] = actual
     if actual != expected:
         raise ModelError(

@@ -6,7 +6,7 @@ records its sha256 and the (size, mtime_ns, inode) it was hashed at, so later
 runs trust the recorded hash instead of re-hashing large files; a change of any
 of the three forces a re-hash, and `verify(full=True)` (`ffbatch models verify`)
 always re-hashes. Other digests of the same file state (FaceFusion's CRC32) are
-kept in the same record (`recorded_digest`). An empty file is never trusted; a
+kept in the same record (models/records.py). An empty file is never trusted; a
 sidecar that is not a valid record is said so (pinned files are re-hashed,
 unpinned ones made again). Derived entries without a pinned hash are checked
 against the hash recorded in their sidecar when they were made and validated.
@@ -28,7 +28,6 @@ import contextlib
 import datetime as _dt
 import glob
 import hashlib
-import json
 import logging
 import textwrap
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -44,11 +43,18 @@ from . import catalog as _catalog
 from . import sources
 from .catalog import Derived, ModelSpec, Url, WheelMember
 from .convert import check_signature
+from .records import (
+    external_memo_path,
+    matches,
+    read_json,
+    sidecar_path,
+    stamp_of,
+    write_json_atomic,
+    write_memo,
+)
 from .sources import DeriveContext, FetchSession, SourceError
 
 log = logging.getLogger(__name__)
-
-SIDECAR_SUFFIX = ".verified.json"
 
 
 @dataclass(frozen=True)
@@ -88,31 +94,7 @@ def store_path(name: str, *, catalog: Mapping[str, ModelSpec] | None = None) -> 
     return store_dir(spec) / spec.file
 
 
-def sidecar_path(path: Path) -> Path:
-    return path.with_name(path.name + SIDECAR_SUFFIX)
-
-
 sha256_file = fsutil.sha256_file
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
-    fsutil.write_json_atomically(path, data, sort_keys=True)
-
-
-def _write_memo(path: Path, data: Mapping[str, Any]) -> None:
-    """Write a sidecar that only saves work later: a read-only store is not an error."""
-    try:
-        _write_json_atomic(path, data)
-    except OSError as exc:
-        log.debug("cannot update %s: %s", path, exc)
 
 
 @contextlib.contextmanager
@@ -144,28 +126,12 @@ def _now() -> str:
     return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
-def _stat_key(path: Path) -> tuple[int, int, int]:
-    """(size, mtime_ns, inode): a file verified in this state is trusted while all three hold
-    (a copy or an atomic replace changes the inode even when size and mtime are kept)."""
-    st = path.stat()
-    return st.st_size, st.st_mtime_ns, st.st_ino
-
-
-def _stamp(path: Path) -> dict[str, int]:
-    size, mtime_ns, inode = _stat_key(path)
-    return {"size": size, "mtime_ns": mtime_ns, "inode": inode}
-
-
-def _matches(record: Mapping[str, Any], stamp: Mapping[str, int]) -> bool:
-    return all(record.get(k) == v for k, v in stamp.items())
-
-
 def _sidecar_record(sidecar: Path) -> tuple[dict[str, Any], str]:
     """(record, problem): {} and "" when there is no sidecar; {} and why when it is not a record
     this store wrote (unparseable, or its sha256 and stamp not of the right types)."""
     if not sidecar.exists():
         return {}, ""
-    record = _read_json(sidecar)
+    record = read_json(sidecar)
     if record is None:
         return {}, f"its record {sidecar.name} is unreadable (not a JSON object)"
     sha = record.get("sha256")
@@ -216,10 +182,10 @@ def _check_store_file(
         return result(False, spec.sha256, None, "missing")
     sidecar = sidecar_path(path)
     record, problem = _sidecar_record(sidecar)
-    stamp = _stamp(path)
+    stamp = stamp_of(path)
     size = stamp["size"]
     recorded = record.get("sha256")
-    memo_fresh = recorded is not None and _matches(record, stamp) and not full
+    memo_fresh = recorded is not None and matches(record, stamp) and not full
     if size == 0:
         return result(False, spec.sha256 or recorded, None, "empty file (0 bytes)")
     if spec.size is not None and size != spec.size:
@@ -236,7 +202,7 @@ def _check_store_file(
             )
         if not memo_fresh:
             kept = record if recorded == actual else {}  # digests of another state are dropped
-            _write_memo(sidecar, {**kept, "name": spec.name, "file": spec.file, "sha256": actual, **stamp})
+            write_memo(sidecar, {**kept, "name": spec.name, "file": spec.file, "sha256": actual, **stamp})
         return result(True, spec.sha256, actual, "ok")
     if problem:
         return result(False, None, actual, f"{problem}; must be made again")
@@ -248,8 +214,8 @@ def _check_store_file(
     if recorded is not None:
         if actual != recorded:
             return result(False, recorded, actual, "sha256 differs from the one recorded when it was made")
-        if not memo_fresh and not _matches(record, stamp):
-            _write_memo(sidecar, {**record, **stamp})  # same sha256: its other digests still hold
+        if not memo_fresh and not matches(record, stamp):
+            write_memo(sidecar, {**record, **stamp})  # same sha256: its other digests still hold
         return result(True, recorded, actual, "ok")
     if spec.validator is None:
         return result(False, None, actual, "no verification record and nothing to validate it with")
@@ -260,7 +226,7 @@ def _check_store_file(
     except Exception as exc:  # a validator's failure is a verdict on the file
         return result(False, None, actual, f"validation failed: {_short(exc)}")
     log.info("%s: adopted %s after validation", spec.name, path)
-    _write_memo(
+    write_memo(
         sidecar,
         {
             "name": spec.name,
@@ -276,23 +242,19 @@ def _check_store_file(
     return result(True, actual, actual, "ok")
 
 
-def _external_memo_path() -> Path:
-    return paths.ffbatch_home() / "external-hashes.json"
-
-
 def _check_external_file(
     spec: ModelSpec, path: Path, catalog: Mapping[str, ModelSpec], *, full: bool = False
 ) -> VerifyResult:
     """Verify a file in a user-provided directory; memo kept in the store, not beside it."""
     path = path.absolute()
-    stamp = _stamp(path)
-    memo_file = _external_memo_path()
-    memo = _read_json(memo_file) or {}
+    stamp = stamp_of(path)
+    memo_file = external_memo_path()
+    memo = read_json(memo_file) or {}
     entry = memo.get(str(path))
     fresh = (
         not full
         and isinstance(entry, dict)
-        and _matches(entry, stamp)
+        and matches(entry, stamp)
         and isinstance(entry.get("sha256"), str)
     )
     if stamp["size"] == 0:
@@ -319,46 +281,8 @@ def _check_external_file(
     if res.ok and not fresh:
         kept = entry if isinstance(entry, dict) and entry.get("sha256") == actual else {}
         memo[str(path)] = {**kept, "sha256": actual, **stamp, "validated": validated}
-        _write_memo(memo_file, memo)
+        write_memo(memo_file, memo)
     return res
-
-
-_DIGESTS = ("crc32",)  # other digests kept in a file's record, valid for the state it was hashed at
-
-
-def _record_of(path: Path) -> tuple[Path, str | None]:
-    """Where `path`'s record lives: its sidecar when there is one (the store), else the memo of
-    files in user directories under the path's key."""
-    sidecar = sidecar_path(path)
-    return (sidecar, None) if sidecar.is_file() else (_external_memo_path(), str(Path(path).absolute()))
-
-
-def recorded_digest(path: Path, kind: str) -> str | None:
-    """A digest of `path` (one of `_DIGESTS`) recorded while the file was as it is now (size,
-    mtime_ns and inode), or None: then it must be computed (and given to `record_digest`)."""
-    assert kind in _DIGESTS
-    where, key = _record_of(path)
-    data = _read_json(where) or {}
-    entry = data.get(key) if key is not None else data
-    try:
-        fresh = isinstance(entry, dict) and _matches(entry, _stamp(path))
-    except OSError:
-        return None
-    value = entry.get(kind) if fresh else None
-    return value if isinstance(value, str) else None
-
-
-def record_digest(path: Path, kind: str, value: str) -> None:
-    """Keep `value` as `path`'s `kind` digest for its present state (only beside a record of the
-    same state: a digest never outlives the file state its sha256 was verified at)."""
-    assert kind in _DIGESTS
-    where, key = _record_of(path)
-    data = _read_json(where) or {}
-    entry = data.get(key) if key is not None else data
-    if not (isinstance(entry, dict) and _matches(entry, _stamp(path))):
-        return
-    entry[kind] = value
-    _write_memo(where, data)
 
 
 def _cached_path(name: str, catalog: Mapping[str, ModelSpec]) -> Path | None:
@@ -522,7 +446,7 @@ def _record(
         "name": spec.name,
         "file": spec.file,
         "sha256": sha,
-        **_stamp(final),
+        **stamp_of(final),
         "source": source,
         "fetched_at": _now(),
         "licence": spec.licence,
@@ -531,7 +455,7 @@ def _record(
         data["derived_from"] = spec.derived_from
         data["derived_from_sha256"] = _base_sha(spec, catalog)
     data.update(extra)
-    _write_json_atomic(sidecar_path(final), data)
+    write_json_atomic(sidecar_path(final), data)
 
 
 def _fetch_from_sources(
