@@ -300,6 +300,13 @@ SourceFaceIndexOpt = Annotated[
     ),
 ]
 BackendOpt = Annotated[str, typer.Option(help="auto | cpu | cuda | tensorrt.")]
+GpuRuntimeOpt = Annotated[
+    str,
+    typer.Option(
+        help="What runs the models on --backend cuda: torch (default; ffbatch's ONNX interpreter) | "
+        "onnxruntime (its CUDA provider with I/O binding; needs onnxruntime-gpu). docs/gpu.md."
+    ),
+]
 ModelsDirOpt = Annotated[Path | None, typer.Option(help="Look here for model files first.")]
 
 
@@ -538,6 +545,7 @@ def render(
         int | None, typer.Option(help="onnxruntime threads per model (default: cores / workers).")
     ] = None,
     backend: BackendOpt = "auto",
+    gpu_runtime: GpuRuntimeOpt = "torch",
     streams: Annotated[
         int | None,
         typer.Option(
@@ -851,6 +859,7 @@ def preview(
     face_presence: FacePresenceOpt = DEFAULT_FACE_PRESENCE,
     source_face_index: SourceFaceIndexOpt = 0,
     backend: BackendOpt = "auto",
+    gpu_runtime: GpuRuntimeOpt = "torch",
     models_dir: ModelsDirOpt = None,
     crops: Annotated[
         bool,

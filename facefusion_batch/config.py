@@ -34,7 +34,7 @@ from facefusion_batch.kernels.base import BLEND_MODES, COLOUR_MODES
 from facefusion_batch.models.facefusion import ENHANCERS, MODELS, OCCLUDERS, PARSERS, SWAPPERS
 from facefusion_batch.runtime.backends import choose_backend
 from facefusion_batch.runtime.batching import CPU_BATCH, BatchPolicy
-from facefusion_batch.runtime.device import DeviceSettings, default_streams, parse_gpu_list
+from facefusion_batch.runtime.device import GPU_RUNTIMES, DeviceSettings, default_streams, parse_gpu_list
 from facefusion_batch.runtime.nvml import list_gpus
 from facefusion_batch.swap.classical import EYES_MOUTH_CHOICES, ClassicalSettings
 from facefusion_batch.swap.learned import LearnedSettings
@@ -527,6 +527,7 @@ def resolve_device(
     workers: int = 2,
     batch_size: int | None = None,
     resolve: bool = True,
+    gpu_runtime: str = "torch",
 ) -> DevicePlan:
     """`--backend auto` → the backend chosen (said once in the log, with why); on a GPU the
     streams (default from the GPU's memory) become the batch workers and the frame batch
@@ -535,6 +536,7 @@ def resolve_device(
     options without looking at this machine's devices."""
     validate_choices("--backend", backend, BACKENDS)
     validate_choices("--hwaccel", hwaccel, HWACCELS)
+    validate_choices("--gpu-runtime", gpu_runtime, GPU_RUNTIMES)
     chosen = backend
     if backend == "auto":
         chosen = "cpu"
@@ -569,6 +571,7 @@ def resolve_device(
         gpu=index,
         hwaccel=hwaccel,
         auto=auto,
+        gpu_runtime=gpu_runtime,
     ).validated()
     return DevicePlan(
         device, device.streams, _or(batch_size, BatchPolicy.default_frames(True, max_batch)), fan_out
@@ -725,6 +728,7 @@ def render_settings(
         max_batch=kw.pop("max_batch", None),
         gpus=params.get("gpus"),
         hwaccel=kw.pop("hwaccel", "none"),
+        gpu_runtime=kw.pop("gpu_runtime", "torch"),
         workers=kw.get("workers", 2),
         batch_size=batch_size if "batch_size" in given else None,
         resolve=resolve,

@@ -18,7 +18,7 @@ from facefusion_batch.errors import BackendUnavailableError
 from facefusion_batch.models.catalog import DEFAULT_DETECTOR, DEFAULT_MESH
 from facefusion_batch.runtime.device import DeviceSettings
 from facefusion_batch.runtime.engine_cache import EngineCache, MachineKey
-from facefusion_batch.runtime.onnxruntime_backend import OnnxRuntimeCpuBackend
+from facefusion_batch.runtime.onnxruntime_backend import OnnxRuntimeCpuBackend, OnnxRuntimeCudaBackend
 from facefusion_batch.runtime.session import Backend
 from facefusion_batch.runtime.tensorrt_backend import TensorRTBackend
 from facefusion_batch.runtime.torch_backend import TorchBackend
@@ -148,6 +148,8 @@ def select_backend(device: DeviceSettings, *, threads: int | None = None) -> Bac
             f"--backend {device.backend}: no NVIDIA GPU available (needs an NVIDIA GPU and {what}); "
             "use --backend cpu or auto"
         )
+    if device.backend == "cuda" and device.gpu_runtime == "onnxruntime":
+        return OnnxRuntimeCudaBackend(device, threads=threads)
     if device.backend == "cuda":
         return TorchBackend(device)
     return TensorRTBackend(device)

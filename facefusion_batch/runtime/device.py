@@ -14,6 +14,10 @@ from facefusion_batch.errors import InputError
 BACKENDS = ("cpu", "cuda", "tensorrt")  # as chosen; the user may also ask for "auto"
 PRECISIONS = ("auto", "fp32", "fp16", "int8")
 ENGINE_POLICIES = ("build", "refuse")
+# what runs the models on `--backend cuda`: the ONNX interpreter on torch (runtime/onnx_torch.py),
+# or onnxruntime's CUDA provider with I/O binding (needs onnxruntime-gpu); docs/gpu.md says why
+# torch is the default
+GPU_RUNTIMES = ("torch", "onnxruntime")
 
 
 @dataclass(frozen=True)
@@ -27,6 +31,8 @@ class DeviceSettings:
     optimisation profile's max; the memory guard may choose less).
     `engine_policy`: what to do when no engine matches this GPU and TensorRT: build, or refuse.
     `hwaccel`: none, or cuda to decode on the GPU's video decoder (NVDEC).
+    `gpu_runtime`: on the cuda backend, torch (the ONNX interpreter) or onnxruntime (its CUDA
+    provider with I/O binding); unused elsewhere.
     """
 
     backend: str = "cpu"
@@ -39,6 +45,7 @@ class DeviceSettings:
     engine_policy: str = "build"
     memory_fraction: float = 0.8  # share of free device memory the memory guard plans with
     auto: bool = False  # the user asked for `--backend auto`; `backend` is what it chose here
+    gpu_runtime: str = "torch"
 
     @property
     def on_gpu(self) -> bool:
@@ -49,6 +56,10 @@ class DeviceSettings:
             raise InputError(f"--backend must be one of auto, {', '.join(BACKENDS)} (got {self.backend!r})")
         if self.precision not in PRECISIONS:
             raise InputError(f"--precision must be one of {', '.join(PRECISIONS)} (got {self.precision!r})")
+        if self.gpu_runtime not in GPU_RUNTIMES:
+            raise InputError(
+                f"--gpu-runtime must be one of {', '.join(GPU_RUNTIMES)} (got {self.gpu_runtime!r})"
+            )
         if self.engine_policy not in ENGINE_POLICIES:
             raise InputError(f"engine policy must be one of {', '.join(ENGINE_POLICIES)}")
         if self.max_batch is not None and not 1 <= self.max_batch <= 4096:
