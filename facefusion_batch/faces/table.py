@@ -7,6 +7,7 @@ call a model. Row order is by frame, then by detection score.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
+from typing import Any
 
 import numpy as np
 
@@ -40,7 +41,7 @@ class FaceTable:
 
     def select(self, keep: np.ndarray) -> FaceTable:
         """Rows where `keep` (bool mask or index array) holds."""
-        values = {}
+        values: dict[str, Any] = {}  # column name -> its array (None: not set)
         for f in fields(self):
             column = getattr(self, f.name)
             values[f.name] = None if column is None else column[keep]
@@ -50,7 +51,8 @@ class FaceTable:
         return replace(self, **columns)
 
     def areas(self) -> np.ndarray:
-        return (self.box[:, 2] - self.box[:, 0]) * (self.box[:, 3] - self.box[:, 1])
+        areas: np.ndarray = (self.box[:, 2] - self.box[:, 0]) * (self.box[:, 3] - self.box[:, 1])
+        return areas
 
     def counts_per_frame(self, frames: int) -> np.ndarray:
         return np.bincount(self.frame_index, minlength=frames)
@@ -60,7 +62,7 @@ class FaceTable:
         """Join tables of consecutive sub-batches, shifting their frame indices."""
         if not tables:
             return FaceTable.empty()
-        values = {}
+        values: dict[str, Any] = {}  # column name -> its array (None: not set)
         for f in fields(FaceTable):
             cols = [getattr(t, f.name) for t in tables]
             if any(c is None for c in cols):

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 BLEND_MODES = ("multiband", "feather", "poisson")
 LUMA_BGR = (0.114, 0.587, 0.299)  # grey from B, G, R (BT.601 luma)
@@ -106,12 +107,13 @@ GRAIN_CLIP = 3.0
 GRAIN_SLACK = 1.3
 
 
-def grain_gain(have: np.ndarray, goal: np.ndarray) -> np.ndarray:
+def grain_gain(have: ArrayLike, goal: ArrayLike) -> np.ndarray:
     """How much of the target's fine residual to add to a face whose fine detail is `have`
     (independent parts add in quadrature), counting GRAIN_SLACK times `have` against the
     target's `goal`; 0 for a face within that of its target's detail."""
     have, goal = np.asarray(have, np.float64), np.asarray(goal, np.float64)
-    return np.sqrt(np.maximum(goal**2 - (GRAIN_SLACK * have) ** 2, 0.0)) / np.maximum(goal, 1e-6)
+    gain: np.ndarray = np.sqrt(np.maximum(goal**2 - (GRAIN_SLACK * have) ** 2, 0.0)) / np.maximum(goal, 1e-6)
+    return gain
 
 
 def sharpness_weights(detail: np.ndarray, goal: np.ndarray) -> np.ndarray:
@@ -190,7 +192,7 @@ class Frames:
     owned: set[int] = field(default_factory=set)  # host: frames already copied for writing
     # {frame: [H, W] float32 0–1}: the paste alpha used, the largest where faces overlap
     # (recorded only when not None: --matte-output)
-    mattes: dict[int, np.ndarray] | None = None
+    mattes: dict[int, Any] | None = None  # the kernel set's own arrays until `download`
     seq: int | None = None  # the batch's number in its job (None: a batch on its own)
 
     def __post_init__(self) -> None:
@@ -198,7 +200,9 @@ class Frames:
             self.shapes = np.tile(np.array([[self.height, self.width]], np.int64), (self.count, 1))
 
     def size_of(self, index: int) -> tuple[int, int]:
-        return int(self.shapes[index, 0]), int(self.shapes[index, 1])
+        shapes = self.shapes
+        assert shapes is not None  # set by __post_init__
+        return int(shapes[index, 0]), int(shapes[index, 1])
 
 
 class Kernels(Protocol):
@@ -207,14 +211,14 @@ class Kernels(Protocol):
     name: str
     accepts_planes: bool  # whether `upload` takes yuv420p planes (and `download` returns them)
 
-    def scope(self) -> AbstractContextManager: ...  # around one batch: the device's stream, no autograd
+    def scope(self) -> AbstractContextManager[None]: ...  # around one batch: the device's stream, no autograd
 
     # frames in and out
     def upload(self, images: list[np.ndarray], planes: Any = None) -> Frames: ...
     def download(self, frames: Frames) -> list[np.ndarray]: ...
 
     # models
-    def run(self, session: Any, feeds: dict[str, Array], max_items: int) -> dict[str, Array]: ...
+    def run(self, session: Any, feeds: dict[str, Array], max_items: int | None) -> dict[str, Array]: ...
     def to_host(self, array: Array) -> np.ndarray: ...  # or a dict of arrays → dict (one wait)
     def from_host(self, array: np.ndarray) -> Array: ...
 

@@ -173,9 +173,9 @@ class HostKernels:
         return np.stack(stats) if stats else np.zeros((0, 4, 3), np.float32)
 
 
-def _record_matte(frames: Frames, index: int, x0: int, y0: int, alpha: np.ndarray) -> None:
+def _record_matte(frames: Frames, index: int, x0: int, y0: int, alpha: np.ndarray | None) -> None:
     """Keep the alpha a paste used (the largest where faces overlap), when mattes are asked for."""
-    if frames.mattes is None:
+    if frames.mattes is None or alpha is None:
         return
     matte = frames.mattes.get(index)
     if matte is None:

@@ -12,6 +12,7 @@ from functools import lru_cache
 
 import cv2
 import numpy as np
+from numpy.typing import ArrayLike
 
 from facefusion_batch.kernels import formulas
 from facefusion_batch.kernels.base import (
@@ -74,15 +75,19 @@ def resize_crops(crops: np.ndarray, size: int) -> np.ndarray:
     return np.stack([cv2.resize(c, (size, size), interpolation=cv2.INTER_LINEAR) for c in crops])
 
 
-def model_input(crops: np.ndarray, mean=0.0, std=1.0, *, rgb: bool = True, nhwc: bool = False) -> np.ndarray:
+def model_input(
+    crops: np.ndarray, mean: ArrayLike = 0.0, std: ArrayLike = 1.0, *, rgb: bool = True, nhwc: bool = False
+) -> np.ndarray:
     """uint8-valued BGR crops [F,S,S,3] → float32: RGB (or BGR), /255, then (x − mean) / std; NCHW
     unless `nhwc`."""
-    x = (crops[..., ::-1] if rgb else crops).astype(np.float32) / 255.0
+    x: np.ndarray = (crops[..., ::-1] if rgb else crops).astype(np.float32) / 255.0
     x = (x - np.asarray(mean, np.float32)) / np.asarray(std, np.float32)
     return np.ascontiguousarray(x if nhwc else x.transpose(0, 3, 1, 2))
 
 
-def model_output(out: np.ndarray, mean, std, *, denormalise: bool, pre_clip: bool = False) -> np.ndarray:
+def model_output(
+    out: np.ndarray, mean: ArrayLike, std: ArrayLike, *, denormalise: bool, pre_clip: bool = False
+) -> np.ndarray:
     """Model output NCHW RGB → BGR float32 0–255 NHWC (`x·std + mean` first when `denormalise`;
     `pre_clip`: the output is clipped to [-1, 1] before that, as the enhancers' are)."""
     if pre_clip:
@@ -101,7 +106,7 @@ def _box_mask(size: int, blur: float, padding: tuple[int, int, int, int]) -> np.
     blur_px = int(size * 0.5 * blur)
     border = max(blur_px // 2, 1)
     top, right, bottom, left = (max(border, int(size * p / 100)) for p in padding)
-    mask = np.zeros((size, size), np.float32)
+    mask: np.ndarray = np.zeros((size, size), np.float32)
     mask[top : size - bottom, left : size - right] = 1.0
     if blur_px > 0:
         mask = cv2.GaussianBlur(mask, (0, 0), blur_px * 0.25)
@@ -200,7 +205,7 @@ def masked_blur(image: np.ndarray, mask: np.ndarray, sigma: float) -> np.ndarray
     step = max(1, int(sigma // 3))
     small = (max(1, w // step), max(1, h // step))
     m = mask.astype(np.float32)
-    both = np.dstack([image * m[..., None], m])
+    both: np.ndarray = np.dstack([image * m[..., None], m])
     if step > 1:
         both = cv2.resize(both, small, interpolation=cv2.INTER_AREA)
     both = cv2.GaussianBlur(both, (0, 0), sigma / step)
@@ -369,7 +374,7 @@ def inset_ramp(covered: np.ndarray, width: int) -> np.ndarray:
     """[h, w] float32: 0 on the outermost ring of `covered`, rising by 1/`width` a ring inward
     (the mean of `width` successive 3x3 erosions); outside the array counts as covered, so a
     face cut by the frame's edge keeps its full weight there."""
-    eroded = covered.astype(np.uint8)
+    eroded: np.ndarray = covered.astype(np.uint8)
     total = np.zeros(covered.shape, np.float32)
     kernel = np.ones((3, 3), np.uint8)
     for _ in range(max(1, width)):

@@ -313,13 +313,14 @@ def paste_crops(
     size = int(crops.shape[-1])
     height, width = int(frames.shape[1]), int(frames.shape[2])
     rects = [footprint(affines[f], size, (height, width)) for f in range(len(affines))]
-    faces = [f for f, r in enumerate(rects) if r is not None]
-    if not faces:
+    found = [(f, r) for f, r in enumerate(rects) if r is not None]
+    if not found:
         return []
-    x0 = np.array([rects[f][0] for f in faces])
-    y0 = np.array([rects[f][1] for f in faces])
-    w = np.array([rects[f][2] for f in faces]) - x0
-    h = np.array([rects[f][3] for f in faces]) - y0
+    faces = [f for f, _ in found]
+    x0 = np.array([r[0] for _, r in found])
+    y0 = np.array([r[1] for _, r in found])
+    w = np.array([r[2] for _, r in found]) - x0
+    h = np.array([r[3] for _, r in found]) - y0
     canvas = canvas_size(h, w, (height, width))
     origins = canvas_origins(y0, x0, canvas, (height, width))
     written: list[Rect] = []

@@ -460,7 +460,7 @@ def _pyr_up_axis(x: Tensor, n_out: int, dim: int) -> Tensor:
     return inter.reshape(shape).narrow(dim, 0, n_out)
 
 
-def pyr_up(x: Tensor, size: tuple[int, int]) -> Tensor:
+def pyr_up(x: Tensor, size: tuple[int, ...]) -> Tensor:
     """cv2.pyrUp(x, dstsize=(w, h)) on float [..., H, W]; size is (height, width)."""
     height, width = size
     return _pyr_up_axis(_pyr_up_axis(x, height, x.dim() - 2), width, x.dim() - 1)
@@ -596,7 +596,8 @@ def transfer_colour(
     """formulas.transfer_colour on device: BGR float [..., 3, H, W], skin bool [..., H, W] →
     recoloured [..., 3, H, W], each image on its own statistics; `sigma` one, or one per image;
     `fix` [..., 2, 3]: each image's spread factor and mean shift."""
-    sigmas = float(sigma) if np.ndim(sigma) == 0 else np.asarray(sigma, np.float64)
+    each = np.asarray(sigma, np.float64)
+    sigmas = float(each) if each.ndim == 0 else each
     return formulas.transfer_colour(
         PRIMITIVES, swapped, target, skin, strength, mode, sigmas, limit, tint_limit, fix, shade_limit, tinted
     )
@@ -657,7 +658,10 @@ def match_sharpness(face: Tensor, target: Tensor, skin: Tensor) -> tuple[Tensor,
     weights[small] = np.eye(len(blurs))[0]
     have = np.where(small, np.inf, (weights * both[:, :-1]).sum(axis=1))
     w = to_device(weights.astype(np.float32), face.device)
-    return sum(w[:, i, None, None, None] * b for i, b in enumerate(blurs)), have, both[:, -1]
+    mixed = w[:, 0, None, None, None] * blurs[0]
+    for i, b in enumerate(blurs[1:], start=1):
+        mixed = mixed + w[:, i, None, None, None] * b
+    return mixed, have, both[:, -1]
 
 
 def match_grain(
@@ -680,8 +684,8 @@ def match_grain(
     limit = to_device((GRAIN_CLIP * goal).astype(np.float32), face.device)[:, None, None, None]
     residual = target - gaussian_blur(target, DETAIL_SIGMA)
     residual = torch.maximum(torch.minimum(residual, limit), -limit)
-    gain = to_device(gain.astype(np.float32), face.device)[:, None, None, None]
-    return face + gain * residual * skin[:, None].to(face.dtype)
+    gains = to_device(gain.astype(np.float32), face.device)[:, None, None, None]
+    return face + gains * residual * skin[:, None].to(face.dtype)
 
 
 def inset_ramp(covered: Tensor, widths: list[int]) -> Tensor:

@@ -144,10 +144,10 @@ def _colour_stats(frames, regions, textures, step: int) -> torch.Tensor:
         if r.visible is not None:
             v = r.visible[::step, ::step]
             visible[f, : v.shape[0], : v.shape[1]] = v
-    maps = D.to_device(maps, device)
-    covered = ~torch.isnan(maps[:, 0])
-    maps = torch.where(covered[:, None], maps, torch.full_like(maps, -1e4))
-    warped = _sample_textures(textures, np.array([r.source for r in regions]), maps)
+    maps_t = D.to_device(maps, device)
+    covered = ~torch.isnan(maps_t[:, 0])
+    maps_t = torch.where(covered[:, None], maps_t, torch.full_like(maps_t, -1e4))
+    warped = _sample_textures(textures, np.array([r.source for r in regions]), maps_t)
     ys = np.array([r.y0 for r in regions])[:, None] + step * np.arange(hh)
     xs = np.array([r.x0 for r in regions])[:, None] + step * np.arange(ww)
     fi = D.to_device(np.array([r.frame for r in regions]), device, torch.int64)[:, None, None]
@@ -226,9 +226,9 @@ def _paint_chunk(frames, regions, origins, canvas, textures, settings, host_blen
     if warped.shape[1] >= 7 and holds.max() > 0:
         held = D.to_device(holds, device)[:, :, None, None]
         alpha = alpha * (1 - held[:, 0] * warped[:, 5]) * (1 - held[:, 1] * warped[:, 6])
-    visible = _visibility(regions, origins, canvas)
+    visibility = _visibility(regions, origins, canvas)
+    visible = None if visibility is None else D.to_device(visibility, device)
     if visible is not None:
-        visible = D.to_device(visible, device)
         alpha = alpha * visible
     skin = covered & (warped[:, 4] > 0.5)
     tinted = covered & (warped[:, 4] > TINT_LEVEL)  # the skin and the ring round the features, as on the host

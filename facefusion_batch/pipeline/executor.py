@@ -49,8 +49,8 @@ class _Worker:
                 batch, future = item
                 if not future.set_running_or_notify_cancel():
                     continue
-                if setup_error is not None:
-                    future.set_exception(setup_error)
+                if setup_error is not None or process is None:
+                    future.set_exception(setup_error or RuntimeError("the worker has no process"))
                     continue
                 try:
                     future.set_result(process(batch))

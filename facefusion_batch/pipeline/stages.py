@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -30,9 +30,43 @@ from facefusion_batch.timing import StageTimer
 
 
 class Stage(Protocol):
+    """A plain stage: maps a batch's face table to a new one, painting into the frames where it
+    swaps; batches may reach it in any order, on any worker."""
+
     name: str
 
     def __call__(self, k: Kernels, frames: Frames, table: FaceTable) -> FaceTable: ...
+
+
+@runtime_checkable
+class OrderedStage(Stage, Protocol):
+    """A stage with a light ordered step of its own (batches take their turn in job order)."""
+
+    def reset(self) -> None:
+        """A new job: its history starts empty."""
+        ...
+
+    def abort(self) -> None:
+        """The job failed: let go of batches waiting for their turn."""
+        ...
+
+    def release(self, seq: int | None) -> None:
+        """Batch `seq` is done with the stage, or never reached it: the next may take its turn."""
+        ...
+
+
+@runtime_checkable
+class SelfTimedStage(Stage, Protocol):
+    """A stage that times its own parts (align, swap, mask, paste) on the job's timer."""
+
+    timer: StageTimer
+
+
+@runtime_checkable
+class DroppingStage(Stage, Protocol):
+    """A stage that names, for the report, the faces it drops."""
+
+    drop_reason: str
 
 
 @dataclass
@@ -48,12 +82,13 @@ class BatchResult:
     painted: list[Rect] = field(default_factory=list)  # (frame, x, y, w, h): what may have changed
     mattes: dict[int, np.ndarray] | None = None  # matte=True: {frame: the paste alpha, 0–1}
     # --matte-output / --face-only-output: {frame: its matte and layer as their writers take them}
-    compositing: dict[int, tuple] | None = None
+    compositing: dict[int, tuple[Any, ...]] | None = None
 
 
 def drop_reason(stage: Stage) -> str:
     """The report's name for faces `stage` drops: its own `drop_reason`, else its name."""
-    return getattr(stage, "drop_reason", None) or f"dropped_by_{stage.name}"
+    own = stage.drop_reason if isinstance(stage, DroppingStage) else None
+    return own or f"dropped_by_{stage.name}"
 
 
 class FacePipeline:
@@ -79,14 +114,14 @@ class FacePipeline:
         for stage in self.stages:
             if isinstance(stage, TrackStage):
                 stage.tracker.reset()
-            elif hasattr(stage, "reset"):  # a stage with an ordered step of its own
+            elif isinstance(stage, OrderedStage):
                 stage.reset()
 
     def abort(self) -> None:
         """The job failed: release workers waiting for their turn at the ordered steps."""
         self.order.abort()
         for stage in self.stages:
-            if hasattr(stage, "abort") and not isinstance(stage, TrackStage):
+            if isinstance(stage, OrderedStage) and not isinstance(stage, TrackStage):
                 stage.abort()
 
     def tracking(self) -> dict[str, int]:
@@ -107,10 +142,12 @@ class FacePipeline:
         """The job's timer, for the pipeline and the stages that time their own parts."""
         self._timer = timer
         for stage in self.stages:
-            if hasattr(stage, "timer"):
+            if isinstance(stage, SelfTimedStage):
                 stage.timer = timer
 
-    def _track(self, stage: TrackStage, k: Kernels, frames: Frames, table: FaceTable, seq: int | None):
+    def _track(
+        self, stage: TrackStage, k: Kernels, frames: Frames, table: FaceTable, seq: int | None
+    ) -> FaceTable:
         with self._timer.stage("track"):
             thumbs = thumbnails(k, frames)
             if seq is None:
@@ -122,7 +159,7 @@ class FacePipeline:
                 self.order.done(seq)
 
     def _run(self, stage: Stage, k: Kernels, frames: Frames, table: FaceTable) -> FaceTable:
-        if hasattr(stage, "timer"):  # it times its own parts (align, swap, mask, paste)
+        if isinstance(stage, SelfTimedStage):
             return stage(k, frames, table)
         with self._timer.stage(stage.name):
             return stage(k, frames, table)
@@ -177,10 +214,10 @@ class FacePipeline:
                     out = k.download(frames)
                 painted = list(frames.painted)
         finally:
-            if not passed:  # failed before its turn: the batches after it must not wait for it
+            if not passed and seq is not None:  # failed before its turn: the next must not wait for it
                 self.order.done(seq)
             for stage in self.stages:  # ordered steps inside stages: passed, skipped or failed
-                if hasattr(stage, "release"):
+                if isinstance(stage, OrderedStage):
                     stage.release(seq)
         swapped = table.counts_per_frame(len(images))
         return BatchResult(
