@@ -13,7 +13,7 @@ import hostk
 import numpy as np
 import pytest
 from media import decode_all, frame_number, make_clip
-from test_cli import assert_usage_error, ffbatch, leftovers
+from test_cli import assert_usage_error, ffbatch, ffbatch_here, leftovers
 
 from facefusion_batch.errors import InputError
 from facefusion_batch.pipeline.build import pick_source_faces
@@ -105,7 +105,7 @@ def test_decode_error_skip_on_a_clean_file_replaces_nothing(tmp_path, astronaut_
 
 def test_decode_error_skip_refuses_frame_ranges_and_unknown_modes(tmp_path, corrupt_clip, astronaut_path):
     seg = tmp_path / "seg.mp4"
-    proc = ffbatch(
+    proc = ffbatch_here(
         "render",
         corrupt_clip,
         "-s",
@@ -118,7 +118,7 @@ def test_decode_error_skip_refuses_frame_ranges_and_unknown_modes(tmp_path, corr
         "skip",
     )
     assert_usage_error(proc, "--on-decode-error skip", "--frames")
-    proc = ffbatch(
+    proc = ffbatch_here(
         "render",
         corrupt_clip,
         "-s",
@@ -131,7 +131,9 @@ def test_decode_error_skip_refuses_frame_ranges_and_unknown_modes(tmp_path, corr
         "skip",
     )
     assert_usage_error(proc, "--on-decode-error skip", "chunk")
-    proc = ffbatch("render", corrupt_clip, "-s", astronaut_path, "-o", seg, "--on-decode-error", "ignore")
+    proc = ffbatch_here(
+        "render", corrupt_clip, "-s", astronaut_path, "-o", seg, "--on-decode-error", "ignore"
+    )
     assert_usage_error(proc, "--on-decode-error", "fail, skip")
     assert leftovers(tmp_path) == [] and not seg.exists()
 
@@ -187,9 +189,9 @@ def test_source_face_index_changes_the_swapped_face(tmp_path, one_face_clip, t1_
 
 def test_source_face_index_out_of_range_is_a_usage_error(tmp_path, one_face_clip, t1_path):
     out = tmp_path / "out.mp4"
-    proc = ffbatch("render", one_face_clip, "-s", t1_path, "-o", out, "--source-face-index", 9)
+    proc = ffbatch_here("render", one_face_clip, "-s", t1_path, "-o", out, "--source-face-index", 9)
     assert_usage_error(proc, "--source-face-index 9", str(t1_path), "only 6 faces")
-    proc = ffbatch("render", one_face_clip, "-s", t1_path, "-o", out, "--source-face-index", -1)
+    proc = ffbatch_here("render", one_face_clip, "-s", t1_path, "-o", out, "--source-face-index", -1)
     assert_usage_error(proc, "--source-face-index", "negative")
     assert not out.exists() and leftovers(tmp_path) == []
 
@@ -231,7 +233,7 @@ def test_a_still_image_target_is_rendered_as_an_image(tmp_path, t1_path, astrona
 
 def test_a_still_image_cannot_become_a_video(tmp_path, t1_path, astronaut_path):
     out = tmp_path / "out.mp4"
-    proc = ffbatch(
+    proc = ffbatch_here(
         "render",
         str(t1_path),
         "-s",
@@ -239,7 +241,6 @@ def test_a_still_image_cannot_become_a_video(tmp_path, t1_path, astronaut_path):
         "-o",
         str(out),
         "-q",
-        timeout=300,
     )
     assert proc.returncode == 2 and "still image" in proc.stderr and "Traceback" not in proc.stderr
     assert not out.exists() and list(tmp_path.iterdir()) == []
