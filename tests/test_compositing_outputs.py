@@ -20,7 +20,7 @@ import cv2
 import numpy as np
 import pytest
 from media import make_clip
-from test_cli import ffbatch
+from test_cli import ffbatch, ffbatch_here
 from test_farm_resume import interrupt_after
 
 from facefusion_batch.config import RenderSettings, check_matte_run, template_literal
@@ -405,11 +405,11 @@ def test_impossible_compositing_outputs_are_exit_2_before_decoding(tmp_path, cli
         (("--matte-output", out / "m.mp4", "--frames", "0:4"), "write the matte as FFV1 in .mkv or .avi"),
         (("--matte-output", out / "m.%04d.exr"), "a matte sequence is written as"),
     ):
-        proc = ffbatch(*base, *extra)
+        proc = ffbatch_here(*base, *extra)
         assert proc.returncode == 2 and words in proc.stderr, proc.stderr
         assert "Traceback" not in proc.stderr and "broken.mkv" not in proc.stderr, proc.stderr
     still = ("render", asset_path("t1.jpg"), "-s", asset_path("astronaut.png"), "-o", out / "o.png")
-    proc = ffbatch(*still, "--face-only-output", out / "f.%04d.png")
+    proc = ffbatch_here(*still, "--face-only-output", out / "f.%04d.png")
     assert proc.returncode == 2 and "is written for videos only" in proc.stderr, proc.stderr
     assert list(out.iterdir()) == []
 
@@ -641,10 +641,10 @@ def test_several_inputs_sharing_a_compositing_file_are_exit_2_up_front(tmp_path,
                 "are one file",
             ),
         ):
-            proc = ffbatch(*base, *extra)
+            proc = ffbatch_here(*base, *extra)
             assert proc.returncode == 2 and words in proc.stderr, (extra, proc.stderr)
             assert "Traceback" not in proc.stderr
-    proc = ffbatch(
+    proc = ffbatch_here(
         "render", a, b, *CLI_SETTINGS, "--output-dir", out, "--matte-output", out / "{name}" / "m.mkv"
     )
     assert proc.returncode == 2 and f"the directory {out / 'x.mkv'} does not exist" in proc.stderr, (
