@@ -13,6 +13,7 @@ import cv2
 import numpy as np
 import pytest
 from media import audio_packets, decode_all, make_clip
+from test_cli import ffbatch_here
 
 from facefusion_batch.models.assets import asset_path
 
@@ -97,11 +98,10 @@ def test_many_inputs_one_broken(work, inputs, source):
 
 
 def test_output_options_are_checked(work, inputs, source):
-    two = ffbatch("render", inputs["a"], inputs["c"], "-s", source, "-o", work / "x.mp4", check=False)
+    two = ffbatch_here("render", inputs["a"], inputs["c"], "-s", source, "-o", work / "x.mp4")
     assert two.returncode == 2 and "--output-dir" in two.stderr
-    clash = ffbatch(
+    clash = ffbatch_here(
         "render", inputs["a"], inputs["a"], "-s", source, "--output-dir", work, "--output-pattern", "x.mp4",
-        check=False,
     )  # fmt: skip
     assert clash.returncode == 2 and "both be written" in clash.stderr
     assert not (work / "x.mp4").exists()
@@ -189,8 +189,8 @@ def test_plan_refuses_what_it_cannot_plan(work, inputs, source):
         (("--crf", "99"), "--crf"),
         (("--format", "pbs"), "--format"),
     ):
-        proc = ffbatch("plan", inputs["a"], "-s", source, "-o", work / "p.mp4", *extra, check=False)
+        proc = ffbatch_here("plan", inputs["a"], "-s", source, "-o", work / "p.mp4", *extra)
         assert proc.returncode == 2, (extra, proc.stderr)
         assert words in proc.stderr and "Traceback" not in proc.stderr
-    proc = ffbatch("plan", inputs["b"], "-s", source, "-o", work / "p.mp4", check=False)
+    proc = ffbatch_here("plan", inputs["b"], "-s", source, "-o", work / "p.mp4")
     assert proc.returncode == 2 and "b broken.mp4" in proc.stderr
