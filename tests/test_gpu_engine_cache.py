@@ -1,10 +1,8 @@
-"""TensorRT engine keys, names, profiles and mismatch handling; the builder against a fake
-TensorRT (10.x without strong typing flags / 11.x style). No GPU or TensorRT needed."""
+"""TensorRT engine keys, names, profiles and mismatch handling. No GPU or TensorRT needed."""
 
 from __future__ import annotations
 
 import json
-import types
 
 import pytest
 
@@ -145,119 +143,18 @@ def test_timing_cache_per_gpu_and_version(tmp_path):
     assert cache.timing_cache_path(L4).name == "timing-nvidia-l4-sm_89-trt10.16.1.11.cache"
 
 
-# --- the builder against a fake TensorRT ------------------------------------------------------------
+# --- profiles for files that fix the batch -------------------------------------------------------------
+# (the builder itself is tested against the TensorRT stand-in: tests/test_tensorrt_standin.py)
 
 
-def fake_tensorrt(version: str, strongly_typed: bool):
-    log = {"flags": [], "shapes": [], "network_flags": None, "timing_in": None}
-
-    class Flag:
-        FP16 = "FP16"
-
-    class NetworkFlags:
-        pass
-
-    if strongly_typed:
-        NetworkFlags.STRONGLY_TYPED = 1
-
-    class TimingCache:
-        def __init__(self, data):
-            log["timing_in"] = data
-
-        def serialize(self):
-            return b"TIMING"
-
-    class Config:
-        def set_memory_pool_limit(self, pool, size):
-            log["workspace"] = size
-
-        def set_flag(self, flag):
-            log["flags"].append(flag)
-
-        def create_timing_cache(self, data):
-            return TimingCache(data)
-
-        def set_timing_cache(self, cache, ignore_mismatch):
-            self._cache = cache
-
-        def get_timing_cache(self):
-            return self._cache
-
-        def add_optimization_profile(self, profile):
-            log["profiles"] = profile
-
-    class Profile_:
-        def set_shape(self, name, lo, opt, hi):
-            log["shapes"].append((name, tuple(lo), tuple(opt), tuple(hi)))
-
-    class Builder:
-        def __init__(self, logger):
-            pass
-
-        def create_network(self, flags):
-            log["network_flags"] = flags
-            return "network"
-
-        def create_builder_config(self):
-            return Config()
-
-        def create_optimization_profile(self):
-            return Profile_()
-
-        def build_serialized_network(self, network, config):
-            return b"SERIALIZED"
-
-    class Parser:
-        num_errors = 0
-
-        def __init__(self, network, logger):
-            pass
-
-        def parse_from_file(self, path):
-            log["onnx"] = path
-            return True
-
-    class Logger:
-        WARNING = 2
-
-        def __init__(self, level):
-            pass
-
-    trt = types.SimpleNamespace(
-        __version__=version,
-        Logger=Logger,
-        Builder=Builder,
-        OnnxParser=Parser,
-        BuilderFlag=Flag,
-        NetworkDefinitionCreationFlag=NetworkFlags,
-        MemoryPoolType=types.SimpleNamespace(WORKSPACE="WORKSPACE"),
-    )
-    return trt, log
-
-
-@pytest.mark.parametrize("version,strong", [("11.4.0.106", True), ("10.16.1.11", True), ("10.0.0", False)])
-def test_build_engine_is_strongly_typed_with_profile_and_timing_cache(tmp_path, version, strong):
-    from facefusion_batch.runtime.tensorrt_backend import build_engine
-
-    trt, log = fake_tensorrt(version, strong)
-    timing = tmp_path / "timing.cache"
-    timing.write_bytes(b"OLD")
-    k = EngineKey(
-        "yunet_2023mar_batch",
-        SHA,
-        "fp16",
-        input_profiles(YUNET_INPUTS, 16, dynamic={"height": (32, 384, 640), "width": (32, 640, 640)}),
-        L4,
-    )
-    engine, meta = build_engine(trt, tmp_path / "m.onnx", k, timing_cache=timing)
-    assert engine == b"SERIALIZED"
-    assert log["shapes"] == [("input", (1, 3, 32, 32), (16, 3, 384, 640), (16, 3, 640, 640))]
-    assert log["timing_in"] == b"OLD" and timing.read_bytes() == b"TIMING"
-    if strong:
-        assert log["network_flags"] == 1 << 1 and log["flags"] == []  # precision from the ONNX file
-    else:  # a TensorRT without strong typing: fp16 through the builder flag
-        assert log["network_flags"] == 0 and log["flags"] == ["FP16"]
-    assert meta["strongly_typed"] is strong
+def test_a_static_batch_is_never_given_a_range():
+    """FaceFusion's files fix the batch at 1; TensorRT refuses a profile that ranges over a static dim."""
+    fixed = (TensorInfo("target", (1, 3, 128, 128), "tensor(float)"),)
+    (p,) = input_profiles(fixed, 16)
+    assert p.min == p.opt == p.max == (1, 3, 128, 128)
+    weighted = (*MESH_INPUTS, TensorInfo("weight", (1,), "tensor(double)"))
+    k = EngineKey("m", SHA, "fp32", input_profiles(weighted, 8), L4)
+    assert k.profiles[1].max == (1,) and k.batch == (1, 8, 8)  # the widest input's range
 
 
 def test_profiles_for_face_level_models_scale_with_faces_per_frame():

@@ -42,6 +42,7 @@ from facefusion_batch.pipeline.stages import FacePipeline
 from facefusion_batch.runtime.backends import select_backend
 from facefusion_batch.runtime.batching import HOST, BatchPolicy
 from facefusion_batch.runtime.device import DeviceSettings
+from facefusion_batch.runtime.engine_cache import declares_fixed_batch
 from facefusion_batch.runtime.session import Backend, Session
 from facefusion_batch.swap.classical import (
     ClassicalSettings,
@@ -491,7 +492,10 @@ def load_learned(models: Models, name: str) -> tuple[Session, Path]:
     base = learned_file(models, base_name)
     catalog = variant_catalog(base_name)
     if not variant:
-        if store.verify(f"{base_name}@batch", catalog=catalog, validate=False).ok:
+        # TensorRT builds an engine per file: a fixed-batch file goes to its batch copy before one is built
+        if store.verify(f"{base_name}@batch", catalog=catalog, validate=False).ok or (
+            models.backend.name == "tensorrt" and declares_fixed_batch(base)
+        ):
             variant = "batch"
         else:
             session = models.backend.load(base, label=base_name)

@@ -95,18 +95,20 @@ def input_profiles(
     opt_batch: int | None = None,
     dynamic: dict[str, tuple[int, int, int]] | None = None,
 ) -> tuple[Profile, ...]:
-    """Profiles for every input: axis 0 is the batch; fixed dims stay; other symbolic dims take
-    their (min, opt, max) from `dynamic` by dim name (YuNet's height and width)."""
+    """Profiles for every input: a symbolic axis 0 is the batch; fixed dims stay fixed, axis 0
+    included (TensorRT refuses a range on a static dim: FaceFusion's files fix the batch at 1);
+    other symbolic dims take their (min, opt, max) from `dynamic` by dim name (YuNet's height
+    and width)."""
     b_min, b_opt, b_max = batch_range(max_batch, opt_batch)
     dynamic = dynamic or {}
     out = []
     for info in inputs:
         lo, mid, hi = [], [], []
         for axis, dim in enumerate(info.shape):
-            if axis == 0:
-                lo.append(b_min), mid.append(b_opt), hi.append(b_max)
-            elif isinstance(dim, int) and dim > 0:
+            if isinstance(dim, int) and dim > 0:
                 lo.append(dim), mid.append(dim), hi.append(dim)
+            elif axis == 0:
+                lo.append(b_min), mid.append(b_opt), hi.append(b_max)
             elif isinstance(dim, str) and dim in dynamic:
                 a, b, c = dynamic[dim]
                 if not a <= b <= c:
@@ -121,6 +123,20 @@ def input_profiles(
                 )
         out.append(Profile(info.name, tuple(lo), tuple(mid), tuple(hi)))
     return tuple(out)
+
+
+def declares_fixed_batch(onnx_path: Path) -> bool:
+    """Whether the file fixes the batch (axis 0 of an input of rank ≥ 2 is a number), as
+    FaceFusion's do: TensorRT would build such a file for that batch only."""
+    import onnx
+
+    model = onnx.load(str(onnx_path), load_external_data=False)
+    init = {t.name for t in model.graph.initializer}
+    for v in model.graph.input:
+        dims = v.type.tensor_type.shape.dim
+        if v.name not in init and len(dims) >= 2 and dims[0].HasField("dim_value"):
+            return True
+    return False
 
 
 @dataclass(frozen=True)
@@ -143,8 +159,9 @@ class EngineKey:
 
     @property
     def batch(self) -> tuple[int, int, int]:
-        p = self.profiles[0]
-        return p.min[0], p.opt[0], p.max[0]
+        """The widest batch range of any input (a fixed-size input such as a fidelity weight has 1)."""
+        ranges = [(p.min[0], p.opt[0], p.max[0]) for p in self.profiles if p.min]
+        return max(ranges, key=lambda r: r[2], default=(1, 1, 1))
 
     def digest(self) -> str:
         text = json.dumps(self.to_json(), sort_keys=True)

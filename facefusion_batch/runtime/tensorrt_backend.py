@@ -15,10 +15,24 @@ One optimisation profile covers the batch dim (1 … max batch; TensorRT tunes
 for the max, which is what full batches use) and YuNet's height and width.
 The timing cache is kept per GPU and TensorRT version beside the engines.
 
+A profile never gives a static dimension a range: FaceFusion's files fix the
+batch at 1 and get (1, 1, 1); they run batched from their `@batch` copy. An
+input TensorRT cannot take (float64: CodeFormer's fidelity weight) is declared
+float32 in the copy TensorRT builds from, cast back inside the graph.
+
+Every engine is built with `ProfilingVerbosity.DETAILED`, and its inspector's
+layer precisions are kept in the sidecar: an engine asked for as fp16 or int8
+that came out mostly fp32 is refused (`engine_precision.py`). fp32 engines are
+built without TF32, as the reference they are.
+
 At run time every executor worker thread has its own execution context and
 its own CUDA stream (torch's); tensors are torch tensors whose addresses go to
 `set_tensor_address`, and `execute_async_v3` runs on the thread's stream.
-There is no second CUDA context: TensorRT uses torch's.
+Contexts hold no activation memory of their own (`USER_MANAGED`): each call
+allocates what its shapes need (`update_device_memory_size_for_shapes`) from
+torch, so an out-of-memory is an allocation failure the memory guard halves,
+not a context that cannot be created. There is no second CUDA context:
+TensorRT uses torch's.
 """
 
 from __future__ import annotations
@@ -46,6 +60,7 @@ from facefusion_batch.runtime.engine_cache import (
     input_profiles,
     slug,
 )
+from facefusion_batch.runtime.engine_precision import count_layers, precision_problem
 from facefusion_batch.runtime.memory import MemoryGuard, batch_of, merge_outputs, split_feeds
 from facefusion_batch.runtime.nvml import NvmlSampler
 from facefusion_batch.runtime.session import TensorInfo
@@ -89,6 +104,10 @@ def import_tensorrt() -> ModuleType:
     return trt
 
 
+class PrecisionMismatchError(ModelError):
+    """An engine asked for as fp16 or int8 came out mostly fp32 (exit 2)."""
+
+
 def require_cuda_torch(purpose: str = "--backend tensorrt"):
     try:
         import torch
@@ -104,6 +123,18 @@ def require_cuda_torch(purpose: str = "--backend tensorrt"):
     return torch
 
 
+def open_gpu(index: int, purpose: str) -> tuple[str, str, str]:
+    """(torch device, GPU name, sm tag) of GPU `index`, with torch's CUDA context current
+    (TensorRT attaches to it)."""
+    torch = require_cuda_torch(purpose)
+    if index >= torch.cuda.device_count():
+        raise BackendUnavailableError(f"GPU {index} does not exist (torch sees {torch.cuda.device_count()})")
+    torch.cuda.set_device(index)
+    torch.cuda.init()
+    p = torch.cuda.get_device_properties(index)
+    return f"cuda:{index}", p.name, f"sm_{p.major}{p.minor}"
+
+
 def machine_key(trt: ModuleType, device_index: int) -> MachineKey:
     import torch
 
@@ -111,11 +142,68 @@ def machine_key(trt: ModuleType, device_index: int) -> MachineKey:
     return MachineKey(gpu=p.name, sm=f"sm_{p.major}{p.minor}", tensorrt=str(trt.__version__))
 
 
+def device_scratch(nbytes: int, device: str):
+    """Activation memory for one call, from torch's allocator on the current stream (None for 0 bytes);
+    too little free memory raises torch's OutOfMemoryError, which the memory guard halves."""
+    import torch
+
+    return torch.empty(nbytes, dtype=torch.uint8, device=device) if nbytes else None
+
+
 def has_qdq(path: Path) -> bool:
     import onnx
 
     model = onnx.load(str(path), load_external_data=False)
     return any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in model.graph.node)
+
+
+def double_inputs(path: Path) -> list[str]:
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    init = {t.name for t in model.graph.initializer}
+    double = onnx.TensorProto.DOUBLE
+    inputs = [v for v in model.graph.input if v.name not in init]
+    return [v.name for v in inputs if v.type.tensor_type.elem_type == double]
+
+
+def without_double_inputs(src: Path, work_dir: Path) -> Path:
+    """`src`, or a copy whose float64 inputs are declared float32 and cast to float64 inside the graph:
+    TensorRT takes no DOUBLE network input (CodeFormer's fidelity weight is one)."""
+    names = double_inputs(src)
+    if not names:
+        return src
+    import onnx
+    from onnx import helper
+
+    dst = work_dir / "onnx" / f"{slug(src.stem)}-{file_sha256(src)[:12]}-float-inputs.onnx"
+    if dst.is_file():
+        return dst
+    log.info(
+        "%s: input(s) %s are float64, which TensorRT cannot take; building from a copy that "
+        "takes float32 and casts inside the graph",
+        src.name,
+        ", ".join(names),
+    )
+    model = onnx.load(str(src))
+    casts = []
+    for v in model.graph.input:
+        if v.name in names:
+            inner = f"{v.name}__float64"
+            for node in model.graph.node:
+                for index, name in enumerate(node.input):
+                    if name == v.name:
+                        node.input[index] = inner
+            for out in model.graph.output:
+                if out.name == v.name:
+                    raise ModelError(f"{src}: input {v.name} is also an output; cannot cast it for TensorRT")
+            v.type.tensor_type.elem_type = onnx.TensorProto.FLOAT
+            casts.append(helper.make_node("Cast", [v.name], [inner], to=onnx.TensorProto.DOUBLE))
+    nodes = casts + list(model.graph.node)
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    write_model_atomically(model, dst)
+    return dst
 
 
 def fp16_onnx(src: Path, sha256: str, work_dir: Path) -> Path:
@@ -149,19 +237,25 @@ def build_engine(
         builder = trt.Builder(logger)
     except Exception as exc:
         raise BackendUnavailableError(f"TensorRT cannot start a builder (no NVIDIA GPU?): {exc}") from None
-    flags = 0
+    # 10.x: STRONGLY_TYPED is 1 (0 is the old explicit-batch flag); 11.x: it is 0, deprecated and
+    # ignored, as every network is strongly typed. The enum gives the bit either way.
     strongly_typed = getattr(trt.NetworkDefinitionCreationFlag, "STRONGLY_TYPED", None)
-    if strongly_typed is not None:
-        flags |= 1 << int(strongly_typed)
-    network = builder.create_network(flags)
+    if strongly_typed is None:
+        raise BackendUnavailableError(
+            f"TensorRT {trt.__version__} has no strongly typed networks; ffbatch needs TensorRT 10 or 11"
+        )
+    network = builder.create_network(1 << int(strongly_typed))
     parser = trt.OnnxParser(network, logger)
     if not parser.parse_from_file(str(onnx_path)):
         errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
         raise ModelError(f"TensorRT cannot parse {onnx_path}: {errors}")
     config = builder.create_builder_config()
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, workspace_bytes)
-    if strongly_typed is None and key.precision == "fp16":  # TensorRT before strong typing
-        config.set_flag(trt.BuilderFlag.FP16)
+    # precision comes from the file's types (no FP16/INT8 builder flags: gone in 11.x); the inspector
+    # below says what came out
+    config.profiling_verbosity = trt.ProfilingVerbosity.DETAILED
+    if key.precision == "fp32":
+        config.clear_flag(trt.BuilderFlag.TF32)  # TF32 is on by default; fp32 is the reference
     cached = timing_cache.read_bytes() if timing_cache.is_file() else b""
     cache = config.create_timing_cache(cached)
     config.set_timing_cache(cache, False)
@@ -174,13 +268,33 @@ def build_engine(
         raise ModelError(f"TensorRT could not build an engine from {onnx_path} (see its log above)")
 
     _write_atomic(timing_cache, bytes(memoryview(config.get_timing_cache().serialize())))
+    engine_bytes = bytes(memoryview(serialized))
+    layers = inspect_layers(trt, logger, engine_bytes)
+    problem = precision_problem(key.precision, layers)
+    if problem:
+        raise PrecisionMismatchError(
+            f"{key.model}: the engine asked for as {key.precision} was not kept: {problem}. TensorRT "
+            f"takes each layer's precision from the types in the ONNX it builds from ({onnx_path.name}; "
+            "no FP16/INT8 builder flags since 11.x), and that file computes mostly in float32"
+        )
     meta = {
         "onnx": str(onnx_path),
         "built": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "build_seconds": round(time.perf_counter() - started, 1),
-        "strongly_typed": strongly_typed is not None,
+        "strongly_typed": True,
+        "tf32": key.precision != "fp32",
+        "layers": layers,
     }
-    return bytes(memoryview(serialized)), meta
+    return engine_bytes, meta
+
+
+def inspect_layers(trt: ModuleType, logger: Any, engine_bytes: bytes) -> dict[str, int]:
+    """Layers per precision of a serialised engine, from its inspector (built DETAILED)."""
+    engine = trt.Runtime(logger).deserialize_cuda_engine(engine_bytes)
+    if engine is None:
+        raise ModelError("TensorRT cannot load the engine it just built (see its log above)")
+    info = engine.create_engine_inspector().get_engine_information(trt.LayerInformationFormat.JSON)
+    return count_layers(info)
 
 
 def _torch_dtype(trt: ModuleType, dtype: Any):
@@ -220,7 +334,11 @@ class TensorRTSession:
         self.outputs = outputs
 
         self.output_axes = output_batch_axes(outputs)
-        self.max_batch = int(self.engine.get_tensor_profile_shape(self.input_names[0], 0)[2][0])
+        # the widest batch of any input (a fixed-size input such as a fidelity weight has max 1)
+        self.max_batch = max(
+            int(self.engine.get_tensor_profile_shape(n, 0)[2][0] if self.engine.get_tensor_shape(n) else 1)
+            for n in self.input_names
+        )
         self.guard = MemoryGuard(self.max_batch, label=label, on_oom=backend.release_cached)
         self._local = threading.local()
         self.precision = ""
@@ -228,11 +346,11 @@ class TensorRTSession:
     def _context(self):
         ctx = getattr(self._local, "context", None)
         if ctx is None:
-            ctx = self._local.context = self.engine.create_execution_context()
+            # no memory reserved for the largest profile: each call brings what its shapes need
+            strategy = self.backend.trt.ExecutionContextAllocationStrategy.USER_MANAGED
+            ctx = self._local.context = self.engine.create_execution_context(strategy)
             if ctx is None:
-                raise ModelError(
-                    f"{self.label}: TensorRT cannot create an execution context (out of memory?)"
-                )
+                raise ModelError(f"{self.label}: TensorRT cannot create an execution context")
         return ctx
 
     def _execute(self, feeds: dict[str, Any]) -> dict[str, Any]:
@@ -244,8 +362,17 @@ class TensorRTSession:
         for name in self.input_names:
             t = feeds[name].to(device=device, dtype=self.dtypes[name]).contiguous()
             keep.append(t)
-            ctx.set_input_shape(name, tuple(t.shape))
+            if not ctx.set_input_shape(name, tuple(t.shape)):
+                raise ModelError(
+                    f"{self.label}: input {name} {tuple(t.shape)} is outside the engine's profile "
+                    f"({self.engine_path.name})"
+                )
             ctx.set_tensor_address(name, t.data_ptr())
+        # activation memory for these shapes only, allocated on this thread's stream
+        size = int(ctx.update_device_memory_size_for_shapes())
+        scratch = device_scratch(size, device)
+        keep.append(scratch)
+        ctx.set_device_memory(scratch.data_ptr() if scratch is not None else 0, size)
         out = {}
         for name in self.output_names:
             shape = tuple(ctx.get_tensor_shape(name))
@@ -300,16 +427,9 @@ class TensorRTBackend:
         purpose: str = "--backend tensorrt",
     ) -> None:
         self.options = (options or DeviceSettings(backend=self.name, precision="auto")).validated()
-        torch = require_cuda_torch(purpose)
-        self.trt = trt or import_tensorrt()
         index = self.options.gpu
-        if index >= torch.cuda.device_count():
-            raise BackendUnavailableError(
-                f"GPU {index} does not exist (torch sees {torch.cuda.device_count()})"
-            )
-        self.device = f"cuda:{index}"
-        torch.cuda.set_device(index)
-        torch.cuda.init()  # torch owns the CUDA context; TensorRT attaches to it
+        self.device, gpu_name, sm = open_gpu(index, purpose)
+        self.trt = trt or import_tensorrt()
         self.logger = self.trt.Logger(self.trt.Logger.WARNING)
         try:
             self.runtime = self.trt.Runtime(self.logger)
@@ -317,7 +437,7 @@ class TensorRTBackend:
             raise BackendUnavailableError(
                 f"--backend tensorrt: TensorRT cannot start (no NVIDIA GPU?): {exc}"
             ) from None
-        self.machine = machine_key(self.trt, index)
+        self.machine = MachineKey(gpu=gpu_name, sm=sm, tensorrt=str(self.trt.__version__))
         self.cache = EngineCache(self.options.engines_dir)
         self.max_batch = BatchPolicy(on_gpu=True, max_batch=self.options.max_batch).profile_max()
         self.gate = ExclusiveGate()
@@ -345,6 +465,7 @@ class TensorRTBackend:
                     "explicitly quantized ONNX (onnxruntime.quantization.quantize_static, QuantFormat.QDQ)"
                 )
             sha = file_sha256(source)
+        source = without_double_inputs(source, self.cache.directory)
         inputs, outputs = graph_signature(onnx.load(str(model_path), load_external_data=False))
         key = EngineKey(
             model=label,
@@ -365,10 +486,17 @@ class TensorRTBackend:
     def load(self, model_path: Path, *, label: str) -> TensorRTSession:
         wanted = self.options.precision
         precision = "fp16" if wanted == "auto" else wanted
-        path, key, inputs, outputs = self.engine_for(model_path, label, precision)
+        try:
+            path, key, inputs, outputs = self.engine_for(model_path, label, precision)
+        except PrecisionMismatchError as exc:
+            if wanted != "auto":
+                raise
+            log.warning("%s; using an fp32 engine", exc)
+            path, key, inputs, outputs = self.engine_for(model_path, label, "fp32")
+            precision = "fp32"
         session = TensorRTSession(self, path, label=label, inputs=inputs, outputs=outputs)
         session.precision = precision
-        if wanted == "auto":
+        if wanted == "auto" and precision == "fp16":
             deviation = engine_deviation(session, Path(model_path))
             if deviation > FP16_TOLERANCE:
                 log.info(
@@ -381,9 +509,10 @@ class TensorRTBackend:
         return session
 
     def release_cached(self) -> None:
-        import torch
+        if is_cuda(self.device):
+            import torch
 
-        torch.cuda.empty_cache()
+            torch.cuda.empty_cache()
 
     def describe(self) -> str:
         precisions = sorted({s.precision for s in self.sessions}) or [self.options.precision]

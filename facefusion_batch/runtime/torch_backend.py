@@ -82,7 +82,9 @@ def output_batch_axes(outputs: tuple[TensorInfo, ...]) -> dict[str, int]:
 
 
 def probe_feeds(inputs: tuple[TensorInfo, ...], batch: int = 2, seed: int = 0) -> dict[str, np.ndarray]:
-    """A seeded input for every graph input: symbolic batch → `batch`, other symbolic dims → 96."""
+    """A seeded input for every graph input, of its declared type (CodeFormer's weight is float64):
+    symbolic batch → `batch`, other symbolic dims → 96, fixed dims as declared (a fixed batch of 1
+    too); floats uniform in [0, 1), integers 0."""
     rng = np.random.default_rng(seed)
     feeds = {}
     for i in inputs:
@@ -90,10 +92,19 @@ def probe_feeds(inputs: tuple[TensorInfo, ...], batch: int = 2, seed: int = 0) -
             d if isinstance(d, int) and d > 0 else (batch if axis == 0 else PROBE_SPATIAL)
             for axis, d in enumerate(i.shape)
         ]
-        if shape:
-            shape[0] = batch
-        feeds[i.name] = rng.uniform(0.0, 1.0, shape).astype(np.float32)
+        dtype = declared_dtype(i.dtype)
+        values = rng.uniform(0.0, 1.0, shape)
+        feeds[i.name] = values.astype(dtype) if np.issubdtype(dtype, np.floating) else np.zeros(shape, dtype)
     return feeds
+
+
+_ONNX_TYPES = {"float": np.float32, "float16": np.float16, "double": np.float64, "int64": np.int64}
+_ONNX_TYPES |= {"int32": np.int32, "int8": np.int8, "uint8": np.uint8, "bool": np.bool_}
+
+
+def declared_dtype(onnx_type: str) -> np.dtype:
+    """numpy's type for onnxruntime's spelling ("tensor(double)"); float32 when unknown."""
+    return np.dtype(_ONNX_TYPES.get(onnx_type.removeprefix("tensor(").removesuffix(")"), np.float32))
 
 
 def relative_deviation(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> float:
@@ -248,6 +259,13 @@ def _cat(parts: list[Any], axis: int):
     return torch.cat(parts, dim=axis)
 
 
+def keep_fp32(torch) -> None:
+    """fp32 is fp32: cuDNN convolutions and matmuls may otherwise use TF32 (10-bit mantissas) on
+    Ampere and later (cuDNN's TF32 is on by default), which the fp32 reference must not."""
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+
+
 class TorchBackend:
     """`--backend cuda`: torch on one CUDA device (or `device="cpu"` for tests)."""
 
@@ -277,6 +295,7 @@ class TorchBackend:
         self.sessions: list[TorchSession] = []
         self._sampler = None
         self._costs: CostCache | None = None
+        keep_fp32(torch)
         if is_cuda(device):
             torch.backends.cudnn.benchmark = True  # fixed shapes per job: pick the fastest kernels once
 

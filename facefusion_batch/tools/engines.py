@@ -2,11 +2,15 @@
 
 `list` and the byte checks of `verify` run anywhere; `build` and the
 compatibility checks need TensorRT and an NVIDIA GPU and say so (exit 2)
-when they are missing.
+when they are missing. `build` and `list` say what share of each engine's
+layers runs in fp16, int8 and fp32 (TensorRT's engine inspector, kept in the
+engine's sidecar); an engine asked for as fp16 or int8 that came out mostly
+fp32 is exit 2 with the reason.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import replace
 from pathlib import Path
@@ -24,7 +28,9 @@ from facefusion_batch.runtime.engine_cache import (
     EngineKey,
     MachineKey,
 )
+from facefusion_batch.runtime.engine_precision import describe
 from facefusion_batch.runtime.tensorrt_backend import (
+    PrecisionMismatchError,
     TensorRTBackend,
     TensorRTSession,
     engine_deviation,
@@ -63,7 +69,22 @@ def describe_entry(entry: EngineEntry, machine: MachineKey | None) -> str:
         state = "fits this machine" if not mismatch else "; ".join(mismatch)
     size = entry.meta.get("engine_bytes", 0) / 2**20
     what = f"{k.model} {k.precision}, batch {b[0]}–{b[2]} (opt {b[1]}), {where}, {size:.1f} MiB"
-    return f"{entry.path.name}\n    {what}: {state}"
+    return f"{entry.path.name}\n    {what}: {state}\n    {layer_line(entry.meta)}"
+
+
+def layer_line(meta: dict) -> str:
+    """The engine's layers by precision, as recorded when it was built."""
+    layers = meta.get("layers")
+    if not isinstance(layers, dict):
+        return "layers: precision not recorded (built before ffbatch checked it; rebuild with --force)"
+    return f"layers: {describe(layers)}"
+
+
+def _sidecar(engine: Path) -> dict:
+    try:
+        return json.loads(engine.with_name(engine.name + SIDECAR_SUFFIX).read_text())
+    except (OSError, ValueError):
+        return {}
 
 
 def current_machine(options: DeviceSettings) -> MachineKey | None:
@@ -95,7 +116,9 @@ def build_engines(
     force: bool = False,
     models_dir: Path | None = None,
 ) -> list[str]:
-    """Build (or find) an engine per model for this GPU; returns one line per engine."""
+    """Build (or find) an engine per model for this GPU; returns lines per engine. An engine asked
+    for as fp16 or int8 that comes out mostly fp32 is `PrecisionMismatchError` (exit 2); with
+    `--precision auto` it is said and an fp32 engine built instead."""
     names = names or default_models()
     if onnx is not None and len(names) != 1:
         raise InputError("--onnx gives the ONNX of one model: name exactly one model")
@@ -108,13 +131,21 @@ def build_engines(
             for precision in precisions:
                 if force:
                     _remove_matching(backend, path, name, precision, onnx)
-                engine, key, inputs, outputs = backend.engine_for(path, name, precision, onnx)
+                try:
+                    engine, key, inputs, outputs = backend.engine_for(path, name, precision, onnx)
+                except PrecisionMismatchError as exc:
+                    if options.precision != "auto":
+                        raise
+                    lines.append(f"{name}: {exc}; building fp32 instead")
+                    precision = "fp32"
+                    engine, key, inputs, outputs = backend.engine_for(path, name, precision, onnx)
                 session = TensorRTSession(backend, engine, label=name, inputs=inputs, outputs=outputs)
                 deviation = engine_deviation(session, path)
                 lines.append(
                     f"{name}: {engine} ({precision}, batch ≤ {key.batch[2]}, deviation {deviation:.3g})"
                 )
-                if options.precision == "auto" and deviation > 1e-2:
+                lines.append(f"    {layer_line(_sidecar(engine))}")
+                if options.precision == "auto" and precision == "fp16" and deviation > 1e-2:
                     engine, key, _, _ = backend.engine_for(path, name, "fp32", onnx)
                     lines.append(f"{name}: fp16 deviates too much; also built {engine} (fp32)")
     finally:
@@ -122,9 +153,9 @@ def build_engines(
     return lines
 
 
-def _remove_matching(backend, path: Path, name: str, precision: str, onnx: Path | None) -> None:
+def _remove_matching(backend, path: Path, name: str, precision: str, onnx_file: Path | None) -> None:
     inputs, _ = graph_signature(onnx.load(str(path), load_external_data=False))
-    sha = file_sha256(Path(onnx) if (onnx and precision == "int8") else path)
+    sha = file_sha256(Path(onnx_file) if (onnx_file and precision == "int8") else path)
     wanted = EngineKey(name, sha, precision, profiles_for(name, inputs, backend.max_batch), backend.machine)
     for entry in backend.cache.entries():
         if entry.key is not None and entry.key.serves(wanted):
