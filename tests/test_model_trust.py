@@ -13,12 +13,13 @@ import json
 import logging
 import os
 import shutil
+import subprocess
+import sys
 import zlib
 from pathlib import Path
 
 import numpy as np
 import pytest
-from test_cli import ffbatch
 
 from facefusion_batch.errors import ModelError
 from facefusion_batch.models import facefusion, store
@@ -26,6 +27,15 @@ from facefusion_batch.models.catalog import ModelSpec, Url, build_catalog
 
 PAYLOAD = np.random.default_rng(7).integers(0, 256, 200_000, dtype=np.uint8).tobytes()
 SHA = hashlib.sha256(PAYLOAD).hexdigest()
+
+
+def ffbatch(*args, home: Path | None = None) -> subprocess.CompletedProcess:
+    """The CLI in a child process (`home`: a private model store as FFBATCH_HOME)."""
+    env = {**os.environ, "COLUMNS": "200"}
+    if home is not None:
+        env["FFBATCH_HOME"] = str(home)
+    cmd = [sys.executable, "-m", "facefusion_batch", *map(str, args)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
 
 
 @pytest.fixture
