@@ -7,7 +7,10 @@ what a script may want to read (the output path, model lists, JSON).
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
+import math
 import os
 import signal
 import sys
@@ -46,7 +49,7 @@ from facefusion_batch.fsutil import remove_live_temps
 from facefusion_batch.tools import doctor as tools_doctor
 from facefusion_batch.tools import engines as tools_engines
 from facefusion_batch.tools import models as tools_models
-from facefusion_batch.tools.facefusion_job import job_steps
+from facefusion_batch.tools.facefusion_job import Job, JobStep, check_outputs, read_facefusion_job, run_job
 from facefusion_batch.tools.preview import preview_command
 
 app = typer.Typer(
@@ -191,7 +194,7 @@ SwapperOpt = Annotated[
     str,
     typer.Option(
         help="auto: the learned swapper when its model files are present, else classical; "
-        "classical; learned (fetched if missing)."
+        "classical; learned (fetched if missing); none: no swap, --enhancer-model alone."
     ),
 ]
 SwapperModelOpt = Annotated[
@@ -314,7 +317,8 @@ ModelsDirOpt = Annotated[Path | None, typer.Option(help="Look here for model fil
 
 # FaceFusion 3.x's name → (ffbatch's, how its values map): "one" value, "list" (FaceFusion's
 # space-separated values joined by commas), "repeat" (one ffbatch option per value), "size"
-# (FaceFusion's WxH resolution → the width), "input" (the positional input). Accepted on render
+# (FaceFusion's WxH resolution → the width), "sqrt" (FaceFusion's detector score, cls·obj, on
+# ffbatch's √(cls·obj) scale), "input" (the positional input). Accepted on render
 # and preview, rewritten before parsing, hidden from the main list, listed in render's help.
 FACEFUSION_ALIASES: dict[str, tuple[str, str]] = {
     "-t": ("", "input"),
@@ -326,7 +330,7 @@ FACEFUSION_ALIASES: dict[str, tuple[str, str]] = {
     "--face-selector-order": ("--face-order", "one"),
     "--reference-face-distance": ("--reference-distance", "one"),
     "--reference-frame-number": ("--reference-frame", "one"),
-    "--face-detector-score": ("--score-threshold", "one"),
+    "--face-detector-score": ("--score-threshold", "sqrt"),
     "--face-swapper-model": ("--swapper-model", "one"),
     "--face-swapper-weight": ("--swapper-weight", "one"),
     "--face-swapper-pixel-boost": ("--pixel-boost", "size"),
@@ -397,15 +401,17 @@ def facefusion_argv(argv: list[str]) -> list[str]:
             out += [target, ",".join(values)]
         elif kind == "size":
             out += [target, values[0].lower().split("x", 1)[0]]
+        elif kind == "sqrt":  # FaceFusion's detector score is cls·obj, ffbatch's √(cls·obj)
+            out += [target, f"{math.sqrt(float(values[0])):.6g}" if _is_number(values[0]) else values[0]]
         else:
             out += [target, values[0]]
     return out + inputs
 
 
-def facefusion_job_argvs(argv: list[str]) -> list[list[str]] | None:
-    """`render --facefusion-job JOB [options]` → one render command line per step of the job
-    (FaceFusion's names, rewritten later like any other), the other options added to each;
-    None when the command is not that. With several steps, --report R writes R-<step>."""
+def facefusion_job_argvs(argv: list[str]) -> tuple[Job, list[str]] | None:
+    """`render --facefusion-job JOB [options]` → the job read (its steps as FaceFusion's command
+    lines, rewritten later like any other) and the other options, added to each step; None when
+    the command is not that."""
     if not argv or argv[0] != "render":
         return None
     rest, job = [], None
@@ -424,30 +430,34 @@ def facefusion_job_argvs(argv: list[str]) -> list[list[str]] | None:
         i += 1
     if job is None:
         return None
-    steps = job_steps(Path(job), frozenset(FACEFUSION_ALIASES) | FACEFUSION_SAME)
-    runs = []
-    for step in steps:
+    return read_facefusion_job(Path(job), frozenset(FACEFUSION_ALIASES) | FACEFUSION_SAME), rest
+
+
+def run_facefusion_job(found: tuple[Job, list[str]]) -> int:
+    """The job's steps in order, each its own render (with several steps, --report R writes
+    R-<step>), then its outputs made from the steps' files (tools/facefusion_job.py)."""
+    job, rest = found
+    setup_logging("-q" in rest or "--quiet" in rest, "-v" in rest or "--verbose" in rest)
+    check_outputs(job, "--overwrite" in rest)
+
+    def run_step(step: JobStep) -> int:
         extra = list(rest)
-        if len(steps) > 1 and "--report" in extra[:-1]:
+        if len(job.steps) > 1 and "--report" in extra[:-1]:
             at = extra.index("--report") + 1
             report = Path(extra[at])
             extra[at] = str(report.with_name(f"{report.stem}-{step.index}{report.suffix}"))
-        runs.append(["render", *step.argv, *extra])
-    return runs
-
-
-def run_facefusion_job(runs: list[list[str]]) -> int:
-    """The job's steps in order, each as its own render; the first that fails stops the job."""
-    for n, argv in enumerate(runs):
-        log.info("--facefusion-job: step %d of %d", n + 1, len(runs))
-        try:
-            code = app(args=facefusion_argv(argv), standalone_mode=False, prog_name="ffbatch")
+        argv = ["render", *step.argv, *extra, "--overwrite"]  # the step's own file, as FaceFusion's
+        try:  # the step prints its file's name, which is gone once the job ends; the job prints its outputs
+            with contextlib.redirect_stdout(io.StringIO()):
+                return app(args=facefusion_argv(argv), standalone_mode=False, prog_name="ffbatch") or 0
         except typer.Exit as exc:
-            code = exc.exit_code
-        if code:
-            print(f"ffbatch: error: --facefusion-job: step {n} failed; later steps not run", file=sys.stderr)
-            return code
-    return 0
+            return exc.exit_code
+
+    code = run_job(job, run_step)
+    if code == 0:
+        for output in job.outputs():
+            typer.echo(str(output))
+    return code
 
 
 def _is_number(token: str) -> bool:

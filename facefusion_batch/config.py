@@ -60,7 +60,7 @@ FACE_MODES = ("many", "one", "reference")
 BACKENDS = ("auto", "cpu", "cuda", "tensorrt")
 DEFAULT_LIP_SHADOW = ClassicalSettings().lip_shadow  # --lip-shadow: the classical swap's own default
 DEFAULT_FACE_PRESENCE = TrackSettings().on  # --face-presence: the tracker's own default
-SWAPPER_MODES = ("auto", "classical", "learned")
+SWAPPER_MODES = ("auto", "classical", "learned", "none")  # none: enhance only
 RECOGNISERS = ("auto", "arcface", "dlib")
 
 
@@ -209,9 +209,9 @@ def validate_options(settings: RenderSettings) -> RenderSettings:
         start, end = settings.frames
         if start < 0 or (end is not None and end <= start):
             raise InputError(f"--frames {start}:{end}: need 0 <= START < END")
-    if not settings.sources and not swap_settings(settings.swap).mapping:
-        raise InputError("--source is required (a photo with the face to put in), or --map REF=SRC")
     swap = swap_settings(settings.swap)
+    if not settings.sources and not swap.mapping and swap.swapper != "none":  # none: enhance only
+        raise InputError("--source is required (a photo with the face to put in), or --map REF=SRC")
     if "auto" in (swap.face_filter.gender, swap.face_filter.race) and not settings.sources:
         raise InputError(
             "--face-selector-gender/--face-selector-race auto take the --source face's; give --source"
@@ -403,8 +403,10 @@ def validate_swap(swap: ClassicalSettings | SwapSettings, faces: str) -> None:
     validate_choices("--recogniser", swap.recogniser, RECOGNISERS)
     validate_face_filter(swap.face_filter)
     validate_mapping(swap, faces)
-    if learned.swapper_model and swap.swapper == "classical":
-        raise InputError("--swapper-model names a learned model, but --swapper is classical")
+    if learned.swapper_model and swap.swapper in ("classical", "none"):
+        raise InputError(f"--swapper-model names a learned model, but --swapper is {swap.swapper}")
+    if swap.swapper == "none" and not learned.enhancer_model:
+        raise InputError("--swapper none renders the enhancer alone: give --enhancer-model")
     _check_range("--swapper-weight", learned.weight, 0.0, 1.0)
     _check_range("--enhancer-blend", learned.enhancer_blend, 0, 100)
     _check_range("--enhancer-weight", learned.enhancer_weight, 0.0, 1.0)

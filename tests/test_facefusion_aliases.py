@@ -87,3 +87,10 @@ def test_an_alias_reaches_the_option_schema(tmp_path):
     )  # fmt: skip
     assert proc.returncode == 2, proc.stderr
     assert "--swapper-model must be one of" in proc.stderr
+
+
+def test_face_detector_score_is_facefusions_scale():
+    """FaceFusion keeps a YuNet face when cls·obj >= its score; ffbatch's threshold is on √(cls·obj)."""
+    argv = facefusion_argv(["render", "clip.mp4", "--face-detector-score", "0.25", "-o", "o.mp4"])
+    assert argv == ["render", "clip.mp4", "--score-threshold", "0.5", "-o", "o.mp4"]
+    assert facefusion_argv(["render", "--face-detector-score=0.5"])[1:] == ["--score-threshold", "0.707107"]

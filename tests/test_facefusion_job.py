@@ -1,156 +1,199 @@
-"""ffbatch render --facefusion-job: a FaceFusion 3 job file's steps, each a render; FaceFusion's
-arguments mapped to ffbatch's options, anything else refused by name."""
+"""ffbatch render --facefusion-job: job files as FaceFusion 3.8.1's own job commands wrote them
+(tests/data/facefusion_jobs, see its README) run unchanged: keys of processors a step does not run
+ignored, remix steps rendered from the earlier step's file, steps sharing an output joined in order,
+a processor ffbatch lacks refused by name. Variants are those files with one value changed."""
 
 from __future__ import annotations
 
 import json
+import shutil
+from fractions import Fraction
 from pathlib import Path
 
+import cv2
 import pytest
 import standins
-from media import decode_all, make_clip
+from media import audio_packets, decode_all, make_clip
 from test_cli import ffbatch
 
 from facefusion_batch.cli import FACEFUSION_ALIASES, FACEFUSION_SAME, facefusion_argv
 from facefusion_batch.errors import InputError
-from facefusion_batch.tools.facefusion_job import job_steps, step_output_name
+from facefusion_batch.tools.facefusion_job import read_facefusion_job
 
 ACCEPTED = frozenset(FACEFUSION_ALIASES) | FACEFUSION_SAME
-
-
-def step_args(target, output, source, **changes) -> dict:
-    """A step's args as FaceFusion 3.8 writes them: every step key, unset ones null, the rest at
-    its defaults."""
-    args = {
-        "source_paths": [str(source)], "target_path": str(target), "output_path": str(output),
-        "face_detector_model": "yolo_face", "face_detector_size": "640x640",
-        "face_detector_margin": [0, 0, 0, 0], "face_detector_angles": [0], "face_detector_score": 0.5,
-        "face_landmarker_model": "2dfan4", "face_landmarker_score": 0.5,
-        "face_selector_mode": "many", "face_selector_order": "large-small",
-        "face_selector_gender": None, "face_selector_race": None,
-        "face_selector_age_start": None, "face_selector_age_end": None,
-        "reference_face_position": 0, "reference_face_distance": 0.3, "reference_frame_number": 0,
-        "face_tracker_score": 0.0, "face_occluder_model": "xseg_1", "face_parser_model": "bisenet_resnet_34",
-        "face_mask_types": ["box"], "face_mask_areas": ["upper-face", "lower-face", "mouth"],
-        "face_mask_regions": ["skin", "nose", "mouth"], "face_mask_blur": 0.3,
-        "face_mask_padding": [0, 0, 0, 0],
-        "voice_extractor_model": "kim_vocal_2", "trim_frame_start": None, "trim_frame_end": None,
-        "temp_frame_format": "png", "temp_pixel_format": "bgr24", "target_frame_amount": 2,
-        "output_image_quality": 80, "output_image_scale": 1.0, "output_audio_encoder": "aac",
-        "output_audio_quality": 80, "output_audio_volume": 100, "output_video_encoder": "libx264",
-        "output_video_preset": "veryfast", "output_video_quality": 80, "output_video_scale": 1.0,
-        "output_video_fps": 25.0, "workflow_mode": "auto", "workflow_strategy": "memory",
-        "processors": ["face_swapper"], "face_swapper_model": "hyperswap_1a_256",
-        "face_swapper_pixel_boost": "256x256", "face_swapper_weight": 0.5,
-        "face_enhancer_model": "gfpgan_1.4", "face_enhancer_blend": 80, "face_enhancer_weight": 0.5,
-    }  # fmt: skip
-    args.update(changes)
-    return args
-
-
-def write_job(path: Path, *steps: dict) -> Path:
-    job = {
-        "version": "1",
-        "date_created": "2026-11-30T22:00:00",
-        "date_updated": None,
-        "steps": [{"args": a, "status": "queued"} for a in steps],
-    }
-    path.write_text(json.dumps(job))
-    return path
+JOBS = Path(__file__).parent / "data" / "facefusion_jobs"
+RUNS = ("swap-default", "swap-image", "swap-and-enhance", "swap-then-enhance-remix", "two-steps-one-output")
+REFUSED = {"lip-syncer": "lip_syncer", "frame-colorizer": "frame_colorizer"}
 
 
 @pytest.fixture(scope="module")
-def clip(tmp_path_factory, t1_small):
-    return make_clip(tmp_path_factory.mktemp("job") / "clip.mp4", frames=3, size=(480, 320), image=t1_small)
+def workdir(tmp_path_factory, t1_small, astronaut_path):
+    """The media FaceFusion's commands named (target.mp4, target2.mp4, target.jpg, source.jpg) and
+    the stand-in models; each test copies what it needs into its own directory."""
+    d = tmp_path_factory.mktemp("ffjobs")
+    make_clip(d / "target.mp4", frames=3, size=(480, 320), image=t1_small)
+    make_clip(d / "target2.mp4", frames=2, size=(480, 320), image=t1_small, seed=1)
+    cv2.imwrite(str(d / "target.jpg"), t1_small)
+    cv2.imwrite(str(d / "source.jpg"), cv2.imread(str(astronaut_path)))
+    standins.write_standins(d / "models", ["hyperswap_1a_256", "arcface_w600k_r50", "gfpgan_1.4"])
+    return d
 
 
-def test_steps_become_facefusion_command_lines(tmp_path, clip, astronaut_path):
-    out0, out1 = tmp_path / "a.mp4", tmp_path / "b.mp4"
-    job = write_job(
-        tmp_path / "nightly.json",
-        step_args(clip, out0, astronaut_path),
-        # FaceFusion's remix: the target is step 0's output under its step name
-        step_args(step_output_name(out0, "nightly", 0), out1, astronaut_path, face_selector_mode="one",
-                  processors=["face_swapper", "face_enhancer"], face_enhancer_model="codeformer"),
-    )  # fmt: skip
-    steps = job_steps(job, ACCEPTED)
-    assert [s.target for s in steps] == [clip, out0] and [s.output for s in steps] == [out0, out1]
-    argv = facefusion_argv(["render", *steps[1].argv])
-    assert argv[-1] == str(out0)  # the input, last
-    pairs = dict(zip(argv[1:-1:2], argv[2:-1:2], strict=True))
-    assert pairs["--faces"] == "one" and pairs["--swapper-model"] == "hyperswap_1a_256"
-    assert pairs["--enhancer-model"] == "codeformer" and pairs["--pixel-boost"] == "256"
-    assert pairs["--mask-areas"] == "upper-face,lower-face,mouth" and pairs["--preset"] == "veryfast"
-    assert "--enhancer-model" not in facefusion_argv(["render", *steps[0].argv])  # no face_enhancer
+def job_dir(tmp_path: Path, workdir: Path, name: str, **changes) -> Path:
+    """A directory holding the media and the job `name` (FaceFusion's file; `changes` set in
+    every step's args)."""
+    for item in workdir.iterdir():
+        (tmp_path / item.name).symlink_to(item)
+    job = json.loads((JOBS / f"{name}.json").read_text())
+    for step in job["steps"]:
+        step["args"].update(changes)
+    (tmp_path / f"{name}.json").write_text(json.dumps(job, indent=4))
+    return tmp_path
+
+
+def test_the_files_are_facefusions_output():
+    for path in JOBS.glob("*.json"):
+        job = json.loads(path.read_text())
+        assert job["version"] == "1" and job["date_created"].startswith("2026-12-06")
+        for step in job["steps"]:
+            assert len(step["args"]) == 85 and step["status"] == "queued"
+            assert step["args"]["output_audio_encoder"] == "flac"  # the machine's ffmpeg lists it first
+    assert sorted(p.stem for p in JOBS.glob("*.json")) == sorted([*RUNS, *REFUSED])
+
+
+def test_keys_of_processors_not_run_are_ignored_and_the_rest_mapped():
+    job = read_facefusion_job(JOBS / "swap-and-enhance.json", ACCEPTED)
+    assert "face_enhancer_model" not in job.ignored and "lip_syncer_model" in job.ignored
+    assert "voice_extractor_model" in job.ignored and "face_debugger_items" in job.ignored
+    argv = facefusion_argv(["render", *job.steps[0].argv])
+    pairs = dict(zip(argv[1:-1:2], argv[2:-1:2], strict=False))
+    assert argv[-1] == "target.mp4" and pairs["-o"] == "output-swap-and-enhance-0.mp4"
+    assert pairs["--swapper-model"] == "hyperswap_1a_256" and pairs["--enhancer-model"] == "gfpgan_1.4"
+    assert pairs["--faces"] == "reference" and pairs["--reference-frame"] == "0"
+    assert pairs["--pixel-boost"] == "256" and pairs["--preset"] == "veryfast"
+    assert pairs["--score-threshold"] == "0.707107"  # FaceFusion's 0.5 is cls·obj; ffbatch's √(cls·obj)
+    remix = read_facefusion_job(JOBS / "swap-then-enhance-remix.json", ACCEPTED).steps[1]
+    assert remix.target == Path("swapped-swap-then-enhance-remix-0.mp4") and remix.final == Path(
+        "enhanced.mp4"
+    )
+    assert "--swapper" in remix.argv and remix.argv[remix.argv.index("--swapper") + 1] == "none"
+    assert "--source-paths" not in remix.argv and "--face-swapper-model" not in remix.argv
+
+
+@pytest.mark.parametrize("name, processor", sorted(REFUSED.items()))
+def test_a_processor_ffbatch_lacks_is_refused_by_name(tmp_path, workdir, name, processor):
+    d = job_dir(tmp_path, workdir, name)
+    proc = ffbatch("render", "--facefusion-job", f"{name}.json", "--models-dir", "models", cwd=d)
+    assert proc.returncode == 2 and f"runs {processor}, which ffbatch does not have" in proc.stderr
+    assert "Traceback" not in proc.stderr and not (d / "output.mp4").exists()
 
 
 @pytest.mark.parametrize(
     "changes, message",
     [
-        ({"face_editor_model": "live_portrait"}, "face_editor_model is not an option ffbatch knows"),
-        ({"processors": ["face_swapper", "lip_syncer"]}, "not ['lip_syncer']"),
-        ({"processors": ["face_enhancer"]}, "ffbatch runs face_swapper"),
         ({"face_detector_model": "retinaface"}, "face_detector_model = 'retinaface' is not supported"),
         ({"trim_frame_start": 10}, "trim_frame_start = 10 is not supported"),
         ({"output_video_scale": 0.5}, "output_video_scale = 0.5"),
+        ({"output_audio_volume": 50}, "output_audio_volume = 50"),
         ({"output_video_fps": 12.0}, "output_video_fps 12 differs from the target's 25 fps"),
+        ({"output_video_resolution": "640x360"}, "output_video_resolution 640x360 differs"),
+        ({"processors": ["face_swapper", "face_editor"]}, "runs face_editor, which ffbatch does not have"),
+        ({"face_swapper_colour": "x"}, "face_swapper_colour is not an option ffbatch knows"),
         ({"output_path": None}, "needs target_path and output_path"),
     ],
 )
 def test_what_ffbatch_cannot_do_the_same_way_is_refused_by_name(
-    tmp_path, clip, astronaut_path, changes, message
+    tmp_path, workdir, monkeypatch, changes, message
 ):
-    job = write_job(tmp_path / "j.json", step_args(clip, tmp_path / "o.mp4", astronaut_path, **changes))
+    d = job_dir(tmp_path, workdir, "swap-default", **changes)
+    monkeypatch.chdir(d)  # the job's paths are relative, as FaceFusion's commands were given them
     with pytest.raises(InputError, match="step 0") as err:
-        job_steps(job, ACCEPTED)
+        read_facefusion_job(d / "swap-default.json", ACCEPTED)
     assert message in str(err.value)
 
 
-def test_bad_job_files_are_refused(tmp_path, clip, astronaut_path):
-    same = write_job(
-        tmp_path / "same.json",
-        step_args(clip, tmp_path / "o.mp4", astronaut_path),
-        step_args(clip, tmp_path / "o.mp4", astronaut_path),
-    )
-    with pytest.raises(InputError, match="writes .*o.mp4 as step 0 does"):
-        job_steps(same, ACCEPTED)
+def test_older_keys_and_other_defaults_are_accepted(tmp_path, workdir, monkeypatch):
+    monkeypatch.chdir(job_dir(tmp_path, workdir, "swap-default"))
+    for changes in (
+        {"keep_temp": True, "output_video_resolution": "480x320", "output_video_fps": 25.0},
+        {"face_detector_model": "yunet", "output_audio_encoder": "aac"},
+    ):
+        job = json.loads(Path("swap-default.json").read_text())
+        job["steps"][0]["args"].update(changes)
+        Path("changed.json").write_text(json.dumps(job))
+        assert len(read_facefusion_job(Path("changed.json"), ACCEPTED).steps) == 1
+
+
+def test_bad_job_files_are_refused(tmp_path):
     (tmp_path / "text.json").write_text("not json")
+    (tmp_path / "empty.json").write_text(json.dumps({"version": "1", "date_created": "x", "steps": []}))
     for path, match in (
         (tmp_path / "text.json", "not a FaceFusion job file"),
-        (write_job(tmp_path / "empty.json"), "no steps"),
+        (tmp_path / "empty.json", "no steps"),
         (tmp_path / "absent.json", "no such file"),
     ):
         with pytest.raises(InputError, match=match):
-            job_steps(path, ACCEPTED)
+            read_facefusion_job(path, ACCEPTED)
 
 
-def test_render_a_facefusion_job(tmp_path, private_home, clip, astronaut_path):
-    store = standins.write_standins(tmp_path / "models", ["hyperswap_1a_256", "arcface_w600k_r50"])
-    out0, out1 = tmp_path / "a.mp4", tmp_path / "b.mp4"
-    job = write_job(
-        tmp_path / "nightly.json",
-        step_args(clip, out0, astronaut_path),
-        step_args(step_output_name(out0, "nightly", 0), out1, astronaut_path, face_selector_mode="one"),
-    )
+@pytest.mark.slow
+def test_the_default_job_renders_and_lists_ignored_keys_once_at_v(tmp_path, workdir, private_home):
+    d = job_dir(tmp_path, workdir, "swap-default")
     proc = ffbatch(
-        "render", "--facefusion-job", job, "--models-dir", store, "--report", tmp_path / "r.json",
-        home=private_home,
+        "render", "--facefusion-job", "swap-default.json", "--models-dir", "models", "-v",
+        "--report", "r.json", cwd=d, home=private_home,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    r0 = json.loads((tmp_path / "r-0.json").read_text())
-    r1 = json.loads((tmp_path / "r-1.json").read_text())
-    assert r0["settings"]["swap"]["learned"]["swapper_model"] == "hyperswap_1a_256"
-    # many, then one a frame: the rest are not the first face; of the chosen three, the ones the
-    # mesh is not sure are faces (the stand-in swapper's output is noise) are left as they are
-    chosen = r1["faces_swapped"] + r1["faces_not_swapped"].get("track_not_swapping", 0)
-    assert r0["faces_swapped"] > 3 and chosen == 3 and r1["faces_swapped"] >= 1
-    assert r1["faces_not_swapped"]["not_the_first_face"] >= 1
-    assert Path(r1["settings"]["input"]) == out0  # the remix rendered step 0's output again
-    assert len(decode_all(out0)[0]) == len(decode_all(out1)[0]) == 3
-    refused = write_job(
-        tmp_path / "bad.json",
-        step_args(clip, tmp_path / "c.mp4", astronaut_path, frame_colorizer_model="ddcolor"),
+    assert proc.stdout.split() == ["output.mp4"]
+    assert proc.stderr.count("lip_syncer_model") == 1 and "ignored" in proc.stderr
+    report = json.loads((d / "r.json").read_text())
+    assert report["settings"]["swap"]["learned"]["swapper_model"] == "hyperswap_1a_256"
+    assert report["faces_swapped"] >= 1 and report["audio"] == "copied"
+    assert len(decode_all(d / "output.mp4")[0]) == 3
+    assert audio_packets(d / "output.mp4") == audio_packets(d / "target.mp4")  # flac asked: kept as is
+    assert sorted(p.name for p in d.iterdir() if "swap-default-" in p.name) == []  # step files removed
+    again = ffbatch("render", "--facefusion-job", "swap-default.json", "--models-dir", "models", cwd=d)
+    assert again.returncode == 2 and "output.mp4 already exists" in again.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["swap-image", "swap-and-enhance", "swap-then-enhance-remix"])
+def test_default_jobs_render(tmp_path, workdir, private_home, name):
+    d = job_dir(tmp_path, workdir, name)
+    proc = ffbatch(
+        "render", "--facefusion-job", f"{name}.json", "--models-dir", "models", cwd=d, home=private_home
     )
-    bad = ffbatch("render", "--facefusion-job", refused, "--models-dir", store, home=private_home)
-    assert bad.returncode == 2 and "frame_colorizer_model is not an option ffbatch knows" in bad.stderr
-    assert not (tmp_path / "c.mp4").exists()
+    assert proc.returncode == 0, proc.stderr
+    outputs = {"swap-image": ["output.jpg"], "swap-then-enhance-remix": ["swapped.mp4", "enhanced.mp4"]}
+    assert proc.stdout.split() == outputs.get(name, ["output.mp4"])
+    assert not [p.name for p in d.iterdir() if f"-{name}-" in p.name]  # step files removed
+    if name == "swap-then-enhance-remix":  # the enhancer alone on the swapped clip: faces change only
+        (swapped, _), (enhanced, _) = decode_all(d / "swapped.mp4"), decode_all(d / "enhanced.mp4")
+        assert len(swapped) == len(enhanced) == 3
+        assert [p for p, _ in swapped] == [p for p, _ in enhanced]
+        diff = [cv2.absdiff(a, b).max(axis=2) > 8 for (_, a), (_, b) in zip(swapped, enhanced, strict=True)]
+        assert 0 < sum(int(m.sum()) for m in diff) < 0.5 * sum(m.size for m in diff)
+
+
+@pytest.mark.slow
+def test_steps_sharing_an_output_are_joined_in_order(tmp_path, workdir, private_home):
+    d = job_dir(tmp_path, workdir, "two-steps-one-output")
+    proc = ffbatch(
+        "render", "--facefusion-job", "two-steps-one-output.json", "--models-dir", "models",
+        cwd=d, home=private_home,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    frames, tb = decode_all(d / "output.mp4")
+    first, tb1 = decode_all(d / "target.mp4")
+    assert len(frames) == 5 and tb == tb1
+    step = round(Fraction(1, 25) / tb)
+    assert [p for p, _ in frames] == [i * step for i in range(5)]  # the second clip follows the first
+    assert not [p.name for p in d.iterdir() if "-two-steps-one-output-" in p.name]
+    ours, first_audio = audio_packets(d / "output.mp4"), audio_packets(d / "target.mp4")
+    assert ours[: len(first_audio)] == first_audio  # the first clip's sound, packet for packet
+
+
+def test_enhance_only_render_needs_an_enhancer(tmp_path, workdir):
+    shutil.copy(workdir / "target.mp4", tmp_path / "t.mp4")
+    proc = ffbatch("render", tmp_path / "t.mp4", "--swapper", "none", "-o", tmp_path / "o.mp4")
+    assert proc.returncode == 2 and "--swapper none renders the enhancer alone" in proc.stderr

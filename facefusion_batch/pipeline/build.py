@@ -60,7 +60,7 @@ from facefusion_batch.swap.masks import AreaMasker, CropMasker, Occluder, Region
 from facefusion_batch.swap.regions import FaceRegions
 from facefusion_batch.timing import StageTimer
 from facefusion_batch.video.reader import FrameReader
-from facefusion_batch.video.stills import read_image
+from facefusion_batch.video.stills import is_still_image, read_image
 
 log = logging.getLogger("ffbatch")
 
@@ -331,7 +331,9 @@ def build_pipeline(
                 f"--mask {learned_only} needs a learned swapper (it masks the swapped crop); "
                 "the classical swap takes --mask occlusion or --mask skin"
             )
-    if swapper_name is None:
+    if settings.swapper == "none":  # the enhancer alone (FaceFusion's face_enhancer step)
+        stages += [*track]
+    elif swapper_name is None:
         # with tracks, the tracker decides per track which faces are present
         mesh = meshing(models, keep_all=tracking is not None)
 
@@ -403,7 +405,8 @@ def build_pipeline(
                 weight=learned.enhancer_weight,
             )
         )
-    return FacePipeline(models.detector, stages, timer, swapper=swapper_name or "classical")
+    shown = "none" if settings.swapper == "none" else swapper_name or "classical"
+    return FacePipeline(models.detector, stages, timer, swapper=shown)
 
 
 # --- learned models ------------------------------------------------------------------------
@@ -455,7 +458,7 @@ def choose_swapper(settings: SwapSettings, models_dir: Path | None) -> str | Non
     `auto` falls back to the classical swap only when learned files are absent, and says
     which; a file that is there but fails verification stops the run (exit 2) in every mode."""
     named = settings.learned.swapper_model
-    if settings.swapper == "classical":
+    if settings.swapper in ("classical", "none"):
         return None
     if settings.swapper == "learned":
         return named or AUTO_ORDER[0]
@@ -611,6 +614,8 @@ def reference_embedding(
     """The recogniser's vector of the reference face: the `position`-th largest face of the picture."""
     if reference.image is not None:
         image, what = read_image(reference.image, "--reference-face"), f"--reference-face {reference.image}"
+    elif reference.frame == 0 and is_still_image(reference.video):  # a photo input: its one picture
+        image, what = read_image(reference.video, "input"), f"the input {reference.video}"
     else:
         image, what = read_frame(reference.video, reference.frame), f"frame {reference.frame} of the input"
     k = HostKernels()

@@ -1,37 +1,59 @@
-"""FaceFusion 3 job files (`ffbatch render --facefusion-job job.json`): each step as a render.
+"""FaceFusion 3 job files (`ffbatch render --facefusion-job job.json`), run as FaceFusion's runner runs them.
 
 A job file is FaceFusion's JSON (`version` "1", `date_created`, `date_updated`, `steps`: a list of
-`{"args": {...}, "status": ...}`), the args keyed by FaceFusion's option names in snake case,
-every step key present (unset ones null, the rest at FaceFusion's defaults). Each step becomes
-the command line FaceFusion's own names would make (`--face-swapper-model X`, ...), which the
-command line rewrites to ffbatch's options like any other FaceFusion name. Steps run in order
-and stop at the first that fails, as FaceFusion's runner does.
+`{"args": {...}, "status": ...}`), the args keyed by FaceFusion's option names in snake case: every
+step key FaceFusion knows is written (85 in 3.8.1), those of every processor included, whichever
+the step runs. tests/data/facefusion_jobs/ holds files FaceFusion's own job commands wrote.
 
-What ffbatch cannot do the same way is refused by name, never ignored:
+As FaceFusion's runner does (jobs/job_runner.py), each step renders to its step file
+`<name>-<job>-<index><ext>` beside its output; a remix step (`job-remix-step`) names the earlier
+step's file as its target, so it renders that step's result. After the last step, the step files
+of each output are joined in step order (one step: renamed; images: the last one), and every step
+file is removed, whether the job finished or not. The first step that fails stops the job.
 
-- a key it does not know, a processor other than face_swapper and face_enhancer;
-- a key of FaceFusion's own machinery (detector, landmarker, tracker, audio re-encoding,
-  scaling) set to anything but FaceFusion's default, since that asks for something else;
-- trimming (FaceFusion trims with the audio; ffbatch's --frames is a video-only segment);
-- two steps writing one output (FaceFusion joins them; here every step is one output).
+Each step becomes the command line FaceFusion's own option names make, which the command line
+rewrites to ffbatch's like any other FaceFusion name. Keys are:
 
-A step whose target is an earlier step's output (FaceFusion's "remix": the earlier step's
-`<name>-<job>-<index><ext>`) takes that step's output file, rendered before it.
+- of a processor the step does not run: ignored (listed at -v);
+- of face_swapper and face_enhancer when the step runs them: mapped to ffbatch's options, or
+  refused by name; a step that runs only face_enhancer is an enhance-only render (--swapper none);
+- of a processor ffbatch does not have, when the step runs it: the step is refused naming it;
+- of FaceFusion's own machinery (detector, landmarker, tracker, audio, scaling): accepted where
+  they ask for what ffbatch does anyway (FACEFUSION_DEFAULTS), refused by name where not;
+- of frame staging on disk (ffbatch streams): no effect here.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from facefusion_batch.errors import InputError
+from facefusion_batch.video.join_in_order import join_in_order
 from facefusion_batch.video.probe import probe
+from facefusion_batch.video.stills import is_still_image
 
-# keys of FaceFusion's own machinery: accepted at its defaults only (null is "not set")
-AT_DEFAULT: dict[str, tuple[Any, ...]] = {
-    "face_detector_model": ("yolo_face",),
+log = logging.getLogger("ffbatch")
+
+# FaceFusion 3.8.1's processors (facefusion/processors/modules); a step key `<processor>_...`
+# belongs to its processor, and voice_extractor_model to the lip syncer, its one user
+FACEFUSION_PROCESSORS = (
+    "age_modifier", "background_remover", "deep_swapper", "expression_restorer", "face_debugger",
+    "face_editor", "face_enhancer", "face_swapper", "frame_colorizer", "frame_enhancer", "lip_syncer",
+)  # fmt: skip
+PROCESSORS = ("face_swapper", "face_enhancer")  # the ones ffbatch runs
+OWNED_BY = {"voice_extractor_model": "lip_syncer"}
+
+# keys of FaceFusion's own machinery: the values accepted, each asking for what ffbatch does
+# anyway (null is "not set" and always accepted); any other value is refused by name
+FACEFUSION_DEFAULTS: dict[str, tuple[Any, ...]] = {
+    # ffbatch detects with YuNet and its own five points whichever detector FaceFusion named
+    "face_detector_model": ("yolo_face", "yunet"),
     "face_detector_size": ("640x640",),
     "face_detector_margin": ([0, 0, 0, 0], [0]),
     "face_detector_angles": ([0],),
@@ -40,7 +62,8 @@ AT_DEFAULT: dict[str, tuple[Any, ...]] = {
     "face_tracker_score": (0.0,),
     "output_image_quality": (80,),
     "output_image_scale": (1.0,),
-    "output_audio_encoder": ("aac",),
+    # the audio is copied as it is (re-encoded to AAC only where the container cannot hold it)
+    "output_audio_encoder": ("flac", "aac", "libmp3lame", "libopus", "libvorbis", "pcm_s16le", "pcm_s32le"),
     "output_audio_quality": (80,),
     "output_audio_volume": (100,),
     "output_video_scale": (1.0,),
@@ -50,18 +73,31 @@ AT_DEFAULT: dict[str, tuple[Any, ...]] = {
 # keys that only steer how FaceFusion stages frames on disk (ffbatch streams): no effect here
 NO_EFFECT = frozenset(
     {"temp_frame_format", "temp_pixel_format", "workflow_mode", "workflow_strategy", "target_frame_amount"}
+    | {"keep_temp"}  # older FaceFusion: keep its temporary frames; ffbatch has none
 )
-PROCESSORS = ("face_swapper", "face_enhancer")
-ENHANCER_KEYS = ("face_enhancer_model", "face_enhancer_blend", "face_enhancer_weight")
-VOICE_KEYS = ("voice_extractor_model",)  # only the lip syncer (refused) uses it
 
 
 @dataclass(frozen=True)
 class JobStep:
     index: int
     target: Path
-    output: Path
+    output: Path  # the step's file, `<name>-<job>-<index><ext>`
+    final: Path  # the output_path the job writes
     argv: list[str]  # FaceFusion's option names, the input first (`-t TARGET`)
+
+
+@dataclass
+class Job:
+    path: Path
+    steps: list[JobStep]
+    ignored: dict[str, list[int]] = field(default_factory=dict)  # key -> the steps it was ignored in
+
+    def outputs(self) -> dict[Path, list[Path]]:
+        """Each output_path and its step files, in step order (FaceFusion's output set)."""
+        out: dict[Path, list[Path]] = {}
+        for step in self.steps:
+            out.setdefault(step.final, []).append(step.output)
+        return out
 
 
 def read_job(path: Path) -> dict[str, Any]:
@@ -86,57 +122,57 @@ def read_job(path: Path) -> dict[str, Any]:
 
 
 def step_output_name(output: Path, job_id: str, index: int) -> Path:
-    """FaceFusion's temporary name for a step's output: `<name>-<job>-<index><ext>`."""
+    """FaceFusion's name for a step's output: `<name>-<job>-<index><ext>` (job_helper)."""
     return output.with_name(f"{output.stem}-{job_id}-{index}{output.suffix}")
 
 
-def job_steps(path: Path, accepted: frozenset[str]) -> list[JobStep]:
+def owner(key: str) -> str | None:
+    """The FaceFusion processor a step key belongs to, None for the common keys."""
+    if key in OWNED_BY:
+        return OWNED_BY[key]
+    return next((p for p in FACEFUSION_PROCESSORS if key.startswith(p + "_")), None)
+
+
+def read_facefusion_job(path: Path, accepted: frozenset[str]) -> Job:
     """Every step of the job at `path` as FaceFusion's command line; `accepted`: the FaceFusion
     option names the command line takes (`--face-swapper-model`, ...)."""
-    job = read_job(path)
-    job_id = Path(path).stem
-    steps: list[JobStep] = []
-    written: dict[Path, int] = {}
-    remixed: dict[Path, Path] = {}
-    for index, step in enumerate(job["steps"]):
+    raw = read_job(path)
+    job_id = Path(path).stem  # FaceFusion's <jobs>/<status>/<job id>.json
+    job = Job(Path(path), [])
+    for index, step in enumerate(raw["steps"]):
         what = f"--facefusion-job {path}, step {index}"
         args = dict(step["args"])
         target, output = args.pop("target_path", None), args.pop("output_path", None)
         if not target or not output:
             raise InputError(f"{what}: needs target_path and output_path")
         target, output = Path(target), Path(output)
-        target = remixed.get(target, target)
-        if output in written:
-            raise InputError(
-                f"{what}: writes {output} as step {written[output]} does; FaceFusion joins such steps, "
-                "ffbatch renders one output per step: give each step its own output_path"
-            )
-        written[output] = index
-        remixed[step_output_name(output, job_id, index)] = output
-        argv = ["-t", str(target), "-o", str(output)]
         processors = args.pop("processors", None) or ["face_swapper"]
-        other = [p for p in processors if p not in PROCESSORS]
-        if other or "face_swapper" not in processors:
+        lacking = [p for p in processors if p not in PROCESSORS]
+        if lacking:
+            known = [p for p in lacking if p in FACEFUSION_PROCESSORS]
             raise InputError(
-                f"{what}: processors {processors}: ffbatch runs face_swapper, with face_enhancer "
-                f"optionally{f'; not {other}' if other else ''}"
+                f"{what}: runs {', '.join(lacking)}, which ffbatch does not have "
+                f"({'a FaceFusion processor' if known else 'not a FaceFusion processor'}; ffbatch runs "
+                "face_swapper and face_enhancer)"
             )
-        if "face_enhancer" not in processors:
-            for key in ENHANCER_KEYS:
-                args.pop(key, None)
-        for key in VOICE_KEYS:
-            args.pop(key, None)
-        fps = args.pop("output_video_fps", None)
-        if fps is not None:
-            check_fps(what, target, float(fps))
+        argv = ["-t", str(target), "-o", str(step_output_name(output, job_id, index))]
+        if "face_swapper" not in processors:
+            argv += ["--swapper", "none"]
+            args.pop("source_paths", None)  # FaceFusion writes them, and the enhancer does not read them
+        for key in [k for k in args if owner(k) is not None and owner(k) not in processors]:
+            job.ignored.setdefault(key, []).append(index)
+            del args[key]
+        check_fps(what, target, args.pop("output_video_fps", None))
+        check_resolution(what, target, args.pop("output_video_resolution", None))
         for key, value in args.items():
             if value is None or key in NO_EFFECT:
                 continue
-            if key in AT_DEFAULT:
-                if value not in AT_DEFAULT[key]:
+            if key in FACEFUSION_DEFAULTS:
+                if value not in FACEFUSION_DEFAULTS[key]:
+                    accepted_values = ", ".join(map(repr, FACEFUSION_DEFAULTS[key])) or "unset"
                     raise InputError(
                         f"{what}: {key} = {value!r} is not supported (ffbatch does this its own way; "
-                        f"accepted: {', '.join(map(repr, AT_DEFAULT[key])) or 'unset'})"
+                        f"accepted: {accepted_values})"
                     )
                 continue
             option = "--" + key.replace("_", "-")
@@ -144,18 +180,76 @@ def job_steps(path: Path, accepted: frozenset[str]) -> list[JobStep]:
                 raise InputError(f"{what}: {key} is not an option ffbatch knows (FaceFusion's {option})")
             values = value if isinstance(value, list) else [value]
             argv += [option, *(str(v) for v in values)]
-        steps.append(JobStep(index, target, output, argv))
-    return steps
+        job.steps.append(JobStep(index, target, step_output_name(output, job_id, index), output, argv))
+    return job
 
 
-def check_fps(what: str, target: Path, fps: float) -> None:
-    """FaceFusion records the target's rate as output_video_fps; another rate is a conversion
-    ffbatch does not do (it keeps every frame and its timestamp)."""
-    if not target.is_file():
-        return  # the render reports the missing input
+def job_steps(path: Path, accepted: frozenset[str]) -> list[JobStep]:
+    return read_facefusion_job(path, accepted).steps
+
+
+def check_fps(what: str, target: Path, fps: Any) -> None:
+    """FaceFusion records the target's rate as output_video_fps (3.8 leaves it null); another
+    rate is a conversion ffbatch does not do (it keeps every frame and its timestamp)."""
+    if fps is None or not target.is_file() or is_still_image(target):
+        return  # the render reports a missing input
     rate = float(probe(target).average_rate or 0)
-    if rate and abs(rate - fps) > 0.01:
+    if rate and abs(rate - float(fps)) > 0.01:
         raise InputError(
-            f"{what}: output_video_fps {fps:g} differs from the target's {rate:g} fps; ffbatch keeps "
-            "the input's frames and timestamps"
+            f"{what}: output_video_fps {float(fps):g} differs from the target's {rate:g} fps; ffbatch "
+            "keeps the input's frames and timestamps"
         )
+
+
+def check_resolution(what: str, target: Path, resolution: Any) -> None:
+    """Older FaceFusion records the target's size as output_video_resolution ("WxH"); another
+    size is a scaling ffbatch does not do."""
+    if resolution is None or not target.is_file() or is_still_image(target):
+        return
+    info = probe(target)
+    if str(resolution).lower() != f"{info.width}x{info.height}":
+        raise InputError(
+            f"{what}: output_video_resolution {resolution} differs from the target's "
+            f"{info.width}x{info.height}; ffbatch writes the input's size"
+        )
+
+
+def check_outputs(job: Job, overwrite: bool) -> None:
+    """Before any step: no output is an existing file unless --overwrite, no output is a step's target."""
+    targets = {s.target for s in job.steps}
+    for final, pieces in job.outputs().items():
+        if final in targets:
+            raise InputError(f"--facefusion-job {job.path}: {final} is both a target and an output")
+        if final.exists() and not overwrite:
+            raise InputError(f"output {final} already exists; pass --overwrite to replace it")
+        if len(pieces) > 1 and is_still_image(final):
+            log.info(
+                "%s: %d image steps write it; the last one is kept, as FaceFusion does", final, len(pieces)
+            )
+
+
+def run_job(job: Job, run_step: Callable[[JobStep], int]) -> int:
+    """The job's steps in order (`run_step`: one render, its exit status), then each output made
+    from its step files (videos joined in order); the step files removed in any case."""
+    if job.ignored:
+        log.debug(
+            "--facefusion-job: keys of processors the steps do not run, ignored: %s",
+            ", ".join(sorted(job.ignored)),
+        )
+    try:
+        for n, step in enumerate(job.steps):
+            log.info("--facefusion-job: step %d of %d", n + 1, len(job.steps))
+            code = run_step(step)
+            if code:
+                log.error("--facefusion-job: step %d failed; later steps not run", step.index)
+                return code
+        for final, pieces in job.outputs().items():
+            if len(pieces) == 1 or is_still_image(final):
+                os.replace(pieces[-1], final)
+            else:
+                log.info("--facefusion-job: joining %d steps into %s", len(pieces), final)
+                join_in_order(pieces, final)
+        return 0
+    finally:
+        for step in job.steps:
+            step.output.unlink(missing_ok=True)
