@@ -22,6 +22,7 @@ import sys
 import time
 from fractions import Fraction
 from pathlib import Path
+from unittest import mock
 
 import cv2
 import hostk
@@ -67,7 +68,7 @@ def ffbatch_here(*args) -> subprocess.CompletedProcess:
     saved = logger.handlers[:], logger.level, logger.propagate
     try:
         with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-            with pytest.raises(SystemExit) as ended:
+            with mock.patch.dict(os.environ, {"COLUMNS": "200"}), pytest.raises(SystemExit) as ended:
                 cli.main([str(a) for a in args])
     finally:
         logger.handlers[:], logger.level, logger.propagate = saved[0], saved[1], saved[2]
@@ -405,7 +406,7 @@ def test_options_that_do_not_parse_use_the_ffbatch_error_line(job):
 
 
 def test_backend_cuda_without_a_gpu_is_a_usage_error(job):
-    line = assert_usage_error(ffbatch(*render_args(job, extra=("--backend", "cuda"))), "--backend cuda")
+    line = assert_usage_error(ffbatch_here(*render_args(job, extra=("--backend", "cuda"))), "--backend cuda")
     if not HAS_GPU:
         assert "no NVIDIA GPU" in line
     assert_nothing_written(job)
@@ -502,24 +503,24 @@ def test_preview_rejects_a_bad_frame_count(tmp_path, face_clip, astronaut_path):
 
 
 def test_help_and_version():
-    top = ffbatch("--help")
+    top = ffbatch_here("--help")
     assert top.returncode == 0
     for command in ("render", "preview", "models", "doctor"):
         assert command in top.stdout
-    render = ffbatch("render", "--help")
+    render = ffbatch_here("render", "--help")
     assert render.returncode == 0
     for option in ("--source", "--output", "--faces", "--batch-size", "--blend", "--eyes-mouth", "--colour"):
         assert option in render.stdout, option
     for option in ("--crf", "--encoder", "--backend", "--overwrite", "--report", "--workers"):
         assert option in render.stdout, option
-    version = ffbatch("--version")
+    version = ffbatch_here("--version")
     assert version.returncode == 0
     assert version.stdout.strip() == f"ffbatch {__version__} (render revision {RENDER_REVISION})"
 
 
 def test_render_help_states_every_default():
     # (square brackets in help texts are Rich markup and vanish: defaults must not use them)
-    lines = ffbatch("render", "--help").stdout.splitlines()
+    lines = ffbatch_here("render", "--help").stdout.splitlines()
 
     def block(option: str) -> str:
         """The option's help: its line and the wrapped lines below it (plain help wraps)."""
@@ -534,16 +535,16 @@ def test_render_help_states_every_default():
 
 
 def test_models_list_verify_and_doctor():
-    listed = ffbatch("models", "list")
+    listed = ffbatch_here("models", "list")
     assert listed.returncode == 0, listed.stderr
     rows = {line.split()[0]: line.split()[2] for line in listed.stdout.splitlines() if line.strip()}
     assert rows["yunet_2023mar"] == "ok" and rows["face_mesh_468"] == "ok"
-    verified = ffbatch("models", "verify")
+    verified = ffbatch_here("models", "verify")
     assert verified.returncode == 0, verified.stdout + verified.stderr
     assert "FAILED" not in verified.stdout
     for name in ("yunet_2023mar_batch", "face_mesh_468", "face_mesh_topology"):
         assert f"{name}: ok" in verified.stdout
-    doctor = ffbatch("doctor")
+    doctor = ffbatch_here("doctor")
     assert doctor.returncode == 0, doctor.stderr
     assert "onnxruntime" in doctor.stdout and "libx264" in doctor.stdout
     if not HAS_GPU:
