@@ -17,7 +17,7 @@ import pytest
 import standins
 import typer
 from media import make_clip
-from test_cli import ffbatch
+from test_cli import ffbatch, ffbatch_here
 
 from facefusion_batch.cli import app
 from facefusion_batch.config import SwapSettings
@@ -168,18 +168,18 @@ def test_preview_takes_renders_swap_options_with_the_same_names_defaults_and_hel
 )
 def test_bad_values_give_renders_one_line_error_and_exit_2(tmp_path, clip, astronaut_path, extra):
     sheet = tmp_path / "sheet.png"
-    line = error_line(ffbatch("preview", clip, "-s", astronaut_path, "-o", sheet, *extra))
+    line = error_line(ffbatch_here("preview", clip, "-s", astronaut_path, "-o", sheet, *extra))
     option = extra[-2] if extra[-1] != "reference" else "--faces"
     assert option in line, line
     # the very same message as render's for the same options
-    rendered = ffbatch("render", clip, "-s", astronaut_path, "-o", tmp_path / "o.mp4", *extra)
+    rendered = ffbatch_here("render", clip, "-s", astronaut_path, "-o", tmp_path / "o.mp4", *extra)
     assert line == error_line(rendered).replace("'ffbatch render", "'ffbatch preview")
     assert not sheet.exists() and list(tmp_path.iterdir()) == []
 
 
 def test_a_missing_reference_face_is_named(tmp_path, clip, astronaut_path):
     missing = tmp_path / "her.jpg"
-    proc = ffbatch(
+    proc = ffbatch_here(
         "preview", clip, "-s", astronaut_path, "-o", tmp_path / "s.png", "--faces", "reference",
         "--reference-face", missing,
     )  # fmt: skip
@@ -193,7 +193,7 @@ def test_source_face_index_beyond_the_sources_faces(
 ):
     sheet = tmp_path / "sheet.png"
     args = ["--swapper", swapper] + (["--swapper-model", "inswapper_128"] if swapper == "learned" else [])
-    proc = ffbatch(
+    proc = ffbatch_here(
         "preview", clip, "-s", astronaut_path, "-o", sheet, "--source-face-index", "1",
         "--models-dir", standin_dir, *args, home=private_home,
     )  # fmt: skip
