@@ -249,6 +249,39 @@ def test_out_of_memory_halves_the_batch_instead_of_failing(trt, tmp_path):
     assert summary["batch_sizes"] == {"2": 4}
 
 
+def test_each_thread_has_its_own_user_managed_context(trt, tmp_path, monkeypatch):
+    import threading
+
+    model = conv_net(tmp_path / "m.onnx")
+    backend = make_backend(trt, tmp_path, max_batch=4)
+    path, _, inputs, outputs = backend.engine_for(model, "m", "fp32")
+    session = TensorRTSession(backend, path, label="m", inputs=inputs, outputs=outputs)
+    strategies = []
+    engine_class = type(session.engine)
+    create = engine_class.create_execution_context
+
+    def counted(engine, strategy=trt.ExecutionContextAllocationStrategy.STATIC):
+        strategies.append(strategy)
+        return create(engine, strategy)
+
+    monkeypatch.setattr(engine_class, "create_execution_context", counted)
+    x = np.random.default_rng(3).uniform(0, 1, (6, 3, 8, 8)).astype(np.float32)
+    results, together = {}, threading.Barrier(2)
+
+    def run(k):
+        results[k] = session.run({"x": x})["y"]
+        together.wait(timeout=30)
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for y in results.values():
+        np.testing.assert_allclose(y, reference(model, {"x": x}), rtol=1e-6, atol=1e-6)
+    assert strategies == [trt.ExecutionContextAllocationStrategy.USER_MANAGED] * 2
+
+
 def test_a_float64_input_is_cast_for_tensorrt_and_probed_as_float64(trt, tmp_path):
     """Issue 34 item 7: CodeFormer's fidelity weight is float64; TensorRT takes no DOUBLE input."""
     from facefusion_batch.runtime.torch_backend import probe_feeds
