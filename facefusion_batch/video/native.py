@@ -73,6 +73,14 @@ def native_format(pix_fmt: str) -> NativeFormat | None:
     return None
 
 
+def _known_format(pix_fmt: str) -> NativeFormat:
+    """The layout of `pix_fmt`, which a native picture has (`native_reason` said it is handled)."""
+    fmt = native_format(pix_fmt)
+    if fmt is None:
+        raise ValueError(f"the pixel format {pix_fmt} has no native path")
+    return fmt
+
+
 def native_reason(info: VideoInfo) -> str:
     """'' when `info`'s frames can keep their own precision through a render, else why not."""
     fmt = native_format(info.pix_fmt)
@@ -112,10 +120,10 @@ class NativePicture:
         a hardware decoder's nv12, a stream that changes resolution)."""
         if frame.format.name != pix_fmt or (frame.width, frame.height) != (width, height):
             frame = frame.reformat(format=pix_fmt, width=width, height=height)
-        fmt = native_format(pix_fmt)
+        fmt = _known_format(pix_fmt)
         planes = []
         for plane in frame.planes[: fmt.planes]:
-            rows = np.frombuffer(plane, fmt.dtype).reshape(plane.height, -1)
+            rows = np.frombuffer(memoryview(plane), fmt.dtype).reshape(plane.height, -1)
             planes.append(rows[:, : plane.width * fmt.components].copy())
         return cls(pix_fmt, width, height, planes, int(frame.colorspace), int(frame.color_range))
 
@@ -170,7 +178,7 @@ def rgb_box(picture: NativePicture, box: tuple[int, int, int, int]) -> np.ndarra
     """[h, w, 3] float32 RGB in 0–1 units of `picture` inside `box` (x0, y0, x1, y1), at the
     picture's own precision: `compose`'s arithmetic run backwards (each chroma sample repeated
     over the pixels it covers; values past the code range are kept, not clipped)."""
-    fmt = native_format(picture.pix_fmt)
+    fmt = _known_format(picture.pix_fmt)
     x0, y0, x1, y1 = box
     top = np.float32((1 << fmt.bits) - 1)
     if fmt.kind == "rgb":
@@ -223,7 +231,7 @@ def compose(
     reader hands every frame a picture of its own)."""
     if not rects:
         return picture
-    fmt = native_format(picture.pix_fmt)
+    fmt = _known_format(picture.pix_fmt)
     top = (1 << fmt.bits) - 1
     # Read every rectangle's change before writing any: overlapping rectangles then add the same
     # values to the pixels they share instead of adding them twice.

@@ -53,6 +53,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import av
 import av.error
@@ -163,13 +164,13 @@ class FrameReader:
         self.info = info if info is not None else probe(self.path)
         self.frames = frames
         self.index = index
-        if frames is not None and index is None:
-            self.index = frame_index(self.path, self.info.video_stream_index)
         if frames is not None:
-            self.frames = self.index.resolve(frames[0], frames[1])
-            if self.index.end is not None:  # a range of a file whose demuxer gave up: as a whole read
-                last = self.frames[1] == self.index.count
-                judge_end(self.info, self.index.end, self.index.count, fail=True, warn=last)
+            if index is None:
+                index = self.index = frame_index(self.path, self.info.video_stream_index)
+            self.frames = index.resolve(frames[0], frames[1])
+            if index.end is not None:  # a range of a file whose demuxer gave up: as a whole read
+                last = self.frames[1] == index.count
+                judge_end(self.info, index.end, index.count, fail=True, warn=last)
         self.seeked = False  # whether the range was reached by seeking (for tests and logs)
         self.frames_read = 0
         self.frames_replaced = 0  # frames filled in by on_decode_error="skip"
@@ -315,7 +316,7 @@ class FrameReader:
             return
         try:
             stream = container.streams[self.info.video_stream_index]
-            if stream.type != "video":
+            if not isinstance(stream, av.VideoStream):
                 raise InputError(f"input video {self.path} changed since it was probed")
             stream.thread_type = "AUTO"
             time_base = Fraction(stream.time_base) if stream.time_base else self.info.time_base
@@ -413,9 +414,13 @@ class FrameReader:
         if show(times.finish()) and fill(None):
             self._put(_END)
 
+    def _range(self) -> tuple[int, int]:
+        assert self.frames is not None  # the range reads run only for `frames`
+        return self.frames
+
     def _run_range(self, container, stream, time_base: Fraction) -> None:
         """Deliver frames start..end-1 exactly."""
-        start, end = self.frames
+        start, end = self._range()
         seek = self.index.seek_pts(start) if self.index is not None else None
         byte = self.index.seek_byte(start) if self.index is not None else None
         if seek is not None or byte is not None:
@@ -480,7 +485,8 @@ class FrameReader:
     def _decode_range_by_pts(self, container, stream, time_base: Fraction) -> bool:
         """After a seek: drop frames before the range, check every pts against the index.
         False (nothing delivered) when the first frame of the range never came."""
-        start, end = self.frames
+        start, end = self._range()
+        assert self.index is not None  # a range read by seeking has its index
         wanted = self.index.pts[start:end]
         k = 0
         for av_frame, pts in self._displayed(container, stream):
@@ -506,7 +512,7 @@ class FrameReader:
         raise InputError(f"input video {self.path} ended at frame {start + k}, inside --frames {start}:{end}")
 
     def _decode_range_by_count(self, container, stream, time_base: Fraction) -> None:
-        start, end = self.frames
+        start, end = self._range()
         number = 0
         index = self.index if self.index is not None and self.index.exact else None
         for av_frame, pts in self._displayed(container, stream):
@@ -535,7 +541,7 @@ class FrameReader:
                 info.bit_depth,
                 info.pix_fmt,
             )
-        kwargs = {}
+        kwargs: dict[str, Any] = {}  # to_ndarray's and reformat's size, where the frame's differs
         if (av_frame.width, av_frame.height) != (info.coded_width, info.coded_height):
             # The stream changed resolution mid-way: scale back to the probed size so every
             # frame the pipeline sees (and the encoder receives) has the same dimensions.

@@ -45,10 +45,13 @@ import threading
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
+from typing import cast
 
 import av
+import av.container
 import av.error
 import numpy as np
+from av.video.codeccontext import VideoCodecContext
 
 from facefusion_batch.errors import FfbatchError, InputError, OutputError
 from facefusion_batch.fsutil import AtomicFile, ffmpeg_path
@@ -292,7 +295,7 @@ def _open_failure(
     if unknown:
         return f"it has no option {', '.join(unknown)} (see `ffmpeg -h encoder={codec}`)"
     try:
-        ctx = av.CodecContext.create(codec, "w")
+        ctx = cast(VideoCodecContext, av.CodecContext.create(codec, "w"))
         ctx.width = width
         ctx.height = height
         ctx.pix_fmt = pix_fmt
@@ -556,12 +559,12 @@ class VideoWriter:
         self._abort = threading.Event()
         self._error: BaseException | None = None
         self._state = "open"  # open -> closed | aborted
-        self._container = None
+        self._container: av.container.OutputContainer | None = None
         self._audio: AudioMuxer | None = None
         self.audio_summary = "none"  # what happened to the audio: none | copied | re-encoded to AAC
         self._last_pts: int | None = None
         self._last_delta: int | None = None
-        self._pending = None
+        self._pending: av.VideoFrame | None = None
         self._warned_pts = False
         self._step = self._default_step()
         self._shift = shift_ticks(info.start_shift, self.time_base)  # the input's timeline moved to >= 0
@@ -625,6 +628,8 @@ class VideoWriter:
         settings = self.settings
         rate = Fraction(info.average_rate) if info.average_rate else None
         stream = self._container.add_stream(settings.codec, rate=rate, options=stream_options(settings, info))
+        if not isinstance(stream, av.VideoStream):
+            raise InputError(f"--codec {settings.codec} is not a video encoder")
         stream.width = self.width
         stream.height = self.height
         stream.pix_fmt = self.pix_fmt
@@ -849,6 +854,7 @@ class VideoWriter:
             self._error = exc
 
     def _mux(self, packet: av.Packet) -> None:
+        assert self._container is not None  # open from the first frame to the end
         try:
             self._container.mux(packet)
         except (av.error.FFmpegError, OSError) as exc:
@@ -900,6 +906,7 @@ class VideoWriter:
         # Hold one frame back so that its duration (the gap to the next frame) is known.
         previous, self._pending = self._pending, frame
         if previous is not None:
+            assert previous.pts is not None  # every frame is given its pts
             previous.duration = pts - previous.pts
             self._encode(previous)
 
@@ -928,7 +935,7 @@ class VideoWriter:
             self._mux(packet)
         if frame is not None:
             self.frames_written += 1
-            if self._audio is not None:
+            if self._audio is not None and frame.pts is not None:
                 self._audio.mux_until(float(frame.pts * self.time_base))
 
     def _finish(self) -> None:
@@ -944,6 +951,7 @@ class VideoWriter:
             self._audio.close()
             self._audio = None
         container, self._container = self._container, None
+        assert container is not None  # open from the first frame to the end
         try:
             container.close()
         except (av.error.FFmpegError, OSError) as exc:
