@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 from facefusion_batch.config import (
     RenderSettings,
@@ -117,7 +118,7 @@ def segment_settings(settings: RenderSettings, work: Path, start: int, end: int)
     """`settings` for a job that renders only frames [start, end) as a segment (`render --gpus`'s
     process, a Ray actor): its compositing outputs go where a chunk's share waits, a sequence's
     frames at their own numbers, a video as that range's segment."""
-    moved = {}
+    moved: dict[str, Any] = {}  # a compositing option's field -> its path
     for option, path in compositing_outputs(settings):
         share = staged(work, option, path) if is_sequence_pattern(path) else None
         moved[option_field(option)] = share or chunk_segment(work, option, path, start, end)
@@ -134,7 +135,7 @@ def open_staged_compositing(
     """The compositing writers of the chunks `ranges`, writing into the work directory."""
     number = compositing_start_number(settings)
     prepare_staged(settings, work)
-    writers: dict[str, object] = {}
+    writers: dict[str, Any] = {}  # a sequence's writer or a video's chunks
     try:
         for option, path in compositing_outputs(settings):
             where = staged(work, option, path)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from typing import Any
 from facefusion_batch.config import (
     RenderSettings,
     compositing_outputs,
@@ -57,7 +58,8 @@ def job_for(base: RenderSettings, input: Path, output: Path) -> RenderSettings:
     """The settings for one input of a run. With `--faces reference` and no reference photo,
     each input takes its reference face from its own frames."""
     compositing = compositing_paths(compositing_outputs(base), input)
-    job = replace(base, input=input, output=output, **{option_field(o): p for o, p in compositing})
+    paths: dict[str, Any] = {option_field(o): p for o, p in compositing}  # a compositing field -> its path
+    job = replace(base, input=input, output=output, **paths)
     reference = getattr(job.swap, "reference", None)
     if (
         job.faces == "reference"
