@@ -31,7 +31,14 @@ from facefusion_batch.faces.select import FACE_ORDERS
 from facefusion_batch.faces.track import TrackSettings, presence_thresholds
 from facefusion_batch.fsutil import check_name_length, same_file
 from facefusion_batch.kernels.base import BLEND_MODES, COLOUR_MODES
-from facefusion_batch.models.facefusion import ENHANCERS, MODELS, OCCLUDERS, PARSERS, SWAPPERS
+from facefusion_batch.models.facefusion import (
+    ENHANCERS,
+    MODELS,
+    OCCLUDERS,
+    PARSERS,
+    SWAPPERS,
+    resolve_models_dir,
+)
 from facefusion_batch.runtime.backends import choose_backend
 from facefusion_batch.runtime.batching import CPU_BATCH, BatchPolicy
 from facefusion_batch.runtime.device import GPU_RUNTIMES, DeviceSettings, default_streams, parse_gpu_list
@@ -167,6 +174,7 @@ def validate(settings: RenderSettings) -> RenderSettings:
 
 def validate_options(settings: RenderSettings) -> RenderSettings:
     """The checks that do not depend on the input and output (shared by many inputs)."""
+    settings = replace(settings, models_dir=resolve_models_dir(settings.models_dir))
     if not 1 <= settings.batch_size <= MAX_BATCH_SIZE:
         raise InputError(f"--batch-size must be between 1 and {MAX_BATCH_SIZE} (got {settings.batch_size})")
     if not math.isfinite(settings.batch_window_ms) or not 0 <= settings.batch_window_ms <= MAX_WINDOW_MS:

@@ -133,8 +133,6 @@ def test_render_with_the_filters(tmp_path, private_home, t1_small, models, astro
         *args,
         "--face-selector-gender",
         "female",
-        "--models-dir",
-        tmp_path,
         "-o",
         tmp_path / "a.mp4",
         home=private_home,

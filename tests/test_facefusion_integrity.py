@@ -1,8 +1,9 @@
 """Integrity of FaceFusion's model files never degrades silently (issue 13, item 1).
 
 A named model whose file or `.hash` sidecar fails verification is exit 2 naming the file
-and both hashes, in every swapper mode; `--swapper auto` falls back to the classical swap
-only when the learned files are absent; the sidecar is re-read on every run; usage errors
+and both hashes, in every swapper mode; a named model that is absent is exit 2 too (issue 37);
+`--swapper auto` with no model named falls back to the classical swap, with a warning, only when
+the learned files are absent; the sidecar is re-read on every run; usage errors
 found while building the pipeline are exit 2 before any frame is decoded.
 """
 
@@ -38,11 +39,16 @@ def auto(named: str | None = None) -> SwapSettings:
     return SwapSettings(swapper="auto", learned=LearnedSettings(swapper_model=named))
 
 
-def test_auto_takes_the_present_model_and_falls_back_only_when_absent(home, ff, tmp_path, caplog):
+def test_auto_takes_the_present_model_and_a_named_absent_one_is_an_error(home, ff, tmp_path, caplog):
     assert choose_swapper(auto("inswapper_128"), ff) == "inswapper_128"
+    with pytest.raises(ModelError) as info:  # named: never silently the classical swap
+        choose_swapper(auto("hyperswap_1a_256"), ff)
+    message = str(info.value)
+    assert f"{ff / 'hyperswap_1a_256.onnx'}" in message and "ffbatch models fetch hyperswap_1a_256" in message
     caplog.set_level("INFO", logger="ffbatch")
-    assert choose_swapper(auto("hyperswap_1a_256"), ff) is None  # absent: the classical swap
-    assert "absent: hyperswap_1a_256" in caplog.text and "using the classical swap" in caplog.text
+    assert choose_swapper(auto(), tmp_path) is None  # none named, none here: the classical swap, warned
+    assert "absent: inswapper_128" in caplog.text and "using the classical swap" in caplog.text
+    assert any(r.levelname == "WARNING" and "classical swap" in r.getMessage() for r in caplog.records)
 
 
 @pytest.mark.parametrize("mode", ["auto", "learned"])

@@ -356,7 +356,7 @@ def test_render_reference_and_map_with_dlib_on_a_store_without_arcface(tmp_path,
 
     frames, refs, sources, _ = scene
     clip = make_clip(tmp_path / "clip.mp4", frames=2, size=(640, 440), image=frames[0], pan=False)
-    common = ["--swapper", "classical", "--models-dir", tmp_path, "--report", tmp_path / "r.json"]
+    common = ["--swapper", "classical", "--report", tmp_path / "r.json"]
     one = ffbatch(
         "render", clip, "-s", sources[0], "--faces", "reference", "--reference-face", refs[1],
         *common, "-o", tmp_path / "a.mp4", home=private_home,

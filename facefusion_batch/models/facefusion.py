@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from facefusion_batch.errors import ModelError
+from facefusion_batch.errors import InputError, ModelError
 from facefusion_batch.models import records
 
 log = logging.getLogger(__name__)
@@ -426,3 +426,31 @@ def check_beside(path: Path) -> str | None:
             f"`ffbatch models fetch --force {path.stem}`"
         )
     return actual
+
+
+# FaceFusion keeps its models here, under the root of its checkout
+FACEFUSION_MODELS = Path(".assets") / "models"
+MODEL_SUFFIXES = (".onnx", ".tflite", ".dat")
+
+
+def resolve_models_dir(path: Path | None) -> Path | None:
+    """--models-dir as given, or FaceFusion's `.assets/models` when it names FaceFusion's root;
+    a directory that does not exist or holds no model file is exit 2, never a silent fall-back to
+    the store."""
+    if path is None:
+        return None
+    path = Path(path)
+    if not path.is_dir():
+        what = "is not a directory" if path.exists() else "does not exist"
+        raise InputError(f"--models-dir {path} {what}")
+    if (path / FACEFUSION_MODELS).is_dir():
+        logging.getLogger("ffbatch").info(
+            "--models-dir %s is FaceFusion's root: using its %s", path, FACEFUSION_MODELS
+        )
+        path = path / FACEFUSION_MODELS
+    if not any(p.suffix in MODEL_SUFFIXES for p in path.iterdir() if p.is_file()):
+        raise InputError(
+            f"--models-dir {path} holds no model file ({', '.join(MODEL_SUFFIXES)}); FaceFusion keeps "
+            f"them in its {FACEFUSION_MODELS}"
+        )
+    return path

@@ -468,12 +468,31 @@ def choose_swapper(settings: SwapSettings, models_dir: Path | None) -> str | Non
         if not missing:
             log.info("swapper auto: %s is present, using the learned swapper", name)
             return name
+        if named:  # a model the user named is never silently replaced
+            raise ModelError(absent_message(f"--swapper-model {named}", missing, models_dir))
         absent.append(f"{name} (absent: {', '.join(missing)})")
-    log.info(
+    log.warning(
         "swapper auto: no learned swapper with its files present: %s; using the classical swap",
         "; ".join(absent),
     )
     return None
+
+
+def absent_message(what: str, missing: list[str], models_dir: Path | None) -> str:
+    """Exit 2's message for named model files that are not here: each file, where it was looked
+    for, and how to get it."""
+    files = []
+    for name in missing:
+        stored = store.store_path(name)
+        places = [str(Path(models_dir) / stored.name)] if models_dir else []
+        places.append(str(stored))
+        file = stored.name
+        files.append(f"{file} (looked for at {' and '.join(places)}; `ffbatch models fetch {name}`)")
+    return (
+        f"{what} needs {'; '.join(files)}. Fetch it, or point --models-dir at a directory holding it "
+        "(FaceFusion's .assets/models); only --swapper auto without a model named falls back to the "
+        "classical swap"
+    )
 
 
 def learned_file(models: Models, name: str) -> Path:
