@@ -49,7 +49,15 @@ from facefusion_batch.fsutil import remove_live_temps
 from facefusion_batch.tools import doctor as tools_doctor
 from facefusion_batch.tools import engines as tools_engines
 from facefusion_batch.tools import models as tools_models
-from facefusion_batch.tools.facefusion_job import Job, JobStep, check_outputs, read_facefusion_job, run_job
+from facefusion_batch.tools.facefusion_job import (
+    Job,
+    JobStep,
+    backend_for,
+    check_outputs,
+    processor_options,
+    read_facefusion_job,
+    run_job,
+)
 from facefusion_batch.tools.preview import preview_command
 
 app = typer.Typer(
@@ -318,7 +326,8 @@ ModelsDirOpt = Annotated[Path | None, typer.Option(help="Look here for model fil
 # FaceFusion 3.x's name → (ffbatch's, how its values map): "one" value, "list" (FaceFusion's
 # space-separated values joined by commas), "repeat" (one ffbatch option per value), "size"
 # (FaceFusion's WxH resolution → the width), "sqrt" (FaceFusion's detector score, cls·obj, on
-# ffbatch's √(cls·obj) scale), "input" (the positional input). Accepted on render
+# ffbatch's √(cls·obj) scale), "processors" and "providers" (tools/facefusion_job.py), "input"
+# (the positional input). Accepted on render
 # and preview, rewritten before parsing, hidden from the main list, listed in render's help.
 FACEFUSION_ALIASES: dict[str, tuple[str, str]] = {
     "-t": ("", "input"),
@@ -347,6 +356,8 @@ FACEFUSION_ALIASES: dict[str, tuple[str, str]] = {
     "--output-video-encoder": ("--encoder", "one"),
     "--output-video-quality": ("--quality", "one"),
     "--output-video-preset": ("--preset", "one"),
+    "--processors": ("--swapper", "processors"),
+    "--execution-providers": ("--backend", "providers"),
 }
 # FaceFusion's names that are ffbatch's own options too (same name, same meaning)
 FACEFUSION_SAME = frozenset(
@@ -367,7 +378,10 @@ FACEFUSION_REFUSED = {
 
 
 def facefusion_argv(argv: list[str]) -> list[str]:
-    """render / preview arguments with FaceFusion's option names rewritten to ffbatch's."""
+    """render / preview arguments with FaceFusion's option names rewritten to ffbatch's
+    (FaceFusion's `headless-run` is a render)."""
+    if argv and argv[0] == "headless-run":
+        argv = ["render", *argv[1:]]
     if not argv or argv[0] not in ("render", "preview"):
         return argv
     out, inputs, i = [argv[0]], [], 1
@@ -383,7 +397,8 @@ def facefusion_argv(argv: list[str]) -> list[str]:
         target, kind = FACEFUSION_ALIASES[name]
         values = [inline] if eq else []
         i += 1
-        while i < len(argv) and (not values or kind in ("list", "repeat", "input")):
+        many = kind in ("list", "repeat", "input", "processors", "providers")
+        while i < len(argv) and (not values or many):
             if argv[i].startswith("-") and not _is_number(argv[i]):
                 break
             values.append(argv[i])
@@ -401,6 +416,10 @@ def facefusion_argv(argv: list[str]) -> list[str]:
             out += [target, ",".join(values)]
         elif kind == "size":
             out += [target, values[0].lower().split("x", 1)[0]]
+        elif kind == "processors":
+            out += processor_options(values, argv)
+        elif kind == "providers":
+            out += [target, backend_for(values)]
         elif kind == "sqrt":  # FaceFusion's detector score is cls·obj, ffbatch's √(cls·obj)
             out += [target, f"{math.sqrt(float(values[0])):.6g}" if _is_number(values[0]) else values[0]]
         else:

@@ -94,3 +94,41 @@ def test_face_detector_score_is_facefusions_scale():
     argv = facefusion_argv(["render", "clip.mp4", "--face-detector-score", "0.25", "-o", "o.mp4"])
     assert argv == ["render", "clip.mp4", "--score-threshold", "0.5", "-o", "o.mp4"]
     assert facefusion_argv(["render", "--face-detector-score=0.5"])[1:] == ["--score-threshold", "0.707107"]
+
+
+def test_processors_execution_providers_and_headless_run_map_or_are_refused_by_name():
+    head = ["headless-run", "-s", "a.jpg", "-t", "c.mp4", "-o", "o.mp4"]
+    assert facefusion_argv([*head, "--processors", "face_swapper"]) == [
+        "render",
+        "-s",
+        "a.jpg",
+        "-o",
+        "o.mp4",
+        "c.mp4",
+    ]
+    both = facefusion_argv(
+        [*head, "--processors", "face_swapper", "face_enhancer", "--execution-providers", "cpu"]
+    )
+    assert both[-5:] == [
+        "--enhancer-model",
+        "gfpgan_1.4",
+        "--backend",
+        "cpu",
+        "c.mp4",
+    ]  # FaceFusion's default model
+    named = facefusion_argv([*head, "--processors", "face_enhancer", "--face-enhancer-model", "codeformer"])
+    assert named[5:] == ["--swapper", "none", "--enhancer-model", "codeformer", "c.mp4"]  # the enhancer alone
+    assert facefusion_argv(["render", "c.mp4", "--execution-providers", "cuda", "cpu"]) == [
+        "render", "c.mp4", "--backend", "cuda",
+    ]  # fmt: skip
+    with pytest.raises(InputError, match="ffbatch does not have lip_syncer"):
+        facefusion_argv([*head, "--processors", "face_swapper", "lip_syncer"])
+    with pytest.raises(InputError, match="ffbatch has no coreml backend"):
+        facefusion_argv([*head, "--execution-providers", "coreml"])
+
+
+def test_headless_run_is_a_render(tmp_path):
+    """Parsed as render: a missing source is render's own exit 2, not an unknown command."""
+    args = ["-s", str(tmp_path / "a.jpg"), "-t", str(tmp_path / "c.mp4"), "-o", str(tmp_path / "o.mp4")]
+    proc = run("headless-run", *args)
+    assert proc.returncode == 2 and f"--source {tmp_path / 'a.jpg'}: no such file" in proc.stderr

@@ -253,3 +253,37 @@ def run_job(job: Job, run_step: Callable[[JobStep], int]) -> int:
     finally:
         for step in job.steps:
             step.output.unlink(missing_ok=True)
+
+
+DEFAULT_ENHANCER = "gfpgan_1.4"  # FaceFusion's --face-enhancer-model default
+# FaceFusion's execution providers that are one of ffbatch's backends
+BACKENDS = {"cpu": "cpu", "cuda": "cuda", "tensorrt": "tensorrt"}
+
+
+def processor_options(processors: list[str], argv: list[str]) -> list[str]:
+    """FaceFusion's --processors as ffbatch's options: face_swapper alone is the default, with
+    face_enhancer the enhancer runs after it (FaceFusion's default model unless one is named in
+    `argv`), face_enhancer alone is an enhance-only render; any other processor is refused."""
+    lacking = [p for p in processors if p not in PROCESSORS]
+    if lacking:
+        raise InputError(
+            f"--processors {' '.join(processors)}: ffbatch does not have {', '.join(lacking)} "
+            "(it runs face_swapper and face_enhancer)"
+        )
+    out = [] if "face_swapper" in processors else ["--swapper", "none"]
+    named = any(a.partition("=")[0] in ("--face-enhancer-model", "--enhancer-model") for a in argv)
+    if "face_enhancer" in processors and not named:
+        out += ["--enhancer-model", DEFAULT_ENHANCER]
+    return out
+
+
+def backend_for(providers: list[str]) -> str:
+    """FaceFusion's --execution-providers (tried in order there) as ffbatch's --backend: the first,
+    which must be one ffbatch has."""
+    first = providers[0]
+    if first not in BACKENDS:
+        raise InputError(
+            f"--execution-providers {first}: ffbatch has no {first} backend; it runs on "
+            f"{', '.join(BACKENDS)} (--backend)"
+        )
+    return BACKENDS[first]
