@@ -15,6 +15,13 @@ and prints, per run: fps, render wall / floor wall, mean and p90 GPU utilisation
 device time per stage (CUDA events), batch sizes achieved and OOM retries.
 
     python scripts/bench_gpu.py [--frames 120] [--budget 290] [--out out/bench/gpu.json]
+    python scripts/bench_gpu.py --runtimes [--out out/bench/gpu-runtimes.json]
+
+`--runtimes` times instead the cuda backend's two runtimes model by model (YuNet, the face mesh,
+the inswapper stand-in; batch 1 and 16, inputs already on the device): the ONNX interpreter on
+torch (runtime/onnx_torch.py, fp32 and auto) against onnxruntime's CUDA provider with I/O binding
+(`--gpu-runtime onnxruntime`, fp32), with how far their outputs are apart. It needs onnxruntime-gpu
+for the second; `--device cpu` runs the same measurement on the CPU (a dry run of the script).
 
 Without an NVIDIA GPU (or torch with CUDA) it stops at once with exit status 2.
 TensorRT engines are built on first use (minutes); the build time is reported on its own.
@@ -135,9 +142,24 @@ def main() -> None:
         "--frames", type=int, default=120, help="frames per GPU clip (CPU runs use a quarter)"
     )
     parser.add_argument("--budget", type=float, default=290.0, help="seconds; later runs are skipped past it")
-    parser.add_argument("--out", type=Path, default=ROOT / "out" / "bench" / "gpu.json")
+    parser.add_argument("--out", type=Path, default=None, help="default out/bench/gpu.json (-runtimes.json)")
+    parser.add_argument("--runtimes", action="store_true", help="time torch against onnxruntime per model")
+    parser.add_argument("--device", default="cuda:0", help="--runtimes: cuda:N, or cpu for a dry run")
+    parser.add_argument("--batches", default="1,16", help="--runtimes: batch sizes, comma-separated")
+    parser.add_argument("--calls", type=int, default=20, help="--runtimes: timed calls per measurement")
     args = parser.parse_args()
     started = time.perf_counter()
+    if args.runtimes:
+        out = args.out or ROOT / "out" / "bench" / "gpu-runtimes.json"
+        if args.device.startswith("cuda"):
+            require_gpu()
+        batches = tuple(int(b) for b in args.batches.split(","))
+        results = compare_runtimes(args.device, budget=args.budget, batches=batches, calls=args.calls)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(results, indent=2))
+        print(f"wrote {out}")
+        return
+    args.out = args.out or ROOT / "out" / "bench" / "gpu.json"
     torch = require_gpu()
 
     from facefusion_batch import DeviceSettings, RenderSettings
@@ -403,6 +425,101 @@ def learned_standin(work: Path, args, left, source: Path) -> dict:
     except Exception as exc:
         print(f"  inswapper stand-in FAILED {type(exc).__name__}: {exc}", flush=True)
         return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def runtime_models(work: Path) -> dict[str, tuple[Path, dict[str, tuple[int, ...]]]]:
+    """Model file and per-item input shapes: YuNet on a 1080p frame letterboxed to 640 wide, the
+    face mesh, the inswapper stand-in (its dynamic-batch copy, as a render runs it)."""
+    import onnx
+    from make_standins import inswapper
+
+    from facefusion_batch.models.prepare import make_dynamic_batch
+    from facefusion_batch.models.store import model_path
+
+    swapper = work / "inswapper_128_batch.onnx"
+    if not swapper.is_file():
+        onnx.save(make_dynamic_batch(inswapper())[0], swapper)
+    return {
+        "yunet": (model_path("yunet_2023mar_batch"), {"input": (3, 384, 640)}),
+        "face_mesh": (model_path("face_mesh_468"), {"input_1": (3, 192, 192)}),
+        "inswapper_standin": (swapper, {"target": (3, 128, 128), "source": (512,)}),
+    }
+
+
+def compare_runtimes(device: str, *, budget: float, batches=(1, 16), calls: int = 20) -> dict:
+    """ms per call and items/s of each runtime on each model and batch (inputs resident on
+    `device`, outputs left there; a call ends when its outputs are ready), and the largest
+    difference between the runtimes' fp32 outputs relative to the output's range."""
+    import numpy as np
+    import torch
+
+    from facefusion_batch.runtime.device import DeviceSettings
+    from facefusion_batch.runtime.onnxruntime_backend import OnnxRuntimeCudaBackend, cuda_provider_problem
+    from facefusion_batch.runtime.torch_backend import TorchBackend
+
+    started = time.perf_counter()
+    on_gpu = device.startswith("cuda")
+    gpu = torch.device(device).index or 0 if on_gpu else 0
+    results: dict = {"device": torch.cuda.get_device_name(gpu) if on_gpu else "cpu", "calls": calls}
+    problem = cuda_provider_problem() if on_gpu else ""
+    results["onnxruntime"] = problem or "CUDA provider" if on_gpu else "CPU provider (dry run)"
+    runtimes = {
+        "torch fp32": lambda: TorchBackend(
+            DeviceSettings(backend="cuda", precision="fp32", gpu=gpu), device=device
+        ),
+        "torch auto": lambda: TorchBackend(
+            DeviceSettings(backend="cuda", precision="auto", gpu=gpu), device=device
+        ),
+    }
+    if not problem:
+        settings = DeviceSettings(backend="cuda", precision="fp32", gpu=gpu, gpu_runtime="onnxruntime")
+        runtimes["onnxruntime fp32"] = lambda: OnnxRuntimeCudaBackend(settings, device=device)
+    work = Path(tempfile.mkdtemp(prefix="ffbatch-runtimes-"))
+
+    def sync() -> None:
+        if on_gpu:
+            torch.cuda.synchronize(device)
+
+    rng = np.random.default_rng(0)
+    for model, (path, shapes) in runtime_models(work).items():
+        per_model: dict = {}
+        for batch in batches:
+            feeds = {
+                k: torch.from_numpy(rng.uniform(0, 1, (batch, *s)).astype(np.float32)).to(device)
+                for k, s in shapes.items()
+            }
+            outputs = {}
+            for name, make in runtimes.items():
+                if time.perf_counter() - started > budget:
+                    per_model[f"b{batch} {name}"] = {"skipped": "budget"}
+                    continue
+                try:
+                    session = make().load(path, label=model)
+                    for _ in range(3):  # cuDNN's algorithm search and onnxruntime's arena settle
+                        out = session.run_device(feeds)
+                    sync()
+                    t0 = time.perf_counter()
+                    for _ in range(calls):
+                        out = session.run_device(feeds)
+                    sync()
+                    ms = (time.perf_counter() - t0) / calls * 1e3
+                    outputs[name] = {k: v.float().cpu().numpy() for k, v in out.items()}
+                    row = {"ms_per_call": round(ms, 3), "items_per_s": round(batch / ms * 1e3, 1)}
+                    row["precision"] = getattr(session, "precision", "fp32")
+                except Exception as exc:  # one runtime failing must not hide the others' numbers
+                    row = {"error": f"{type(exc).__name__}: {exc}"}
+                per_model[f"b{batch} {name}"] = row
+                print(f"  {model:18s} b{batch:<3d} {name:17s} {row}", flush=True)
+            ref = outputs.get("torch fp32")
+            for name, got in outputs.items():
+                if ref is not None and name != "torch fp32":
+                    dev = max(
+                        float(np.abs(got[k] - ref[k]).max()) / max(1.0, float(np.abs(ref[k]).max()))
+                        for k in ref
+                    )
+                    per_model[f"b{batch} {name}"]["max_rel_deviation_from_torch_fp32"] = dev
+        results[model] = per_model
+    return results
 
 
 if __name__ == "__main__":

@@ -247,3 +247,24 @@ def test_render_refuses_an_unknown_gpu_runtime_with_exit_2(tmp_path):
     )  # fmt: skip
     assert out.returncode == 2, out.stderr
     assert "--gpu-runtime must be one of torch, onnxruntime (got 'tvm')" in out.stderr
+
+
+@pytest.mark.skipif(
+    not torch.cuda.is_available() or bool(ortb.cuda_provider_problem()),
+    reason="needs an NVIDIA GPU, torch with CUDA and onnxruntime-gpu",
+)
+@pytest.mark.parametrize("name", ["yunet_2023mar_batch", "face_mesh_468"])
+def test_on_cuda_the_tensors_stay_on_the_device_and_agree_with_the_cpu(real_models, name):
+    backend = OnnxRuntimeCudaBackend(DeviceSettings(backend="cuda", gpu_runtime="onnxruntime"))
+    session = backend.load(real_models[name], label=name)
+    assert session.providers[0] == "CUDAExecutionProvider"
+    feeds = _feeds(name)
+    ref = _reference(real_models[name], feeds)
+    dev = {k: torch.from_numpy(v).cuda() for k, v in feeds.items()}
+    for _ in range(2):  # learnt output shapes, then preallocated outputs
+        out = session.run_device(dev)
+        assert all(v.is_cuda for v in out.values())
+        got = {k: v.cpu().numpy() for k, v in out.items()}
+        for k in ref:  # cuDNN's kernels differ from the CPU's: a relative bound, TF32 off
+            scale = max(1.0, float(np.abs(ref[k]).max()))
+            assert float(np.abs(got[k] - ref[k]).max()) / scale <= 1e-4, k
