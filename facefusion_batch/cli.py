@@ -416,6 +416,8 @@ def facefusion_argv(argv: list[str]) -> list[str]:
             out += [target, ",".join(values)]
         elif kind == "size":
             out += [target, values[0].lower().split("x", 1)[0]]
+        elif kind == "sqrt":  # FaceFusion's detector score is cls·obj, ffbatch's √(cls·obj)
+            out += [target, f"{math.sqrt(float(values[0])):.6g}" if _is_number(values[0]) else values[0]]
         elif kind == "processors":
             out += processor_options(values, argv)
         elif kind == "providers":
@@ -808,7 +810,9 @@ def plan(
         ),
     ],
     chunk_frames: Annotated[int, typer.Option(help="Frames per chunk (one farm task each).")] = 1500,
-    format: Annotated[str, typer.Option("--format", help="json | shell | slurm | opencue.")] = "shell",
+    format: Annotated[
+        str, typer.Option("--format", help="json | shell | slurm | opencue | openjd (Open Job Description).")
+    ] = "shell",
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="The joined video (one input).")
     ] = None,

@@ -195,14 +195,18 @@ def validate_options(settings: RenderSettings) -> RenderSettings:
     validate_swap(settings.swap, settings.faces)
     check_compositing_outputs(settings)
     _check_range("--score-threshold", settings.detector.score_threshold, 0.0, 1.0)
-    if is_sequence_pattern(settings.input) and (settings.frames is not None or settings.chunk_frames):
-        raise InputError("an image sequence input is rendered whole: leave out --frames and --chunk-frames")
+    if is_sequence_pattern(settings.input) and settings.chunk_frames:
+        raise InputError(
+            "an image sequence input is rendered whole or by --frame-range (`ffbatch plan` cuts it into "
+            "farm tasks): leave out --chunk-frames"
+        )
     if settings.input_fps is not None and not settings.input_fps > 0:
         raise InputError(f"--fps must be more than 0 (got {settings.input_fps:g})")
     if is_sequence_pattern(settings.output):
-        if settings.frames is not None or settings.chunk_frames:
+        if settings.chunk_frames:
             raise InputError(
-                "an image sequence output is rendered whole: leave out --frames and --chunk-frames"
+                "an image sequence output is written frame by frame (each --frame-range task its own "
+                "frames): leave out --chunk-frames"
             )
         sequence_codec(settings.output, settings.encoder.pix_fmt)  # the encoder is the extension's
         check_start_number(settings.encoder.start_number)
@@ -506,6 +510,7 @@ COMMAND_OPTIONS = frozenset(
         "output_dir",
         "output_pattern",
         "frames",
+        "frame_range",
         "ray",
         "ray_workers",
         "gpus",

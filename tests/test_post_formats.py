@@ -348,6 +348,20 @@ def test_prores_master_keeps_sar_colour_tags_timecode_and_both_pcm_tracks(prores
     assert writer.audio_summary == "copied" and writer.dropped == []
 
 
+def test_prores_frame_headers_carry_the_inputs_colour_tags(prores_master, tmp_path):
+    """A ProRes frame carries its own colour description (primaries, transfer, matrix: bytes
+    22-24 of the frame header), which players and NLEs read: BT.709 in, BT.709 in every frame."""
+    out = tmp_path / "out.mov"
+    transcode(prores_master, out, EncoderSettings(codec="prores_ks", allow_reduce=True))
+    with av.open(str(out)) as container:
+        headers = [bytes(p) for p in container.demux(video=0) if p.size]
+    assert len(headers) == FRAMES
+    for data in headers:
+        assert data[4:8] == b"icpf" and list(data[22:25]) == [1, 1, 1]
+    info = probe(out)
+    assert (info.color_primaries, info.color_trc, info.color_space) == (1, 1, 1)
+
+
 def test_mkv_keeps_timecode_and_title_as_tags(prores_master, tmp_path):
     out = tmp_path / "out.mkv"
     writer = transcode(prores_master, out, EncoderSettings(codec="ffv1", allow_reduce=True))
@@ -554,7 +568,7 @@ def test_render_to_prores_4444_end_to_end(face_clip, astronaut_path, tmp_path):
 
 def test_chunked_prores_render_joins_mov_segments_and_keeps_tags(face_clip, astronaut_path, tmp_path):
     """A chunked render (as on a farm) of a tagged input: segments in .mov, joined with the title and
-    timecode of the input, the audio as asked (--no-audio here)."""
+    timecode of the input (a tmcd track in .mov), the audio as asked (--no-audio here)."""
     tagged = tmp_path / "tagged.mov"
     with av.open(str(face_clip)) as src, av.open(str(tagged), "w") as dst:
         dst.metadata.update({"title": "Reel 7", "timecode": "10:00:00:00"})
@@ -573,10 +587,11 @@ def test_chunked_prores_render_joins_mov_segments_and_keeps_tags(face_clip, astr
         info = probe(out)
         assert info.codec == "prores" and info.audio_streams == 0
         assert len(decoded_bgr(out)) == 24 and dict(info.container_tags)["title"] == "Reel 7"
-        if suffix == ".mkv":
-            assert info.timecode == "10:00:00:00"
-        else:  # a joined .mov cannot get its tmcd track through PyAV 18: said, not silent
-            assert info.timecode is None and "timecode 10:00:00:00 is not kept" in proc.stderr
+        assert info.timecode == "10:00:00:00"
+        if suffix == ".mov":  # a timecode track, as in a render in one piece
+            with av.open(str(out)) as container:
+                tracks = [s.metadata.get("timecode") for s in container.streams if s.type == "data"]
+            assert tracks == ["10:00:00:00"]
 
 
 # -- image sequences out -----------------------------------------------------------------------------
@@ -639,7 +654,7 @@ def test_sequence_abort_leaves_nothing(h264_clip, tmp_path):
         ("f.%06d.jpg", (), "image sequences are written as"),
         ("f.%06d.%04d.png", (), "exactly one frame number"),
         ("f.%06d.exr", ("--pix-fmt", "rgb24"), "cannot be written as .exr"),
-        ("f.%06d.png", ("--frames", "0:3"), "rendered whole"),
+        ("f.%06d.png", ("--chunk-frames", "3"), "leave out --chunk-frames"),
         ("f.%06d.png", ("--start-number", "-1"), "--start-number"),
     ],
 )

@@ -258,7 +258,11 @@ def join_segments(
         raise OutputError(f"cannot write {output}: the directory {parent} does not exist")
     out = AtomicFile(output)
     try:
-        tags = {**_input_tags(tags_from, fmt), **(metadata or {})}
+        tags = {
+            **_input_tags(tags_from, fmt),
+            **_input_tags(infos[0].path, fmt, only="timecode"),
+            **(metadata or {}),
+        }
         audio = (audio_codec, audio_bitrate)
         packets, audio_packets = _copy(infos, out.temp, fmt, audio_from, tags, audio)
         out.commit()
@@ -273,8 +277,9 @@ def join_segments(
     return JoinReport(output, len(infos), packets, audio_packets, elapsed, output.stat().st_size)
 
 
-def _input_tags(path: Path | None, fmt: str) -> dict[str, str]:
-    """The container tags of the original input that the joined output keeps (as a render does)."""
+def _input_tags(path: Path | None, fmt: str, only: str | None = None) -> dict[str, str]:
+    """The container tags of the original input that the joined output keeps (as a render does);
+    `only`: that one tag (the first segment's timecode: the timecode of the join's first frame)."""
     if path is None:
         return {}
     try:
@@ -285,6 +290,8 @@ def _input_tags(path: Path | None, fmt: str) -> dict[str, str]:
                     tags.setdefault("timecode", stream.metadata["timecode"])  # a tmcd track
     except (av.error.FFmpegError, OSError):
         return {}
+    if only is not None:
+        tags = {k: v for k, v in tags.items() if k.lower() == only}
     return carried_tags(tuple(tags.items()), fmt)
 
 
@@ -305,14 +312,7 @@ def _copy(
         custom = bool(set(metadata) - set(carried_tags(tuple(metadata.items()), fmt)))  # our own tags
         options["movflags"] = "+faststart+use_metadata_tags" if custom else "+faststart"
         if "timecode" in metadata:
-            # a tmcd track needs the stream's frame rate, which PyAV 18 cannot set on a copied stream
-            log.warning(
-                "%s: the input's timecode %s is not kept in a joined .%s (no timecode track); "
-                "a .mkv output keeps it as a tag",
-                tmp.name.split(".partial-")[0].lstrip("."),
-                metadata["timecode"],
-                fmt,
-            )
+            options["write_tmcd"] = "1"  # a timecode track (the stream's rate comes with its parameters)
         options.update(iso_timescales(tb))
     out = av.open(ffmpeg_path(tmp), mode="w", format=fmt, container_options=options)
     audio: AudioMuxer | None = None
@@ -321,12 +321,18 @@ def _copy(
         out.metadata.update(metadata)
         with av.open(ffmpeg_path(first.path)) as template:
             video = out.add_stream_from_template(template.streams[first.stream_index])
+            rate = template.streams[first.stream_index].average_rate
+            if "timecode" in metadata and rate:
+                # the tmcd track counts frames at this rate (H.264 headers may give a tick rate)
+                video.codec_context.framerate = rate
             tag = template.streams[first.stream_index].codec_context.codec_tag
             if fmt in ("mov", "mp4") and "mov" in template.format.name and tag.strip("\x00"):
                 # the segment's sample entry (ProRes 4444 `ap4h`, HEVC `hvc1`): the muxer would
                 # otherwise pick its default for the codec (ProRes HQ's `apch`)
                 video.codec_context.codec_tag = tag
         video.time_base = tb
+        if "timecode" in metadata:
+            video.metadata["timecode"] = metadata["timecode"]
         if audio_from is not None:
             audio = AudioMuxer(audio_from, out, codec=audio_choice[0], bitrate=audio_choice[1])
             if not audio.tracks:

@@ -192,7 +192,8 @@ def _render_claimed(settings, on_progress, on_start, renderer, output_tags, star
     if start_number is None:
         start_number = default_start_number(settings.input)
     if is_sequence_pattern(settings.output):
-        check_sequence_output(settings.output, settings.encoder.pix_fmt, start_number, settings.overwrite)
+        first = start_number + (settings.frames[0] if settings.frames else 0)  # a range's own first frame
+        check_sequence_output(settings.output, settings.encoder.pix_fmt, first, settings.overwrite)
         settings = replace(settings, encoder=replace(settings.encoder, start_number=start_number))
     reduced = check_output(settings.encoder, info, settings.output)  # exit 2 before any decoding
     for what in reduced:

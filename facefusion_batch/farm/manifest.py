@@ -31,6 +31,8 @@ from typing import Any
 from facefusion_batch import __version__, fsutil
 from facefusion_batch.config import RenderSettings
 from facefusion_batch.errors import InputError
+from facefusion_batch.video.probe import sequence_numbers
+from facefusion_batch.video.sequence import is_sequence_pattern
 
 log = logging.getLogger("ffbatch")
 
@@ -76,7 +78,12 @@ _fingerprints: dict[tuple[int, int, int, int], str] = {}  # (dev, inode, size, m
 def file_fingerprint(path: Path) -> str:
     """blake2b of every byte (and the size): an edit in place anywhere changes it, the path and
     the mtime do not (a farm node that mounts the input elsewhere agrees). Read in 4 MiB blocks;
-    remembered per run by inode, size and mtime, so a job hashes its input once."""
+    remembered per run by inode, size and mtime, so a job hashes its input once. An image
+    sequence by its files' numbers and sizes: a farm task reads only its own frames."""
+    numbers = sequence_numbers(path) if is_sequence_pattern(path) else None
+    if numbers is not None:
+        sizes = [f"{n}:{(path.parent / (path.name % n)).stat().st_size}" for n in numbers]
+        return hashlib.blake2b(" ".join(sizes).encode(), digest_size=32).hexdigest()
     st = os.stat(path)
     key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
     if key not in _fingerprints:

@@ -15,7 +15,9 @@ Formats:
   C..C+J-1 the joins (submitted separately, after the chunks: see its header);
 - `opencue`: a PyOutline script; run with no argument it submits one render layer
   (one OpenCue frame per chunk) and one join layer per input that waits for it;
-  the layers run the script itself with `--task N`.
+  the layers run the script itself with `--task N`;
+- `openjd`: an Open Job Description job template (Deadline Cloud, `openjd run`): a render step
+  over the chunks as an integer parameter space, a join step depending on it (farm/openjd.py).
 
 All paths are made absolute and every word is quoted with `shlex.quote`, so
 paths with spaces or quotes survive the farm's shell.
@@ -42,13 +44,14 @@ from facefusion_batch.config import (
 from facefusion_batch.errors import InputError
 from facefusion_batch.farm.chunk_compositing import chunk_segment
 from facefusion_batch.farm.manifest import segment_name, work_dir_for
+from facefusion_batch.farm.openjd import to_openjd
 from facefusion_batch.farm.outputs import DEFAULT_PATTERN, compositing_paths, outputs_for
 from facefusion_batch.video.formats import check_fits, segment_suffix
 from facefusion_batch.video.probe import probe
 from facefusion_batch.video.segments import format_range, frame_index, split_frames
 from facefusion_batch.video.sequence import is_sequence_pattern
 
-FORMATS = ("json", "shell", "slurm", "opencue")
+FORMATS = ("json", "shell", "slurm", "opencue", "openjd")
 
 # render options that plan sets itself (or that make no sense per chunk)
 _NOT_PASSED = frozenset(
@@ -403,6 +406,8 @@ def render_plan(plan: Plan, fmt: str, sbatch: list[str] | None = None) -> str:
         return to_slurm(plan, sbatch or [])
     if fmt == "opencue":
         return to_opencue(plan)
+    if fmt == "openjd":
+        return to_openjd(plan, _summary(plan))
     raise InputError(f"--format must be one of {', '.join(FORMATS)} (got {fmt!r})")
 
 

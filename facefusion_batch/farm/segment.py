@@ -27,8 +27,8 @@ from facefusion_batch.video.segments import (
     read_tags,
     video_packet_count,
 )
-from facefusion_batch.video.sequence import is_sequence_pattern
-from facefusion_batch.video.writer import VideoWriter
+from facefusion_batch.video.sequence import SequenceWriter, is_sequence_pattern
+from facefusion_batch.video.writer import VideoWriter, from_frame
 
 log = logging.getLogger("ffbatch")
 
@@ -110,14 +110,20 @@ def render_segment(renderer, settings, info, report: JobReport, timer, on_progre
     start, end = index.resolve(*settings.frames)
     tags = segment_tags(settings, start, end, index.count, settings_digest(settings))
     log_start(settings, info, report, end - start)
-    log.info("frames %d:%d of %d, to a video-only segment", start, end, index.count)
+    sequence = is_sequence_pattern(settings.output)
+    what = "their final names in the sequence" if sequence else "a video-only segment"
+    log.info("frames %d:%d of %d, to %s", start, end, index.count, what)
     if on_start:
         on_start(end - start)
     write_segment(
         renderer, settings, info, index, (start, end), Path(settings.output), tags, report, timer, on_progress
     )
     report.frames = [start, end]
-    report.audio = "none (a segment; `ffbatch concat --audio-from` adds the audio)"
+    report.audio = (
+        "none (an image sequence)"
+        if sequence
+        else "none (a segment; `ffbatch concat --audio-from` adds the audio)"
+    )
 
 
 def write_segment(
@@ -137,7 +143,19 @@ def write_segment(
     layout = renderer.frame_layout(info, report, bgr_view=bool(compositing_outputs(settings)))
     pixels = pixel_format_of(layout)
     reader = read_ranges(settings, info, [(start, end)], index, layout, warmup=settings.tracking.memory)
-    writer = VideoWriter(path, info, settings.encoder, metadata=tags, pixel_format=pixels)
+    if is_sequence_pattern(path):  # each frame at its final name: a farm task's frames need no join
+        writer = SequenceWriter(
+            path,
+            info,
+            pix_fmt=settings.encoder.pix_fmt,
+            start_number=compositing_start_number(settings) + start,  # frame 0's number, as a matte's
+            pixel_format=pixels,
+        )
+    else:
+        # the timecode of the segment's first frame: a join takes its first segment's
+        writer = VideoWriter(
+            path, from_frame(info, start), settings.encoder, metadata=tags, pixel_format=pixels
+        )
     try:  # a sequence gets the range's frames; a video is a segment of its own, tagged the same
         compositing = open_compositing_writers(
             settings.matte_output, settings.face_only_output, info, compositing_start_number(settings), tags

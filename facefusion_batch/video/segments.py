@@ -8,7 +8,12 @@ keyframe before a range agree on every number. `FrameIndex` finds the pts of
 every frame by demuxing the stream once (no decoding: fast, I/O bound).
 
 Ranges are written `START:END`, END exclusive, like a Python slice: `0:100` is
-frames 0 to 99; `100:` runs to the end.
+frames 0 to 99; `100:` runs to the end. A farm's range (`--frame-range FIRST-LAST`) is
+inclusive and in the input's own numbers: an image sequence's file numbers, a video's frame
+numbers from 0 (`parse_frame_range`, `frames_of_range`).
+
+An image sequence (shot/plate.%04d.dpx) has one frame per file, every one a keyframe: its
+index is its files (frame N is the N-th number present), with no demuxing at all.
 
 Segments (the output of `render --frames`) carry container tags so that a join
 can check them and a re-run can recognise finished work: `ffbatch_frames`
@@ -20,6 +25,7 @@ can check them and a re-run can recognise finished work: `ffbatch_frames`
 from __future__ import annotations
 
 import bisect
+import re
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -31,7 +37,8 @@ from facefusion_batch.errors import InputError
 from facefusion_batch.fsutil import ffmpeg_path
 from facefusion_batch.video.h264_fields import FieldPairs
 from facefusion_batch.video.mpeg4 import NotCodedVops
-from facefusion_batch.video.probe import pick_video_stream
+from facefusion_batch.video.probe import pick_video_stream, sequence_numbers
+from facefusion_batch.video.sequence import is_sequence_pattern
 from facefusion_batch.video.stream_end import PacketEnd
 from facefusion_batch.video.timing import ClockMap, ClockScan, has_clock, shift_ticks
 
@@ -54,6 +61,76 @@ def parse_range(text: str, option: str = "--frames") -> tuple[int, int | None]:
     if start < 0 or (end is not None and end <= start):
         raise InputError(f"{option} {text!r}: need 0 <= START < END")
     return start, end
+
+
+def parse_frame_range(text: str, option: str = "--frame-range") -> tuple[int, int]:
+    """A farm's inclusive range as it substitutes it: `1001-1100`, a single `1001`, Deadline's
+    `<STARTFRAME>-<ENDFRAME>` once filled in, or an OpenJD range expression (`1-10`, `-5--1`,
+    `1-5,6-10`, `10-1:-1`; whitespace allowed) whose frames are contiguous. (FIRST, LAST),
+    inclusive; InputError for anything else (a step that skips frames, a list with a gap)."""
+    if "<" in text or "{{" in text:
+        raise InputError(
+            f"{option} {text!r}: the farm did not fill in its frame tokens "
+            "(Deadline's <STARTFRAME>-<ENDFRAME>, OpenJD's {{Task.Param.Frame}})"
+        )
+    pieces: list[tuple[int, int]] = []
+    for element in text.split(","):
+        match = _RANGE_ELEMENT.match(element)
+        if match is None:
+            raise InputError(
+                f"{option} {text!r}: write FIRST-LAST (inclusive, in the input's own frame numbers), "
+                "e.g. 1001-1100"
+            )
+        first = int(match["first"])
+        last = int(match["last"]) if match["last"] is not None else first
+        step = int(match["step"]) if match["step"] is not None else (1 if last >= first else -1)
+        if step == 0 or (last - first) * step < 0:
+            raise InputError(f"{option} {text!r}: the step must be non-zero and go from FIRST toward LAST")
+        if abs(step) != 1 and abs(last - first) >= abs(step):
+            raise InputError(
+                f"{option} {text!r}: a step of {step} skips frames; a task renders contiguous frames "
+                "(give the farm a chunk size instead of a step)"
+            )
+        if abs(step) != 1:
+            last = first  # a step longer than the range: its first frame alone
+        pieces.append((min(first, last), max(first, last)))
+    pieces.sort()
+    for (_, last), (first, _) in zip(pieces, pieces[1:], strict=False):
+        if first != last + 1:
+            raise InputError(
+                f"{option} {text!r}: frames {last + 1}-{first - 1} are left out (or listed twice); "
+                "a task renders one contiguous range"
+            )
+    return pieces[0][0], pieces[-1][1]
+
+
+_RANGE_ELEMENT = re.compile(
+    r"^[ \t]*(?P<first>-?\d+)(?:[ \t]*-[ \t]*(?P<last>-?\d+)(?:[ \t]*:[ \t]*(?P<step>-?\d+))?)?[ \t]*$"
+)
+
+
+def first_frame_number(path: str | Path) -> int:
+    """The number `--frame-range` counts from: an image sequence's first file's, 0 for a video
+    (a frame's number is then its 0-based place, as in `--frames`, whatever its timecode)."""
+    if is_sequence_pattern(path):
+        numbers = sequence_numbers(Path(path))
+        if not numbers:
+            raise InputError(f"input {path}: no files match this image sequence pattern")
+        return numbers[0]
+    return 0
+
+
+def frames_of_range(text: str, input: str | Path, option: str = "--frame-range") -> tuple[int, int]:
+    """`--frame-range` as the 0-based, END-exclusive range of `--frames`."""
+    first, last = parse_frame_range(text, option)
+    base = first_frame_number(input)
+    if first < base:
+        raise InputError(f"{option} {text}: {input} starts at frame {base}")
+    if is_sequence_pattern(input):
+        numbers = sequence_numbers(Path(input))
+        if last > numbers[-1]:
+            raise InputError(f"{option} {text}: {input} holds frames {numbers[0]}-{numbers[-1]}")
+    return first - base, last - base + 1
 
 
 def format_range(start: int, end: int) -> str:
@@ -153,6 +230,8 @@ class FramePackets:
 def frame_index(path: str | Path, stream_index: int | None = None) -> FrameIndex:
     """Demux (not decode) the video stream once and number its frames."""
     path = Path(path)
+    if is_sequence_pattern(path):
+        return _sequence_index(path)
     try:
         container = av.open(ffmpeg_path(path))
     except (av.error.FFmpegError, OSError) as exc:
@@ -225,6 +304,24 @@ def frame_index(path: str | Path, stream_index: int | None = None) -> FrameIndex
         exact=exact,
         keyframe_pos=key_pos,
         end=end,
+    )
+
+
+def _sequence_index(pattern: Path) -> FrameIndex:
+    """An image sequence's frames: one per file, each a keyframe; FFmpeg's image2 demuxer gives
+    frame N the pts N (in frames, from the first file) and seeks to it exactly."""
+    numbers = sequence_numbers(pattern)
+    if not numbers:
+        raise InputError(f"input {pattern}: no files match this image sequence pattern")
+    count = len(numbers)
+    return FrameIndex(
+        path=pattern,
+        stream_index=0,
+        time_base=Fraction(1, 24),
+        count=count,
+        pts=tuple(range(count)),
+        keyframe_pts=tuple(range(count)),
+        exact=True,
     )
 
 

@@ -41,6 +41,23 @@ DEFAULT_START_NUMBER = 1001
 _PATTERN = re.compile(r"%(0\d+)?d")
 
 
+_PADDING = re.compile(r"#+|@+")
+
+
+def printf_pattern(path: Path | str) -> Path | str:
+    """A sequence written with `####` (Nuke, Deadline: one digit per #) or `@@@@` (RV: one digit
+    per @) padding as FFmpeg's printf pattern (`%04d`); any other path as it is. Only a name with
+    one such run and no printf number of its own is read as a sequence."""
+    text = str(path)
+    name = Path(text).name
+    runs = _PADDING.findall(name)
+    if len(runs) != 1 or _PATTERN.search(name) or "%" in name:
+        return path
+    converted = name.replace(runs[0], f"%0{len(runs[0])}d", 1)
+    result = str(Path(text).with_name(converted))
+    return Path(result) if isinstance(path, Path) else result
+
+
 def is_sequence_pattern(path: Path | str) -> bool:
     """A file name with a printf frame number (frame.%06d.exr)."""
     return bool(_PATTERN.search(Path(path).name))

@@ -36,6 +36,7 @@ p7.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
 import os
@@ -900,6 +901,7 @@ class VideoWriter:
                 frame = frame.reformat(format=self.pix_fmt, dst_color_range=self._range)
         frame.pts = pts
         frame.time_base = self.time_base
+        self._tag_colours(frame)
         if self._last_pts is not None:
             self._last_delta = pts - self._last_pts
         self._last_pts = pts
@@ -909,6 +911,17 @@ class VideoWriter:
             assert previous.pts is not None  # every frame is given its pts
             previous.duration = pts - previous.pts
             self._encode(previous)
+
+    def _tag_colours(self, frame: av.VideoFrame) -> None:
+        """The stream's colour tags on the frame too: ProRes (and DNxHR) write each frame's own
+        into its frame header, where players and NLEs read them, not the container's."""
+        ctx = self._stream.codec_context
+        if ctx.color_primaries != 2:
+            frame.color_primaries = ctx.color_primaries
+        if ctx.color_trc != 2:
+            frame.color_trc = ctx.color_trc
+        if not self._rgb and self._colorspace is not None:
+            frame.colorspace = self._colorspace
 
     def _from_native(self, picture: NativePicture) -> av.VideoFrame:
         """The picture as it is when the output takes its pixel format, else converted at full
@@ -1026,3 +1039,42 @@ def _same_file(a: Path, b: Path) -> bool:
         return a.exists() and b.exists() and os.path.samefile(a, b)
     except OSError:
         return False
+
+
+_TIMECODE = re.compile(r"^(\d{1,2}):(\d{2}):(\d{2})([:;.,])(\d{2,3})$")
+
+
+def shift_timecode(timecode: str, frames: int, rate: Fraction | float | None) -> str | None:
+    """The SMPTE timecode `frames` frames after `timecode` at `rate` (drop-frame with `;` or `.`
+    before the frames, as FFmpeg writes 29.97/59.94 drop-frame, the other rates non-drop); None
+    when it cannot be read or there is no rate."""
+    match = _TIMECODE.match(timecode.strip())
+    if match is None or not rate or float(rate) <= 0:
+        return None
+    h, m, s, sep, f = int(match[1]), int(match[2]), int(match[3]), match[4], int(match[5])
+    fps = round(float(rate))
+    drop = fps // 15 if sep in ";.," and fps % 30 == 0 else 0  # frames numbers 0..drop-1 skipped
+    minutes = 60 * h + m
+    number = (minutes * 60 + s) * fps + f - drop * (minutes - minutes // 10) + frames
+    number %= 24 * 3600 * fps - drop * (24 * 60 - 24 * 6)  # a day wraps
+    if drop:
+        per_ten = 600 * fps - 9 * drop
+        tens, rest = divmod(number, per_ten)
+        number += 9 * drop * tens + (drop * ((rest - drop) // (60 * fps - drop)) if rest > drop else 0)
+    f, seconds = number % fps, number // fps
+    return f"{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}{sep}{f:02d}"
+
+
+def from_frame(info: VideoInfo, frame: int) -> VideoInfo:
+    """`info` for output that starts at `frame` of the input: its timecode moved on by as many
+    frames (a segment of frames 1500:3000 starts at the timecode of frame 1500)."""
+    moved = shift_timecode(info.timecode, frame, info.average_rate) if info.timecode and frame else None
+    if moved is None:
+        return info
+
+    def retimed(tags: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+        return tuple((k, moved if k.lower() == "timecode" else v) for k, v in tags)
+
+    return dataclasses.replace(
+        info, container_tags=retimed(info.container_tags), video_tags=retimed(info.video_tags)
+    )
