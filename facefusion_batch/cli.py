@@ -59,6 +59,8 @@ from facefusion_batch.tools.facefusion_job import (
     run_job,
 )
 from facefusion_batch.tools.preview import preview_command
+from facefusion_batch.video.segments import format_range, frames_of_range
+from facefusion_batch.video.sequence import printf_pattern
 
 app = typer.Typer(
     add_completion=False,
@@ -543,6 +545,15 @@ def render(
             "segment for `ffbatch concat`."
         ),
     ] = None,
+    frame_range: Annotated[
+        str | None,
+        typer.Option(
+            help="Render only frames FIRST-LAST, inclusive, in the input's own numbers (an image "
+            "sequence's file numbers; a video's frames from 0) as a farm substitutes them: 1001-1100, "
+            "Deadline's <STARTFRAME>-<ENDFRAME>, an OpenJD chunk's range expression. A video output is "
+            "a segment for `ffbatch concat`; a sequence output gets the frames at their final names."
+        ),
+    ] = None,
     chunk_frames: Annotated[
         int | None,
         typer.Option(
@@ -754,6 +765,14 @@ def render(
     setup_logging(quiet, verbose)
     if facefusion_job is not None:  # read before parsing (main); here only through the app itself
         raise InputError("--facefusion-job runs through `ffbatch render --facefusion-job JOB`")
+    inputs, output = [printf_pattern(p) for p in inputs], output and printf_pattern(output)
+    ctx.params.update(inputs=inputs, output=output)  # shot.####.exr is shot.%04d.exr from here on
+    if frame_range is not None:
+        if frames is not None:
+            raise InputError("give --frames (0-based, END exclusive) or --frame-range, not both")
+        if len(inputs) != 1:
+            raise InputError("--frame-range renders one range of one input: give one input and -o")
+        frames = format_range(*frames_of_range(frame_range, inputs[0]))
     settings, gpus_of_run = render_settings(ctx.params, given=given_options(ctx))
     check_matte_run(settings, len(inputs))
     if gpus_of_run:
