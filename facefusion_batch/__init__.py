@@ -6,9 +6,19 @@ Its names load on first use, so importing one module of the package does not loa
 
 from __future__ import annotations
 
+from importlib import metadata as _metadata
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+try:  # from the git tags at install time (setuptools-scm, pyproject.toml)
+    __version__ = _metadata.version("facefusion-batch")
+except _metadata.PackageNotFoundError:  # a source tree that was never installed
+    __version__ = "0.0.0+unknown"
+
+# The revision of what a render outputs: bumped by every change of output pixels or timestamps
+# (with a CHANGELOG.md line); tests/test_golden_cpu.py fails when the golden checksums change
+# without it. The version and the revision go into the settings digest, the segment tags and
+# the report, so that no resume or "up to date" skip joins the output of two algorithms.
+RENDER_REVISION = 1
 
 if TYPE_CHECKING:
     from facefusion_batch.api import (

@@ -21,7 +21,7 @@ from typing import Annotated
 import typer
 import typer.main
 
-from facefusion_batch import __version__
+from facefusion_batch import RENDER_REVISION, __version__
 from facefusion_batch.config import (
     DEFAULT_FACE_PRESENCE,
     DEFAULT_LIP_SHADOW,
@@ -94,7 +94,7 @@ def setup_logging(quiet: bool, verbose: bool) -> None:
 
 def version_callback(value: bool) -> None:
     if value:
-        typer.echo(f"ffbatch {__version__}")
+        typer.echo(f"ffbatch {__version__} (render revision {RENDER_REVISION})")
         raise typer.Exit()
 
 
@@ -563,6 +563,13 @@ def render(
     ] = None,
     force: Annotated[
         bool, typer.Option(help="Drop saved progress and finished outputs; render everything again.")
+    ] = False,
+    reuse_across_versions: Annotated[
+        bool,
+        typer.Option(
+            help="Reuse saved segments and finished outputs that another ffbatch version or render "
+            "revision made with the same settings (said in a warning); by default they are rendered again."
+        ),
     ] = False,
     ray: Annotated[
         str | None,

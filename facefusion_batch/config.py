@@ -127,6 +127,7 @@ class RenderSettings:
     frames: tuple[int, int | None] | None = None
     chunk_frames: int | None = None
     force: bool = False
+    reuse_across_versions: bool = False  # reuse work another ffbatch version rendered (farm/reuse.py)
     # what a frame the decoder cannot deliver does: fail the job, or skip (replaced, pts kept)
     on_decode_error: str = "fail"
     source_face_index: int = 0  # which face of each --source photo, largest first

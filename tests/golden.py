@@ -7,6 +7,11 @@ still holds the rewrite over kernel sets to the old pixels) and with the default
 the demo clip's camera path over t1.jpg (examples/make_inputs.py: `render_frame`, no encoder
 involved), the source is astronaut.png. `python tests/golden.py record [CASE ...]` writes
 tests/data/golden_cpu.json; tests/test_golden_cpu.py renders every case again and compares.
+
+The file also keeps, under `render_revisions`, the fingerprint of every case's checksums per
+RENDER_REVISION (facefusion_batch/__init__.py) they were recorded at: `record` refuses to
+change the checksums without a bump of the revision, and the test fails when they were changed
+by hand without one.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 GOLDEN = HERE / "data" / "golden_cpu.json"
+REVISIONS = "render_revisions"  # the goldens file's key beside the cases: revision -> fingerprint
 DEMO_SECONDS, DEMO_FPS, DEMO_SIZE = 10.0, 25, (1280, 720)
 
 
@@ -132,6 +138,29 @@ def load_case_models(standin_dir: Path | None):
     return load_models("cpu", threads=2, models_dir=standin_dir)
 
 
+def checksums_fingerprint(recorded: dict) -> str:
+    """sha256 of every case's checksums (the revisions key left out): what a bump stands for."""
+    cases_only = {k: v for k, v in recorded.items() if k != REVISIONS}
+    return hashlib.sha256(json.dumps(cases_only, sort_keys=True).encode()).hexdigest()
+
+
+def with_revision(recorded: dict, revision: int) -> dict:
+    """`recorded` with its fingerprint under `revision`; ValueError when the checksums changed
+    and the revision was not bumped (or a revision already stands for other checksums)."""
+    revisions = dict(recorded.get(REVISIONS, {}))
+    fingerprint = checksums_fingerprint(recorded)
+    held = revisions.get(str(revision))
+    if held is not None and held != fingerprint:
+        raise ValueError(
+            f"the golden checksums changed but RENDER_REVISION is still {revision}: bump it in "
+            "facefusion_batch/__init__.py (and say what changed in CHANGELOG.md), then record again"
+        )
+    if revisions and revision < max(map(int, revisions)):
+        raise ValueError(f"RENDER_REVISION {revision} is older than the goldens' {max(map(int, revisions))}")
+    revisions[str(revision)] = fingerprint
+    return {**{k: v for k, v in recorded.items() if k != REVISIONS}, REVISIONS: revisions}
+
+
 def record(names: list[str] | None = None) -> dict[str, dict[str, str]]:
     """Render and digest every case, or only `names` (the others keep their recording)."""
     import os
@@ -149,7 +178,8 @@ def record(names: list[str] | None = None) -> dict[str, dict[str, str]]:
     os.environ["FFBATCH_HOME"] = str(home / "home")
     standin_dir = standins.write_standins(home / "standins")
     models = {False: load_case_models(None), True: load_case_models(standin_dir)}
-    out = json.loads(GOLDEN.read_text()) if names else {}
+    previous = json.loads(GOLDEN.read_text())
+    out = dict(previous) if names else {REVISIONS: previous.get(REVISIONS, {})}
     for case in cases():
         if names and case.name not in names:
             continue
@@ -160,7 +190,9 @@ def record(names: list[str] | None = None) -> dict[str, dict[str, str]]:
             "tracked": digest(render_case(case, models[case.learned], source)),
         }
         print(case.name, out[case.name]["output"][:16], flush=True)
-    return out
+    from facefusion_batch import RENDER_REVISION
+
+    return with_revision(out, RENDER_REVISION)
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["record"]:

@@ -169,7 +169,7 @@ def staged_complete(settings: RenderSettings, work: Path, digest: str, start: in
                 return False
         else:
             segment = chunk_segment(work, option, path, start, end)
-            if not (segment.is_file() and is_up_to_date(segment, digest, start, end)):
+            if not (segment.is_file() and is_up_to_date(segment, settings, start, end)):
                 return False
     return True
 

@@ -28,11 +28,13 @@ import av
 import av.error
 
 from facefusion_batch.errors import FfbatchError, InputError, Interrupted, OutputError
+from facefusion_batch.farm.reuse import TAG_RENDERED_BY, TAG_SETTINGS_ALONE
 from facefusion_batch.fsutil import AtomicFile, check_name_length, claim_output, ffmpeg_path
 from facefusion_batch.video.audio import AudioMuxer
 from facefusion_batch.video.probe import check_readable_file, pick_video_stream
 from facefusion_batch.video.segments import TAG_FRAME_COUNT, TAG_FRAMES, TAG_INPUT, TAG_SETTINGS
 from facefusion_batch.video.writer import carried_tags, container_format_for, iso_timescales
+from facefusion_batch.video.written import forget_written, record_written
 
 log = logging.getLogger("ffbatch")
 
@@ -56,6 +58,8 @@ class SegmentInfo:
     frame_count: int | None
     settings: str | None
     input: str | None
+    settings_alone: str | None = None  # farm/reuse.py's tags: the digest without the code terms
+    rendered_by: str | None = None  # the ffbatch version and render revision that rendered it
     decode_pts: tuple[int, ...] = ()  # every packet's pts, in decode (file) order
     dts_missing: bool = False  # Matroska stores no dts: the first packets of a B-frame stream lack one
 
@@ -134,6 +138,8 @@ def inspect_segment(path: Path) -> SegmentInfo:
             frame_count=int(count) if count and count.isdigit() else None,
             settings=tags.get(TAG_SETTINGS),
             input=tags.get(TAG_INPUT),
+            settings_alone=tags.get(TAG_SETTINGS_ALONE),
+            rendered_by=tags.get(TAG_RENDERED_BY),
             decode_pts=() if pts_missing else tuple(pts),
             dts_missing=dts_missing,
         )
@@ -143,8 +149,10 @@ def inspect_segment(path: Path) -> SegmentInfo:
         container.close()
 
 
-def check_segments(segments: list[SegmentInfo]) -> list[SegmentInfo]:
-    """The segments in pts order; InputError saying what is wrong if they cannot be joined."""
+def check_segments(segments: list[SegmentInfo], across_versions: bool = False) -> list[SegmentInfo]:
+    """The segments in pts order; InputError saying what is wrong if they cannot be joined.
+    `across_versions`: segments other ffbatch versions rendered with the same settings may be
+    joined (--reuse-across-versions, which said so when it reused them)."""
     if not segments:
         raise InputError("concat needs at least one segment")
     seen: dict[Path, Path] = {}
@@ -177,11 +185,17 @@ def check_segments(segments: list[SegmentInfo]) -> list[SegmentInfo]:
             raise InputError(f"segment {seg.path} does not start with a keyframe, so it cannot be joined")
     tagged = all(s.frames is not None for s in segments)
     if tagged:
-        for key, what in (("settings", "settings"), ("input", "input")):
+        alone = across_versions and all(s.settings_alone for s in segments)
+        for key, what in (("settings_alone" if alone else "settings", "settings"), ("input", "input")):
             values = {getattr(s, key) for s in segments}
             if len(values) > 1:
                 a = segments[0]
                 b = next(s for s in segments if getattr(s, key) != getattr(a, key))
+                if key == "settings" and a.settings_alone and a.settings_alone == b.settings_alone:
+                    raise InputError(
+                        f"segments {a.path} and {b.path} were rendered by different versions of ffbatch "
+                        f"({a.rendered_by} vs {b.rendered_by}); render them again with one version"
+                    )
                 raise InputError(
                     f"segments {a.path} and {b.path} were rendered from different {what} "
                     f"({getattr(a, key)} vs {getattr(b, key)}); render them again with one command line"
@@ -235,6 +249,7 @@ def join_segments(
     tags_from: Path | None = None,
     audio_codec: str = "copy",
     audio_bitrate: str | None = None,
+    across_versions: bool = False,
 ) -> JoinReport:
     """Check, then stream-copy `paths` into `output` (atomically), audio copied from `audio_from`
     (or re-encoded: `audio_codec` pcm / aac). `tags_from` (default `audio_from`): the original
@@ -243,7 +258,7 @@ def join_segments(
     started = time.perf_counter()
     output = Path(output)
     fmt = container_format_for(output)
-    infos = check_segments([inspect_segment(Path(p)) for p in paths])
+    infos = check_segments([inspect_segment(Path(p)) for p in paths], across_versions)
     if audio_from is not None:
         check_readable_file(Path(audio_from), "--audio-from file")
     for seg in infos:
@@ -266,6 +281,9 @@ def join_segments(
         audio = (audio_codec, audio_bitrate)
         packets, audio_packets = _copy(infos, out.temp, fmt, audio_from, tags, audio)
         out.commit()
+        if TAG_SETTINGS in tags:  # a tagged output may be reused later, if its bytes still match
+            with contextlib.suppress(OSError):
+                record_written(output)
     except KeyboardInterrupt:
         raise Interrupted("interrupted (SIGINT) while joining; the partial output was removed") from None
     except (av.error.FFmpegError, OSError) as exc:
@@ -411,6 +429,7 @@ def concat_command(
         for seg in segments:
             with contextlib.suppress(FileNotFoundError):
                 Path(seg).unlink()
+            forget_written(Path(seg))
             parents.add(Path(seg).parent)
         for parent in parents:
             remove_emptied_work_dir(parent)

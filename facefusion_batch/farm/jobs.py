@@ -24,7 +24,7 @@ from typing import Any
 
 import typer
 
-from facefusion_batch import __version__
+from facefusion_batch import RENDER_REVISION, __version__
 from facefusion_batch.config import (
     RenderSettings,
     check_parent_dir,
@@ -107,6 +107,8 @@ def render(
     if settings.frames is not None:
         skipped = prepare_segment_job(settings)
         if skipped is not None:
+            if settings.report:  # a skip has its report too: the last run's would tell another story
+                _write_report_quietly(settings, skipped.summary(), WarningLog())
             return skipped
     try:
         validate(settings)
@@ -170,6 +172,7 @@ def write_report(settings: RenderSettings, data: dict[str, Any], warnings: Warni
         "output": str(settings.output),
         **data,
         "ffbatch": __version__,
+        "render_revision": RENDER_REVISION,
         "command": command_line(),
         "settings": settings_record(settings),
         "warnings": warnings.messages,
@@ -376,8 +379,10 @@ def _render_plain(renderer, settings, info, report, timer, on_progress, on_start
             pixel_format=pixel_format_of(layout),
         )
     try:
+        number = compositing_start_number(settings)
+        # tagged like the output (a batch run's): a rerun checks them before it skips the input
         compositing = open_compositing_writers(
-            settings.matte_output, settings.face_only_output, info, compositing_start_number(settings)
+            settings.matte_output, settings.face_only_output, info, number, output_tags
         )
     except BaseException:
         writer.abort()
@@ -522,6 +527,7 @@ def _with_provenance(summary: dict[str, Any], job: RenderSettings) -> dict[str, 
     return {
         **summary,
         "ffbatch": __version__,
+        "render_revision": RENDER_REVISION,
         "command": command_line(),
         "settings": settings_record(replace(job, input=Path(""), output=Path(""))),
     }

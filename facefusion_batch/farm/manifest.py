@@ -23,12 +23,12 @@ import json
 import logging
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from facefusion_batch import __version__, fsutil
+from facefusion_batch import RENDER_REVISION, __version__, fsutil
 from facefusion_batch.config import RenderSettings
 from facefusion_batch.errors import InputError
 from facefusion_batch.video.probe import sequence_numbers
@@ -60,6 +60,7 @@ _NOT_IN_DIGEST = frozenset(
         "frames",
         "chunk_frames",
         "force",
+        "reuse_across_versions",
         "fail_if_no_faces",
         "device",  # only what of it changes pixels: DEVICE_IN_DIGEST
     }
@@ -95,10 +96,10 @@ def file_fingerprint(path: Path) -> str:
     return _fingerprints[key]
 
 
-def settings_digest(settings: RenderSettings) -> str:
+def settings_digest(settings: RenderSettings, *, code: bool = True) -> str:
     """What decides the output's pixels and timing: the input, the source and reference photos
-    (by content, never by how their paths are spelled), every rendering setting, and the ffbatch
-    version. 16 hex digits."""
+    (by content, never by how their paths are spelled), every rendering setting, and (`code`)
+    the ffbatch version and its RENDER_REVISION. 16 hex digits."""
     fields = {k: v for k, v in asdict(settings).items() if k not in _NOT_IN_DIGEST}
     fields["device"] = {k: getattr(settings.device, k) for k in DEVICE_IN_DIGEST}
     reference = fields.get("swap", {}).get("reference") if isinstance(fields.get("swap"), dict) else None
@@ -111,7 +112,7 @@ def settings_digest(settings: RenderSettings) -> str:
             [sha256_file(Path(p)) for p in pair] for pair in fields["swap"]["mapping"]
         ]
     data = {
-        "ffbatch": __version__,
+        **({"ffbatch": __version__, "render_revision": RENDER_REVISION} if code else {}),
         "input": file_fingerprint(Path(settings.input)),
         "sources": [sha256_file(Path(s)) for s in settings.sources],
         "settings": fields,
@@ -152,6 +153,8 @@ class Manifest:
     chunk_frames: int
     frame_count: int
     segments: dict[str, dict[str, Any]] = field(default_factory=dict)
+    settings_alone: str = ""  # the digest without the code terms (farm/reuse.py)
+    rendered_by: str = ""  # the ffbatch version and render revision that rendered the segments
 
     @property
     def path(self) -> Path:
@@ -174,6 +177,8 @@ class Manifest:
             "chunk_frames": self.chunk_frames,
             "frame_count": self.frame_count,
             "segments": self.segments,
+            "settings_alone": self.settings_alone,
+            "rendered_by": self.rendered_by,
             "updated": _now(),
         }
 
@@ -191,6 +196,8 @@ class Manifest:
                 chunk_frames=int(data["chunk_frames"]),
                 frame_count=int(data["frame_count"]),
                 segments=dict(data.get("segments") or {}),
+                settings_alone=str(data.get("settings_alone") or ""),
+                rendered_by=str(data.get("rendered_by") or ""),
             )
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
@@ -227,12 +234,29 @@ class Manifest:
         return None
 
 
-def open_manifest(wanted: Manifest, force: bool) -> Manifest:
-    """The saved manifest if it belongs to the same job, else a fresh one (old work removed)."""
+def open_manifest(
+    wanted: Manifest, force: bool, across_versions: Callable[[str, str], bool] | None = None
+) -> Manifest:
+    """The saved manifest if it belongs to the same job, else a fresh one (old work removed).
+    Saved by another ffbatch version or render revision with the same settings, its segments
+    are kept when `across_versions(rendered_by)` says so (--reuse-across-versions; it warns)."""
     work = wanted.work_dir
     saved = None if force else Manifest.read(work)
     if saved is not None and saved.matches(wanted):
         return saved
+    if (
+        saved is not None
+        and across_versions is not None
+        and saved.settings_alone
+        and (saved.settings_alone, saved.chunk_frames, saved.frame_count)
+        == (wanted.settings_alone, wanted.chunk_frames, wanted.frame_count)
+    ):
+        what = f"the saved progress in {work} ({len(saved.segments)} segments)"
+        if across_versions(what, saved.rendered_by):
+            return saved
+        clear_work_dir(work)
+        wanted.save()
+        return wanted
     if force:
         log.info("%s: --force: discarding any saved progress", wanted.output)
         clear_work_dir(work)

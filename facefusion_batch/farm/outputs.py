@@ -8,10 +8,11 @@ to date and skipped.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 from pathlib import Path
-
 from typing import Any
+
 from facefusion_batch.config import (
     RenderSettings,
     compositing_outputs,
@@ -21,6 +22,7 @@ from facefusion_batch.config import (
 )
 from facefusion_batch.errors import InputError
 from facefusion_batch.farm.manifest import settings_digest
+from facefusion_batch.farm.reuse import code_tags, drop_stale, intact, made_here, ours
 from facefusion_batch.video.compositing import sequence_complete
 from facefusion_batch.video.segments import (
     TAG_INPUT,
@@ -30,6 +32,8 @@ from facefusion_batch.video.segments import (
     video_packet_count,
 )
 from facefusion_batch.video.sequence import is_sequence_pattern
+
+log = logging.getLogger("ffbatch")
 
 DEFAULT_PATTERN = "{stem}-swapped{ext}"
 
@@ -78,21 +82,31 @@ def compositing_paths(templates: list[tuple[str, Path]], input: Path) -> list[tu
     return [(option, Path(expand_template(str(path), input, option))) for option, path in templates]
 
 
-def compositing_complete(settings: RenderSettings, frames: int) -> bool:
+def compositing_complete(settings: RenderSettings, frames: int) -> bool | None:
     """Whether each compositing output of a finished job is there: every frame of a sequence,
-    a video with every frame's packet."""
+    a video with every frame's packet and the bytes it was written with. None: only videos this
+    job made are cut short or changed (each named in a warning), so the job renders again."""
     number = compositing_start_number(settings)
+    complete: bool | None = True
     for _, path in compositing_outputs(settings):
         if is_sequence_pattern(path):
             if not sequence_complete(path, number, (0, frames)):
                 return False
-        elif not (path.is_file() and video_packet_count(path) == frames):
-            return False
-    return True
+        elif not (path.is_file() and video_packet_count(path) == frames and intact(path)):
+            if not (path.is_file() and ours(read_tags(path), settings)):
+                return False
+            if (count := video_packet_count(path)) != frames:
+                log.warning("%s: cut short (%d of %d frames); rendering it again", path, count, frames)
+            complete = None
+    return complete
 
 
 def output_tags(settings: RenderSettings) -> dict[str, str]:
-    return {TAG_SETTINGS: settings_digest(settings), TAG_INPUT: Path(settings.input).name}
+    return {
+        TAG_SETTINGS: settings_digest(settings),
+        TAG_INPUT: Path(settings.input).name,
+        **code_tags(settings),
+    }
 
 
 def is_done(settings: RenderSettings) -> bool:
@@ -105,18 +119,23 @@ def is_done(settings: RenderSettings) -> bool:
         return False
     if not all(Path(s).is_file() for s in settings.sources):
         return False
-    tags = read_tags(out)
-    if not tags.get(TAG_SETTINGS) or tags.get(TAG_SETTINGS) != output_tags(settings)[TAG_SETTINGS]:
+    if not made_here(read_tags(out), settings, out):
+        _drop_stale_outputs(settings)  # this job's, by other code: rendered again
         return False
     # tagged but cut short (the tags come first): not done; every frame of the input must be there
     try:
         frames = frame_index(settings.input).count
     except InputError:
         return False
-    if video_packet_count(out) != frames:
+    if video_packet_count(out) != frames or not intact(out):
+        _drop_stale_outputs(settings)
         return False
-    if compositing_complete(settings, frames):
+    complete = compositing_complete(settings, frames)
+    if complete:
         return True
+    if complete is None:
+        _drop_stale_outputs(settings)
+        return False
     if settings.overwrite:
         return False
     raise InputError(
@@ -124,3 +143,13 @@ def is_done(settings: RenderSettings) -> bool:
         f"({', '.join(f'{o} {p}' for o, p in compositing_outputs(settings))}: missing or cut short); "
         "pass --overwrite to render it again"
     )
+
+
+def _drop_stale_outputs(settings: RenderSettings) -> None:
+    """The output and its compositing videos, where this job made them, go before it renders them
+    again (farm/reuse.py `drop_stale`)."""
+    for path in (
+        settings.output,
+        *(p for _, p in compositing_outputs(settings) if not is_sequence_pattern(p)),
+    ):
+        drop_stale(Path(path), settings)

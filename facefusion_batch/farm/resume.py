@@ -38,6 +38,7 @@ from facefusion_batch.farm.manifest import (
     settings_digest,
     work_dir_for,
 )
+from facefusion_batch.farm.reuse import RENDERED_BY, across_versions
 from facefusion_batch.farm.segment import is_up_to_date, segment_tags
 from facefusion_batch.pipeline.run import (
     JobReport,
@@ -135,7 +136,7 @@ def plan_segments(
         path = manifest.verified(start, end)
         if path is None:
             candidate = manifest.work_dir / segment_name(start, end, segment_suffix(settings.encoder.codec))
-            if candidate.is_file() and is_up_to_date(candidate, digest, start, end):
+            if candidate.is_file() and is_up_to_date(candidate, settings, start, end):
                 manifest.record(start, end, candidate)
                 path = candidate
         if path is not None and not staged_complete(settings, manifest.work_dir, digest, start, end):
@@ -233,6 +234,7 @@ def render_chunked(
                 overwrite=True,  # validated up front: --overwrite, or no output when the job began
                 metadata=output_tags,
                 tags_from=Path(settings.input),
+                across_versions=settings.reuse_across_versions,
                 audio_codec=settings.encoder.audio_codec,
                 audio_bitrate=settings.encoder.audio_bitrate,
             )
@@ -262,6 +264,9 @@ def open_job_manifest(
             settings_digest=digest,
             chunk_frames=chunk,
             frame_count=frame_count,
+            settings_alone=settings_digest(settings, code=False),
+            rendered_by=RENDERED_BY,
         ),
         settings.force,
+        lambda what, rendered_by: across_versions(what, rendered_by or "another ffbatch", settings),
     )

@@ -15,6 +15,7 @@ from pathlib import Path
 from facefusion_batch.config import RenderSettings, compositing_outputs, compositing_start_number
 from facefusion_batch.errors import FfbatchError, InputError, OutputError
 from facefusion_batch.farm.manifest import settings_digest
+from facefusion_batch.farm.reuse import code_tags, drop_stale, intact, made_here
 from facefusion_batch.pipeline.run import JobReport, log_start, pixel_format_of, read_ranges, render_into
 from facefusion_batch.video.compositing import open_compositing_writers, sequence_complete
 from facefusion_batch.video.segments import (
@@ -39,21 +40,23 @@ def segment_tags(settings: RenderSettings, start: int, end: int, frame_count: in
         TAG_FRAME_COUNT: str(frame_count),
         TAG_SETTINGS: digest,
         TAG_INPUT: Path(settings.input).name,
+        **code_tags(settings),
     }
 
 
-def is_up_to_date(path: Path, digest: str, start: int, end: int | None) -> bool:
-    """Whether `path` is a finished segment of exactly this range made with these settings."""
+def is_up_to_date(path: Path, settings: RenderSettings, start: int, end: int | None) -> bool:
+    """Whether `path` is a finished segment of exactly this range made with these settings by
+    this code (farm/reuse.py), holding the bytes it was written with."""
     tags = read_tags(path)
-    if tags.get(TAG_SETTINGS) != digest:
+    if not made_here(tags, settings, path):
         return False
     got_start, _, got_end = tags.get(TAG_FRAMES, "").partition(":")
     wanted_end = tags.get(TAG_FRAME_COUNT) if end is None else str(end)
     if not (got_start == str(start) and got_end == wanted_end and got_end.isdigit()):
         return False
     # the tags are written first: a segment cut short (a full disk, a copy that broke off) still
-    # carries them, but not every frame's packet
-    return video_packet_count(path) == int(got_end) - start
+    # carries them, but not every frame's packet; bytes changed in place keep the count
+    return video_packet_count(path) == int(got_end) - start and intact(path)
 
 
 def prepare_segment_job(settings: RenderSettings) -> JobReport | None:
@@ -75,7 +78,8 @@ def prepare_segment_job(settings: RenderSettings) -> JobReport | None:
     if not all(Path(s).is_file() for s in settings.sources):
         return None
     start, end = settings.frames
-    if not is_up_to_date(out, settings_digest(settings), start, end):
+    if not is_up_to_date(out, settings, start, end):
+        drop_stale(out, settings)
         return None
     if end is None:  # to the end: the tags hold the frame count (is_up_to_date checked it)
         end = int(read_tags(out)[TAG_FRAME_COUNT])
@@ -100,7 +104,7 @@ def compositing_complete(settings: RenderSettings, frames: tuple[int, int]) -> b
         if is_sequence_pattern(path):
             if not sequence_complete(path, number, frames):
                 return False
-        elif not (path.is_file() and is_up_to_date(path, settings_digest(settings), *frames)):
+        elif not (path.is_file() and is_up_to_date(path, settings, *frames)):
             return False
     return True
 

@@ -74,8 +74,10 @@ from facefusion_batch.video.formats import (
 from facefusion_batch.video.native import NativePicture, native_reason
 from facefusion_batch.video.planes import BGR24, NATIVE, PIXEL_FORMATS, YUV420P, picture_shape
 from facefusion_batch.video.probe import VideoInfo
+from facefusion_batch.video.segments import TAG_SETTINGS
 from facefusion_batch.video.sequence import is_sequence_pattern, sequence_codec
 from facefusion_batch.video.timing import shift_ticks
+from facefusion_batch.video.written import record_written
 
 log = logging.getLogger("ffbatch")
 
@@ -773,6 +775,9 @@ class VideoWriter:
             # Includes KeyboardInterrupt while waiting for the flush: never leave a partial file.
             self._discard()
             raise
+        if TAG_SETTINGS in self._metadata:  # tagged: may be reused later, if its bytes still match
+            with contextlib.suppress(OSError):  # without a record it is rendered again, never trusted
+                record_written(self.output)
 
     def abort(self) -> None:
         """Stop encoding and remove the temporary file; nothing is left at the output path."""
