@@ -37,10 +37,17 @@ def alignment_affines(landmarks5: np.ndarray, template: str, size: int) -> np.nd
 
 
 def align_crops(
-    k: Kernels, frames: Frames, frame_index: np.ndarray, landmarks5: np.ndarray, template: str, size: int
+    k: Kernels,
+    frames: Frames,
+    frame_index: np.ndarray,
+    landmarks5: np.ndarray,
+    template: str | None,
+    size: int,
 ) -> tuple[Array, np.ndarray]:
     """Crops of every face aligned to `template` at `size` px (the kernel set's own arrays),
     and the affines [F,2,3] that made them."""
+    if template is None:
+        raise ValueError("aligned crops need an alignment template (the model's catalogue entry has none)")
     affines = alignment_affines(landmarks5, template, size)
     return k.warp_crops(frames, frame_index, affines, size, "replicate"), affines
 
@@ -55,7 +62,7 @@ def host_crops(k: Kernels, crops: Array) -> np.ndarray:
     return np.clip(np.rint(array), 0, 255).astype(np.uint8)
 
 
-def crop_model_input(session: Session, model: LearnedModel, policy: BatchPolicy) -> tuple[str, int]:
+def crop_model_input(session: Session, model: LearnedModel, policy: BatchPolicy) -> tuple[str, int | None]:
     """(input name, items per call) of a model that reads aligned face crops: its input is
     "input" where it has one of that name (FaceFusion's exports), else its first."""
     names = [t.name for t in session.inputs]

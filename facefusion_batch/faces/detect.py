@@ -62,10 +62,10 @@ def non_maximum_suppression(
             continue
         xywh = boxes[i, candidates].copy()
         xywh[:, 2:] -= xywh[:, :2]
-        kept = cv2.dnn.NMSBoxes(
+        survivors = cv2.dnn.NMSBoxes(
             xywh.tolist(), scores[i, candidates].tolist(), settings.score_threshold, settings.nms_iou
         )
-        kept = np.asarray(kept, dtype=np.int64).reshape(-1)[: settings.max_faces_per_frame]
+        kept = np.asarray(survivors, dtype=np.int64).reshape(-1)[: settings.max_faces_per_frame]
         chosen = candidates[kept]
         chosen = chosen[np.argsort(-scores[i, chosen], kind="stable")]
         frame_index.append(np.full(chosen.shape, i, np.int32))

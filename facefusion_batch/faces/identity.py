@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -205,9 +206,9 @@ class IdentityEncoder:
 
     def _facefusion_source(self) -> np.ndarray:
         """FaceFusion's source embedding per family, from the photos' averaged embeddings."""
-        raw = self.source.raw
+        raw = _present(self.source.raw, "the source's raw embedding")
         if self.family == "inswapper":
-            return (normalise(raw[None]) @ self.emap)[0]
+            return (normalise(raw[None]) @ _present(self.emap, "inswapper's emap"))[0]
         if self.family == "hyperswap":
             mean = self.source.unit_mean if self.source.unit_mean is not None else self.source.embedding
             return np.asarray(mean, np.float32)
@@ -215,16 +216,18 @@ class IdentityEncoder:
         return converted[0] if self.family in CONVERTED_RAW else normalise(converted)[0]
 
     def _convert(self, vectors: np.ndarray) -> np.ndarray:
-        out = run_chunked(self.converter, {_input_name(self.converter): vectors.astype(np.float32)}, 4096)
-        return out[self.converter.outputs[0].name].reshape(len(vectors), -1)
+        converter = _present(self.converter, f"{self.model.name}'s embedding converter")
+        out = run_chunked(converter, {_input_name(converter): vectors.astype(np.float32)}, 4096)
+        return out[converter.outputs[0].name].reshape(len(vectors), -1)
 
     def _source_side(self) -> np.ndarray:
-        return self.source.raw if self._uses_raw() else self.source.embedding
+        side = self.source.raw if self._uses_raw() else self.source.embedding
+        return _present(side, "the source's face embedding")
 
     def _map(self, vectors: np.ndarray) -> np.ndarray:
         """From the blended ArcFace-space vectors [F,512] to the swapper's source input."""
         if self.family == "inswapper":
-            return inswapper_latent(vectors, self.emap)
+            return inswapper_latent(vectors, _present(self.emap, "inswapper's emap"))
         if self.family == "hyperswap":
             return normalise(vectors)
         converted = self._convert(vectors)
@@ -235,12 +238,13 @@ class IdentityEncoder:
         return self(len(table), table.embedding)
 
     def __call__(self, count: int, target_embeddings: np.ndarray | None = None) -> np.ndarray:
+        source_input = _present(self._source_input, "the source face")
         if self.lam == 0.0 or target_embeddings is None:
-            return np.repeat(self._source_input[None], count, axis=0)
+            return np.repeat(source_input[None], count, axis=0)
         if self.convention == "facefusion":
             # FaceFusion's balance: after the mapping, against the target's embedding as it is
             target = target_embeddings if self.family in CONVERTED_RAW else normalise(target_embeddings)
-            blended = (1.0 - self.lam) * self._source_input[None] + self.lam * target
+            blended = (1.0 - self.lam) * source_input[None] + self.lam * target
             return blended.astype(np.float32)
         target = target_embeddings if self._uses_raw() else normalise(target_embeddings)
         blended = (1.0 - self.lam) * self._source_side()[None] + self.lam * target
@@ -264,16 +268,27 @@ class MappedIdentity:
     def for_table(self, table: FaceTable) -> np.ndarray:
         if table.person is None:
             raise ValueError("per-person sources need the table's `person` column (AssignPersons)")
-        rows = [None] * len(table)
+        rows: list[np.ndarray | None] = [None] * len(table)
         for p, encoder in enumerate(self.encoders):
             mine = np.flatnonzero(table.person == p)
             if len(mine):
                 target = None if table.embedding is None else table.embedding[mine]
                 for i, row in zip(mine, encoder(len(mine), target), strict=True):
                     rows[i] = row
-        if any(r is None for r in rows):
+        filled = [r for r in rows if r is not None]
+        if len(filled) < len(rows):
             raise ValueError(f"faces mapped to no person: {sorted(set(table.person.tolist()))}")
-        return np.stack(rows).astype(np.float32)
+        return np.stack(filled).astype(np.float32)
+
+
+T = TypeVar("T")
+
+
+def _present(value: T | None, what: str) -> T:
+    """`value`, which the identity's family needs (checked when it was made)."""
+    if value is None:
+        raise ValueError(f"the identity needs {what}")
+    return value
 
 
 def _input_name(session: Session) -> str:

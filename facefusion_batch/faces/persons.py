@@ -42,6 +42,7 @@ def recognise(
     if recogniser.feeds_swap:
         if table.embedding is None:
             table = table.with_columns(embedding=recogniser.embed(k, frames, table))
+            assert table.embedding is not None  # just set
         return table, table.embedding
     return table, recogniser.embed(k, frames, table)
 
@@ -90,5 +91,7 @@ class AssignPersons:
         self.unmatched = unmatched
 
     def __call__(self, k: Kernels, frames: Frames, table: FaceTable) -> FaceTable:
+        if table.person_distance is None:
+            raise ValueError("assigning persons needs the table's person_distance column (--map)")
         person = assign_persons(table.person_distance, self.max_distance, self.unmatched)
         return table.with_columns(person=person).select(person >= 0)

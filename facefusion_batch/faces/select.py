@@ -58,15 +58,15 @@ def select_faces(
         if mode == "one":
             indices = (0,)
         if not indices:
-            return table.select(order_faces(table, order)[0])
+            return table.select(order_faces(table, order or "large-small")[0])
         return pick_positions(table, order or "large-small", indices)
     if mode == "many":
         return table
     area = table.areas()
-    order = np.lexsort((-area, table.frame_index))  # by frame, largest first
-    first = np.ones(len(order), bool)
-    first[1:] = table.frame_index[order][1:] != table.frame_index[order][:-1]
-    return table.select(np.sort(order[first]))
+    rows = np.lexsort((-area, table.frame_index))  # by frame, largest first
+    first = np.ones(len(rows), np.bool_)
+    first[1:] = table.frame_index[rows][1:] != table.frame_index[rows][:-1]
+    return table.select(np.sort(rows[first]))
 
 
 class FaceSelector:
@@ -106,8 +106,11 @@ class FaceSelector:
     def __call__(self, k: Kernels, frames: Frames, table: FaceTable) -> FaceTable:
         if self.mode != "reference":
             return select_faces(table, self.mode, frames.count, self.order, self.indices)
-        table, vectors = recognise(self.recogniser, k, frames, table)
+        recogniser, reference = self.recogniser, self.reference
+        if recogniser is None or reference is None:
+            raise ValueError("--faces reference needs a face recogniser and the reference face")
+        table, vectors = recognise(recogniser, k, frames, table)
         if len(table) == 0:
             return table
-        table = table.select(self.recogniser.distance(vectors, self.reference) < self.distance)
+        table = table.select(recogniser.distance(vectors, reference) < self.distance)
         return select_faces(table, "many", frames.count, self.order, self.indices)

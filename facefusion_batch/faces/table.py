@@ -47,8 +47,10 @@ class FaceTable:
             values[f.name] = None if column is None else column[keep]
         return FaceTable(**values)
 
-    def with_columns(self, **columns: np.ndarray) -> FaceTable:
-        return replace(self, **columns)
+    def with_columns(self, **columns: np.ndarray | None) -> FaceTable:
+        """The table with `columns` set (None: a column unset)."""
+        changes: dict[str, Any] = columns
+        return replace(self, **changes)
 
     def areas(self) -> np.ndarray:
         areas: np.ndarray = (self.box[:, 2] - self.box[:, 0]) * (self.box[:, 3] - self.box[:, 1])

@@ -241,15 +241,19 @@ class FaceTracker:
                     self.tracks.append(track)
                 track.box, track.span, track.last_frame = table.box[row].copy(), float(spans[row]), frame_no
                 track.presences = (track.presences + [float(presence[row])])[-2 * s.window :]
-                if mesh is not None:
+                if mesh is not None and table.mesh is not None:
                     track.meshes = (track.meshes + [table.mesh[row]])[-s.window :]
                     mesh[row] = self._smooth(track.meshes, dt, track.span)
                 track.points = (track.points + [table.landmarks5[row]])[-s.window :]
                 points[row] = self._smooth(track.points, dt, track.span)
-                if person_distance is not None:  # one person per track: the window's mean distances
+                if (
+                    person_distance is not None and table.person_distance is not None
+                ):  # one person per track: the window's mean distances
                     track.distances = (track.distances + [table.person_distance[row]])[-2 * s.window :]
                     person_distance[row] = np.mean(track.distances, axis=0)
-                if lids is not None:  # a lid read shut on one frame and open on the next: between
+                if (
+                    lids is not None and table.lids is not None
+                ):  # a lid read shut on one frame and open on the next: between
                     track.lids = (track.lids + [table.lids[row]])[-s.window :]
                     lids[row] = lid_average(track.lids)
                 swapping = track.decide(s)

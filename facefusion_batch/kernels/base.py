@@ -219,7 +219,8 @@ class Kernels(Protocol):
 
     # models
     def run(self, session: Any, feeds: dict[str, Array], max_items: int | None) -> dict[str, Array]: ...
-    def to_host(self, array: Array) -> np.ndarray: ...  # or a dict of arrays → dict (one wait)
+    # an array as numpy, or a dict of arrays as a dict of numpy arrays (one wait)
+    def to_host(self, array: Array | dict[str, Array]) -> Any: ...
     def from_host(self, array: np.ndarray) -> Array: ...
 
     # model inputs and outputs

@@ -63,8 +63,8 @@ class SelfTimedStage(Stage, Protocol):
 
 
 @runtime_checkable
-class DroppingStage(Stage, Protocol):
-    """A stage that names, for the report, the faces it drops."""
+class DroppingStage(Protocol):
+    """A stage (or the track step) that names, for the report, the faces it drops."""
 
     drop_reason: str
 
