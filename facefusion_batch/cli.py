@@ -424,8 +424,6 @@ def facefusion_argv(argv: list[str]) -> list[str]:
             out += processor_options(values, argv)
         elif kind == "providers":
             out += [target, backend_for(values)]
-        elif kind == "sqrt":  # FaceFusion's detector score is cls·obj, ffbatch's √(cls·obj)
-            out += [target, f"{math.sqrt(float(values[0])):.6g}" if _is_number(values[0]) else values[0]]
         else:
             out += [target, values[0]]
     return out + inputs
