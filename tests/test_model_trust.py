@@ -221,3 +221,39 @@ def test_a_garbage_record_of_an_unpinned_file_is_never_trusted(home, garbage):
     out = ffbatch("models", "verify", "inswapper_128", home=home)
     assert out.returncode == 2
     assert "FAILED its record inswapper_128.onnx.verified.json is" in out.stdout
+
+
+@pytest.mark.parametrize("where", ["store", "models_dir"])
+def test_the_crc32_computed_while_validating_is_kept_so_the_first_run_reads_the_file_once(
+    home, tmp_path, monkeypatch, where
+):
+    if where == "store":
+        path, models_dir = put_facefusion_file(home), None
+    else:
+        models_dir = tmp_path / "mine"
+        models_dir.mkdir()
+        path = models_dir / "inswapper_128.onnx"
+        path.write_bytes(PAYLOAD)
+        (models_dir / "inswapper_128.hash").write_text(f"{zlib.crc32(PAYLOAD):08x}")
+    assert store.verify("inswapper_128", models_dir=models_dir).ok  # hashed and validated (CRC32)
+    monkeypatch.setattr(facefusion, "_CRC_MEMO", {})
+
+    def no_reading(_path):
+        raise AssertionError("the file was read again")
+
+    monkeypatch.setattr(facefusion, "crc32_file", no_reading)
+    assert facefusion.check_beside(path) == f"{zlib.crc32(PAYLOAD):08x}"
+
+
+def test_trusted_sha256_reads_the_record_while_the_file_is_unchanged(home, tmp_path, monkeypatch):
+    from facefusion_batch import fsutil
+    from facefusion_batch.models import records
+
+    cat = pinned_catalog(tmp_path)
+    path = store.model_path("fake", catalog=cat)
+    counter = Counter(fsutil.sha256_file)
+    monkeypatch.setattr(fsutil, "sha256_file", counter)
+    assert records.trusted_sha256(path) == SHA and counter.calls == 0
+    path.write_bytes(PAYLOAD[::-1])  # changed: hashed now, the new content's sha256
+    assert records.trusted_sha256(path) == hashlib.sha256(PAYLOAD[::-1]).hexdigest()
+    assert counter.calls == 1

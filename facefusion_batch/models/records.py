@@ -97,3 +97,26 @@ def record_digest(path: Path, kind: str, value: str) -> None:
         return
     entry[kind] = value
     write_memo(where, data)
+
+
+def digests_in(info: Mapping[str, Any] | None) -> dict[str, str]:
+    """The digests of `DIGESTS` a validator or a recipe computed while checking a file (a CRC32
+    as 8 hex digits), to keep in its record so that no later check reads the file again."""
+    out = {}
+    for kind in DIGESTS:
+        value = (info or {}).get(kind)
+        if isinstance(value, str) and len(value) == 8 and all(c in "0123456789abcdef" for c in value):
+            out[kind] = value
+    return out
+
+
+def trusted_sha256(path: Path) -> str:
+    """`path`'s sha256: the one its record holds while the file is as it was hashed (size,
+    mtime_ns, inode), else computed now. For keys of caches, not for verification."""
+    where, key = _record_of(path)
+    data = read_json(where) or {}
+    entry = data.get(key) if key is not None else data
+    sha = entry.get("sha256") if isinstance(entry, dict) else None
+    if isinstance(sha, str) and matches(entry, stamp_of(path)):
+        return sha
+    return fsutil.sha256_file(path)

@@ -44,6 +44,7 @@ from . import sources
 from .catalog import Derived, ModelSpec, Url, WheelMember
 from .convert import check_signature
 from .records import (
+    digests_in,
     external_memo_path,
     matches,
     read_json,
@@ -237,6 +238,7 @@ def _check_store_file(
             "derived_from_sha256": base_sha,
             "verified_at": _now(),
             "validation": info,
+            **digests_in(info),
         },
     )
     return result(True, actual, actual, "ok")
@@ -261,6 +263,7 @@ def _check_external_file(
         return VerifyResult(spec.name, path, False, spec.sha256, None, "empty file (0 bytes)")
     actual = entry["sha256"] if fresh else sha256_file(path)
     validated = bool(fresh and entry.get("validated"))
+    digests: dict[str, str] = {}
 
     def result(ok: bool, reason: str) -> VerifyResult:
         return VerifyResult(spec.name, path, ok, spec.sha256, actual, reason)
@@ -271,7 +274,7 @@ def _check_external_file(
     elif spec.validator is not None:
         if not validated:
             try:
-                _run_validator(spec, path, catalog)
+                digests = digests_in(_run_validator(spec, path, catalog))
                 validated = True
             except Exception as exc:
                 return result(False, f"validation failed: {_short(exc)}")
@@ -280,7 +283,7 @@ def _check_external_file(
         res = result(True, "ok (no pinned sha256 to check against)")
     if res.ok and not fresh:
         kept = entry if isinstance(entry, dict) and entry.get("sha256") == actual else {}
-        memo[str(path)] = {**kept, "sha256": actual, **stamp, "validated": validated}
+        memo[str(path)] = {**kept, "sha256": actual, **stamp, "validated": validated, **digests}
         write_memo(memo_file, memo)
     return res
 
@@ -455,6 +458,7 @@ def _record(
         data["derived_from"] = spec.derived_from
         data["derived_from_sha256"] = _base_sha(spec, catalog)
     data.update(extra)
+    data.update(digests_in(extra) | digests_in(extra.get("validation")))  # checked while fetching
     write_json_atomic(sidecar_path(final), data)
 
 

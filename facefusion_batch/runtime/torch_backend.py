@@ -21,6 +21,7 @@ import numpy as np
 
 from facefusion_batch import fsutil
 from facefusion_batch.errors import BackendUnavailableError, ModelError
+from facefusion_batch.models.records import trusted_sha256
 from facefusion_batch.paths import ffbatch_home
 from facefusion_batch.runtime.batching import BatchPolicy
 from facefusion_batch.runtime.device import DeviceSettings
@@ -139,7 +140,7 @@ class TorchSession:
             raise ModelError(f"model {label!r} at {model_path} cannot be read: {exc}") from exc
         self.inputs, self.outputs = graph_signature(model)
         self.output_axes = output_batch_axes(self.outputs)
-        self.sha256 = file_sha256(Path(model_path))
+        self.sha256 = trusted_sha256(Path(model_path))  # the store's record: no re-hash per run
         try:
             module = OnnxModule(model).eval()
         except UnsupportedGraph as exc:
