@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 import pytest
 import standins
-from test_cli import ffbatch
+from test_cli import ffbatch, ffbatch_here
 
 from facefusion_batch.config import SwapSettings, validate_swap
 from facefusion_batch.errors import InputError
@@ -141,6 +141,6 @@ def test_render_with_facefusion_area_mask_names(tmp_path, private_home, t1_small
     learned = report["settings"]["swap"]["learned"]["masks"]
     assert learned["types"] == ["box", "area"] and learned["areas"] == ["lower-face", "mouth"]
     assert report["faces_swapped"] > 0 and len(decode_all(out)[0]) == 3
-    bad = ffbatch("render", clip, "-s", src, "--mask", "box,area", "--mask-areas", "nose", "-o", out,
+    bad = ffbatch_here("render", clip, "-s", src, "--mask", "box,area", "--mask-areas", "nose", "-o", out,
                   "--overwrite", home=private_home)  # fmt: skip
     assert bad.returncode == 2 and "--mask-areas must be one of" in bad.stderr

@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 import pytest
 import standins
-from test_cli import ffbatch
+from test_cli import ffbatch, ffbatch_here
 
 from facefusion_batch.config import SwapSettings, validate_swap
 from facefusion_batch.errors import InputError
@@ -129,7 +129,7 @@ def test_render_with_the_filters(tmp_path, private_home, t1_small, models, astro
     clip = make_clip(tmp_path / "clip.mp4", frames=3, size=(480, 320), image=image, pan=False)
     args = ["render", clip, "-s", astronaut_path, "--swapper", "classical", "--report", tmp_path / "r.json"]
     # without the model file: exit 2 naming it and how to get it, before any frame
-    absent = ffbatch(
+    absent = ffbatch_here(
         *args,
         "--face-selector-gender",
         "female",

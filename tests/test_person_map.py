@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 import pytest
 import standins
-from test_cli import ffbatch
+from test_cli import ffbatch, ffbatch_here
 
 from facefusion_batch.config import SwapSettings, validate_swap
 from facefusion_batch.errors import InputError
@@ -255,11 +255,11 @@ def test_render_map_on_the_command_line(tmp_path, private_home, scene, models):
     assert report["faces_swapped"] == 2 * 4 < report["faces_found"]  # the two mapped people, every frame
     assert len(decode_all(out)[0]) == 4
     # refused with a reason: no such photo, --faces one, --source without --map-unmatched source
-    bad = ffbatch(*args[:3], f"{refs[1]}=missing.png", "--overwrite", "-o", out, home=private_home)
+    bad = ffbatch_here(*args[:3], f"{refs[1]}=missing.png", "--overwrite", "-o", out, home=private_home)
     assert bad.returncode == 2 and "--map" in bad.stderr and "missing.png" in bad.stderr
-    one = ffbatch(*args, "--faces", "one", "--overwrite", home=private_home)
+    one = ffbatch_here(*args, "--faces", "one", "--overwrite", home=private_home)
     assert one.returncode == 2 and "--faces many" in one.stderr
-    src = ffbatch(*args, "--source", sources[0], "--overwrite", home=private_home)
+    src = ffbatch_here(*args, "--source", sources[0], "--overwrite", home=private_home)
     assert src.returncode == 2 and "--map-unmatched source" in src.stderr
 
 
