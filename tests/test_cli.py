@@ -60,9 +60,9 @@ def ffbatch(
     )
 
 
-def ffbatch_here(*args, home: Path | None = None) -> subprocess.CompletedProcess:
+def ffbatch_here(*args, cwd: Path | None = None, home: Path | None = None) -> subprocess.CompletedProcess:
     """The CLI in this process (`cli.main(argv)`): its exit status, stdout and stderr, as a child
-    process would give them (`home`: a private model store as FFBATCH_HOME). The `ffbatch`
+    process would give them (`cwd`, `home`: as for `ffbatch`). The `ffbatch`
     logger is put back as it was after the call."""
     env = {"COLUMNS": "200"} | ({} if home is None else {"FFBATCH_HOME": str(home)})
     stdout, stderr = io.StringIO(), io.StringIO()
@@ -70,8 +70,9 @@ def ffbatch_here(*args, home: Path | None = None) -> subprocess.CompletedProcess
     saved = logger.handlers[:], logger.level, logger.propagate
     try:
         with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-            with mock.patch.dict(os.environ, env), pytest.raises(SystemExit) as ended:
-                cli.main([str(a) for a in args])
+            with contextlib.chdir(cwd or Path.cwd()), mock.patch.dict(os.environ, env):
+                with pytest.raises(SystemExit) as ended:
+                    cli.main([str(a) for a in args])
     finally:
         logger.handlers[:], logger.level, logger.propagate = saved[0], saved[1], saved[2]
     code = ended.value.code

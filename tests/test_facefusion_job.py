@@ -14,7 +14,7 @@ import cv2
 import pytest
 import standins
 from media import audio_packets, decode_all, make_clip
-from test_cli import ffbatch
+from test_cli import ffbatch, ffbatch_here
 
 from facefusion_batch.cli import FACEFUSION_ALIASES, FACEFUSION_SAME, facefusion_argv
 from facefusion_batch.errors import InputError
@@ -83,7 +83,7 @@ def test_keys_of_processors_not_run_are_ignored_and_the_rest_mapped():
 @pytest.mark.parametrize("name, processor", sorted(REFUSED.items()))
 def test_a_processor_ffbatch_lacks_is_refused_by_name(tmp_path, workdir, name, processor):
     d = job_dir(tmp_path, workdir, name)
-    proc = ffbatch("render", "--facefusion-job", f"{name}.json", "--models-dir", "models", cwd=d)
+    proc = ffbatch_here("render", "--facefusion-job", f"{name}.json", "--models-dir", "models", cwd=d)
     assert proc.returncode == 2 and f"runs {processor}, which ffbatch does not have" in proc.stderr
     assert "Traceback" not in proc.stderr and not (d / "output.mp4").exists()
 
@@ -195,5 +195,5 @@ def test_steps_sharing_an_output_are_joined_in_order(tmp_path, workdir, private_
 
 def test_enhance_only_render_needs_an_enhancer(tmp_path, workdir):
     shutil.copy(workdir / "target.mp4", tmp_path / "t.mp4")
-    proc = ffbatch("render", tmp_path / "t.mp4", "--swapper", "none", "-o", tmp_path / "o.mp4")
+    proc = ffbatch_here("render", tmp_path / "t.mp4", "--swapper", "none", "-o", tmp_path / "o.mp4")
     assert proc.returncode == 2 and "--swapper none renders the enhancer alone" in proc.stderr
