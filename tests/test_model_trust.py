@@ -12,6 +12,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -257,3 +258,25 @@ def test_trusted_sha256_reads_the_record_while_the_file_is_unchanged(home, tmp_p
     path.write_bytes(PAYLOAD[::-1])  # changed: hashed now, the new content's sha256
     assert records.trusted_sha256(path) == hashlib.sha256(PAYLOAD[::-1]).hexdigest()
     assert counter.calls == 1
+
+
+@pytest.mark.parametrize(
+    ("spoil", "said"),
+    [
+        (lambda p: p.write_bytes(b""), "empty file (0 bytes)"),
+        (lambda p: store.sidecar_path(p).write_text("\x00garbage"), "verified.json is unreadable"),
+        (lambda p: p.write_bytes(PAYLOAD[: len(PAYLOAD) // 3]), "differs from the one recorded"),
+    ],
+    ids=["empty", "garbage-record", "truncated"],
+)
+def test_a_render_stops_on_a_spoilt_learned_model_saying_which(home, spoil, said):
+    """What a render asks before loading a learned model: exit 2 (ModelError) naming the file
+    and what is wrong with it, never a silent run on it."""
+    from facefusion_batch.pipeline.build import model_state
+
+    path = put_facefusion_file(home)
+    assert model_state("inswapper_128", None) == "present"
+    spoil(path)
+    with pytest.raises(ModelError, match=re.escape(said)) as err:
+        model_state("inswapper_128", None)
+    assert str(path) in str(err.value) and err.value.exit_code == 2
