@@ -63,7 +63,7 @@ def variant_catalog(
     stem = base.file[: -len(".onnx")] if base.file.endswith(".onnx") else base.file
     options = (("calibration_dir", str(Path(calibration_dir).absolute())),) if calibration_dir else ()
     batch = variant_name(base_name, "batch")
-    common = dict(sha256=None, size=None, licence=base.licence, kind="model")
+    common: dict[str, Any] = dict(sha256=None, size=None, licence=base.licence, kind="model")
     cat[batch] = ModelSpec(
         name=batch,
         file=f"{stem}.batch.onnx",
@@ -215,6 +215,7 @@ def _calibration_feeds(ctx: DeriveContext, directory: Path, limit: int | None) -
     """The model's inputs from `limit` crops of the calibration set (identity inputs of real faces)."""
     crops = load_for(ctx.spec.name, directory, limit)
     identity = identity_for(ctx.spec.name, directory, len(crops))
+    assert ctx.base_path is not None
     session = _session(ctx.base_path)
     return feeds_for(ctx.spec.name, session, crops, np.random.default_rng(2), len(crops), identity)
 

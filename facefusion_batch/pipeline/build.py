@@ -235,6 +235,7 @@ def mirrored_meshes(models: Models, k: HostKernels, flipped: list[np.ndarray], c
     batch for all photos); None where no face of the flipped photo lies where it should."""
     images = k.upload(flipped)
     table = models.mesh(k, images, models.detector(k, images))
+    assert table.mesh is not None  # the mesh stage's column
     out: list = []
     for i, box in enumerate(chosen.box):
         mine = np.flatnonzero(table.frame_index == i)
@@ -282,12 +283,14 @@ def build_pipeline(
     recogniser = None  # ArcFace, when the swap itself needs embeddings
     if family in EMBEDDING_FAMILIES:
         recogniser = load_recogniser(models, required_by=f"the learned swapper {swapper_name}")
-    chooser = None  # the recogniser that chooses faces (reference, --map)
+    chooser: SelectionRecogniser | None = None  # the recogniser that chooses faces (reference, --map)
     if faces_mode == "reference" or settings.mapping:
         why = "--faces reference" if faces_mode == "reference" else "--map"
         chooser = selection_recogniser(models, settings.recogniser, recogniser, required_by=why)
     reference = (
-        reference_embedding(models, chooser, settings.reference) if faces_mode == "reference" else None
+        reference_embedding(models, chooser, settings.reference)
+        if faces_mode == "reference" and chooser is not None
+        else None
     )
     stages: list = face_filters(models, settings.face_filter, source_paths)
     stages += [
@@ -301,11 +304,11 @@ def build_pipeline(
         )
     ]
     # --map: whose source each face gets (the photos of each person; the plain --source last)
-    person_sources = [(src,) for _, src in settings.mapping]
+    person_sources: list[tuple[Path, ...]] = [(src,) for _, src in settings.mapping]
     if settings.mapping and settings.map_unmatched == "source":
         person_sources.append(tuple(source_paths))
     assign = []
-    if settings.mapping:
+    if settings.mapping and chooser is not None:
         stages.append(PersonMatcher(chooser, map_references(models, chooser, settings.mapping)))
         assign = [AssignPersons(settings.reference.distance, settings.map_unmatched)]
     track = [TrackStage(FaceTracker(tracking))] if tracking is not None else []
@@ -343,6 +346,7 @@ def build_pipeline(
                 sources, models.triangles, models.regions, settings.classical, occluder, "skin" in masks.types
             )
 
+        swapper: PersonRouter | ClassicalSwapper
         if person_sources:
             swapper = PersonRouter([classical(paths) for paths in person_sources])
         else:
@@ -633,6 +637,8 @@ def reference_embedding(
     """The recogniser's vector of the reference face: the `position`-th largest face of the picture."""
     if reference.image is not None:
         image, what = read_image(reference.image, "--reference-face"), f"--reference-face {reference.image}"
+    elif reference.video is None or reference.frame is None:
+        raise ValueError("--faces reference needs --reference-face or a frame of the input")
     elif reference.frame == 0 and is_still_image(reference.video):  # a photo input: its one picture
         image, what = read_image(reference.video, "input"), f"the input {reference.video}"
     else:

@@ -71,7 +71,7 @@ class DroppingStage(Protocol):
 
 @dataclass
 class BatchResult:
-    frames: list[np.ndarray]
+    frames: list[Any]  # BGR arrays or yuv420p planes; with native frames, each frame's own picture
     faces_found: int
     faces_swapped: int
     frames_with_faces: int
