@@ -13,7 +13,7 @@ INPUTS := examples/inputs
 TEST_JOBS ?= 2
 OUT    := out
 
-.PHONY: demo test venv venv-test models inputs lint bench bench-quality gpu-kit clean
+.PHONY: demo test venv venv-test venv-modelopt models inputs lint bench bench-quality gpu-kit clean
 
 venv: $(STAMP)
 
@@ -57,7 +57,21 @@ lint: $(TEST_STAMP)
 	$(BIN)/ruff check facefusion_batch tests scripts examples
 
 test: $(TEST_STAMP) models lint
-	$(BIN)/python -m pytest -n $(TEST_JOBS)
+	$(MODELOPT_ENV) $(BIN)/python -m pytest -n $(TEST_JOBS)
+
+# NVIDIA ModelOpt, which makes the fp16 / INT8 variants where it is at hand: its [onnx] extra pins
+# onnx and onnxruntime-gpu releases of its own (and torch), so it lives in a venv of its own, which
+# ffbatch runs through FFBATCH_MODELOPT_PYTHON. Not part of `make test` (2 GB, CUDA-only wheels on
+# a CPU machine); the tests that need it run when it is there and skip, saying why, when not.
+MVENV := .venv-modelopt
+MODELOPT_ENV := $(if $(wildcard $(MVENV)/bin/python),FFBATCH_MODELOPT_PYTHON=$(abspath $(MVENV)/bin/python))
+$(MVENV)/.installed-stamp:
+	test -x $(MVENV)/bin/python || $(PYTHON) -m venv $(MVENV)
+	$(MVENV)/bin/python -m pip install --quiet --disable-pip-version-check torch==2.13.0
+	$(MVENV)/bin/python -m pip install --quiet --disable-pip-version-check 'nvidia-modelopt[onnx]==0.47.0'
+	touch $@
+
+venv-modelopt: $(MVENV)/.installed-stamp
 
 bench: $(TEST_STAMP) models
 	$(BIN)/python scripts/bench.py

@@ -308,3 +308,19 @@ def test_modelopt_int8_is_qdq_with_fp16_outside_and_statistics_in_fp32(tmp_path)
     assert q.graph.input[0].type.tensor_type.elem_type == TensorProto.FLOAT
     out = run(q, x)
     assert out.shape == (8, 1, 8, 8) and np.isfinite(out).all()
+
+
+def test_initializers_no_node_reads_are_put_back_last(tmp_path):
+    """inswapper's emap is its last initializer, read by no node: a converter that drops or
+    reorders it (ModelOpt's AutoCast does) gets it back, as it was."""
+    model = statistics_model()
+    emap = np.random.default_rng(6).standard_normal((4, 4)).astype(np.float32)
+    model.graph.initializer.append(numpy_helper.from_array(emap, "emap"))
+    onnx.save(model, tmp_path / "src.onnx")
+    converted = statistics_model()  # as a converter left it: emap gone
+    converted.graph.initializer.insert(0, numpy_helper.from_array(emap.astype(np.float16), "emap"))
+    onnx.save(converted, tmp_path / "dst.onnx")
+    convert._keep_unread_initializers(tmp_path / "src.onnx", tmp_path / "dst.onnx")
+    out = onnx.load(tmp_path / "dst.onnx")
+    assert [i.name for i in out.graph.initializer].count("emap") == 1
+    np.testing.assert_array_equal(numpy_helper.to_array(out.graph.initializer[-1]), emap)

@@ -608,9 +608,12 @@ def run_modelopt(
         if calibration:
             npz = str(Path(tmp) / "calibration.npz")
             np.savez(npz, **{k: np.asarray(v) for k, v in calibration.items()})
+        # ModelOpt writes intermediate copies beside its input: keep them in the temporary folder
+        link = Path(tmp) / "model.onnx"
+        link.symlink_to(Path(src).absolute())
         request = {
             "mode": mode,
-            "src": str(src),
+            "src": str(link),
             "dst": str(dst),
             "calibration": npz,
             "fp32_ops": sorted(FP32_OPS),
@@ -652,6 +655,7 @@ def float16_file(
     use, why = _choose(converter)
     if use:
         info = run_modelopt("fp16", src, dst, calibration)
+        _keep_unread_initializers(src, dst)
     else:
         onnx.save(to_float16(onnx.load(str(src))), str(dst))
         info = {
@@ -672,10 +676,37 @@ def int8_file(
     use, why = _choose(converter)
     if use:
         info = run_modelopt("int8", src, dst, calibration)
-    else:
+        if not _has_qdq(dst):  # it leaves layers it deems too small to gain unquantised
+            use, why = False, "ModelOpt quantised no layer of this model"
+    if not use:
         info = _ort_quantize(src, dst, calibration)
         info["tool"] = f"onnxruntime (ModelOpt not used: {why})"
+    _keep_unread_initializers(src, dst)
     return {**info, "tools": tool_versions("onnx", "onnxruntime", "numpy")}
+
+
+def _has_qdq(path: Path) -> bool:
+    model = onnx.load(str(path), load_external_data=False)
+    return any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in model.graph.node)
+
+
+def _keep_unread_initializers(src: Path, dst: Path) -> None:
+    """Put back at the end of `dst` the initializers of `src` that no node reads, as they were
+    (inswapper's emap must stay its last initializer; converters drop or reorder them)."""
+    source = onnx.load(str(src))
+    read = {name for node in source.graph.node for name in node.input}
+    unread = [i for i in source.graph.initializer if i.name not in read]
+    if not unread:
+        return
+    model = onnx.load(str(dst))
+    tail = list(model.graph.initializer)[-len(unread) :]
+    if [(i.name, i.data_type) for i in tail] == [(i.name, i.data_type) for i in unread]:
+        return
+    names = {i.name for i in unread}
+    kept = [i for i in model.graph.initializer if i.name not in names]
+    del model.graph.initializer[:]
+    model.graph.initializer.extend([*kept, *unread])
+    onnx.save(model, str(dst))
 
 
 def _ort_quantize(src: Path, dst: Path, calibration: Mapping[str, np.ndarray]) -> dict[str, Any]:
