@@ -159,6 +159,44 @@ def test_an_out_of_memory_is_halved_without_losing_items(real_models):
         session.run({"input_1": feeds["input_1"][:1]})
 
 
+def test_onnxruntime_arena_exhaustion_halves_the_batch(real_models, monkeypatch):
+    """onnxruntime's BFC arena says "Failed to allocate memory for requested buffer of size N"
+    (no "out of memory" in it): the session turns it into DeviceOutOfMemory for the guard."""
+    name = "face_mesh_468"
+    session = OnnxRuntimeCudaBackend(device="cpu", threads=1).load(real_models[name], label=name)
+    feeds = _feeds(name, n=4)
+    ref = _reference(real_models[name], feeds)
+    real_run = session._session.run_with_iobinding
+    sizes = []
+
+    def run_with_iobinding(binding, run_options=None):
+        if sizes[-1] > 1:  # the arena holds one item's activations, not two
+            raise RuntimeError(
+                "[ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION : Non-zero status code returned while running "
+                "Conv node. onnxruntime::BFCArena::AllocateRawInternal Failed to allocate memory for "
+                "requested buffer of size 1073741824"
+            )
+        return real_run(binding, run_options)
+
+    real_bound = session._bound_run
+
+    def bound_run(part):
+        sizes.append(next(iter(part.values())).shape[0])
+        return real_bound(part)
+
+    monkeypatch.setattr(session._session, "run_with_iobinding", run_with_iobinding, raising=False)
+    session._bound_run = bound_run
+    _same(session.run(feeds), ref)
+    assert session.guard.oom_events >= 2 and session.guard.limit == 1 and sizes[:2] == [4, 2]
+    monkeypatch.setattr(
+        session._session,
+        "run_with_iobinding",
+        lambda b, o=None: (_ for _ in ()).throw(RuntimeError("bad graph")),
+    )
+    with pytest.raises(RuntimeError, match="bad graph"):  # anything else is not a memory problem
+        session.run({"input_1": feeds["input_1"][:1]})
+
+
 def test_inswapper_standin_with_two_inputs(tmp_path):
     """The inswapper stand-in (a fixed batch of 1, target and source inputs)."""
     path = tmp_path / "inswapper_128.onnx"

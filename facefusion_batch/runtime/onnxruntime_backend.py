@@ -18,7 +18,13 @@ import numpy as np
 from facefusion_batch.errors import BackendUnavailableError, Interrupted, ModelError
 from facefusion_batch.runtime.batching import BatchPolicy
 from facefusion_batch.runtime.device import DeviceSettings
-from facefusion_batch.runtime.memory import MemoryGuard, batch_of, merge_outputs, split_feeds
+from facefusion_batch.runtime.memory import (
+    DeviceOutOfMemory,
+    MemoryGuard,
+    batch_of,
+    merge_outputs,
+    split_feeds,
+)
 from facefusion_batch.runtime.session import TensorInfo
 from facefusion_batch.runtime.streams import DeviceTimer, download, is_cuda, on_thread_stream, upload
 from facefusion_batch.runtime.torch_backend import output_batch_axes, pad_feeds, trim_outputs
@@ -72,6 +78,8 @@ class OnnxRuntimeCpuBackend:
 # --- the cuda backend's onnxruntime runtime (`--gpu-runtime onnxruntime`) ---------------------
 
 CUDA_PROVIDER = "CUDAExecutionProvider"
+# what onnxruntime's BFC arena says when device memory runs out (bfc_arena.cc)
+_ARENA_FULL = ("Failed to allocate memory for requested buffer", "is smaller than requested bytes")
 
 _NUMPY_OF_TORCH = {
     "torch.float32": np.float32,
@@ -204,7 +212,7 @@ class OrtDeviceSession:
         for name, value in outputs.items():
             binding.bind_output(name, *self._where(value), tuple(value.shape), value.data_ptr())
         self._wait_for_inputs()
-        self._session.run_with_iobinding(binding)
+        self._run(binding)
         return outputs
 
     def _learn_output_shapes(self, inputs: dict[str, Any]) -> dict[str, tuple[int, ...]]:
@@ -214,9 +222,19 @@ class OrtDeviceSession:
         for o in self.outputs:
             binding.bind_output(o.name, self.device_type, self.device_id)
         self._wait_for_inputs()
-        self._session.run_with_iobinding(binding)
+        self._run(binding)
         values = binding.get_outputs()
         return {o.name: tuple(v.shape()) for o, v in zip(self.outputs, values, strict=True)}
+
+    def _run(self, binding: Any) -> None:
+        """One Run; onnxruntime's arena running out of device memory becomes `DeviceOutOfMemory`,
+        so that the memory guard halves the batch (its text names no "out of memory")."""
+        try:
+            self._session.run_with_iobinding(binding)
+        except Exception as exc:
+            if any(marker in str(exc) for marker in _ARENA_FULL):
+                raise DeviceOutOfMemory(f"{self.label}: onnxruntime is out of device memory ({exc})") from exc
+            raise
 
     def _where(self, tensor: Any) -> tuple[str, int, Any]:
         return self.device_type, self.device_id, _NUMPY_OF_TORCH[str(tensor.dtype)]
@@ -254,7 +272,12 @@ class OnnxRuntimeCudaBackend:
         self.threads = threads if threads is not None else max(1, os.cpu_count() or 2)
         if is_cuda(device):
             # TF32 off: fp32 means fp32, as the torch runtime's (cudnn's own default is TF32)
-            cuda = {"device_id": str(self.options.gpu), "use_tf32": "0"}
+            # arena grown as requested, not to the next power of two: torch's allocator shares the GPU
+            cuda = {
+                "device_id": str(self.options.gpu),
+                "use_tf32": "0",
+                "arena_extend_strategy": "kSameAsRequested",
+            }
             self.providers: list[Any] = [(CUDA_PROVIDER, cuda), "CPUExecutionProvider"]
         else:
             self.providers = ["CPUExecutionProvider"]
