@@ -12,9 +12,7 @@ import io
 import logging
 import math
 import os
-import signal
 import sys
-import threading
 from pathlib import Path
 from typing import Annotated
 
@@ -29,17 +27,14 @@ from facefusion_batch.config import (
     render_settings,
 )
 from facefusion_batch.errors import (
-    EXIT_HANGUP,
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
-    EXIT_TERMINATED,
     EXIT_USAGE,
     FfbatchError,
     InputError,
-    Interrupted,
     forget_signals,
-    note_signal,
     signal_behind,
+    signal_handlers,
 )
 from facefusion_batch.farm.concat import concat_command
 from facefusion_batch.farm.jobs import run_render_command
@@ -1083,32 +1078,15 @@ def _fill_closed_std_fds() -> None:
                 os.close(got)
 
 
-def _stop(signum, frame) -> None:
-    """SIGTERM / SIGHUP in any command unwind like Ctrl-C: temporary files go, exit 143 / 129."""
-    if signum == signal.SIGHUP:
-        raise note_signal(Interrupted("hung up (SIGHUP)", exit_code=EXIT_HANGUP))
-    raise note_signal(Interrupted("terminated (SIGTERM)", exit_code=EXIT_TERMINATED))
-
-
-def _interrupt(signum, frame) -> None:
-    """Ctrl-C as Python has it (KeyboardInterrupt), noted, so that one landing inside a C
-    extension's initialisation (an ImportError there) is still told as an interrupt."""
-    note_signal(Interrupted("interrupted (SIGINT)"))
-    raise KeyboardInterrupt
-
-
 def main(argv: list[str] | None = None) -> None:
     """Entry point: maps every failure to a message on stderr and an exit status."""
     debug = bool(os.environ.get("FFBATCH_DEBUG"))
     _fill_closed_std_fds()
     forget_signals()
-    handlers = {}  # put back as main() ends: a caller in-process (a test) keeps its own
-    if threading.current_thread() is threading.main_thread():
-        handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
-        signal.signal(signal.SIGTERM, _stop)
-        signal.signal(signal.SIGHUP, _stop)
-        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not ignored (nohup, &)
-            signal.signal(signal.SIGINT, _interrupt)
+    # the run's one signal handler set, from before anything loads; put back as main() ends (a
+    # caller in-process, a test, keeps its own)
+    owner = contextlib.ExitStack()
+    owner.enter_context(signal_handlers())
     try:
         given = list(sys.argv[1:] if argv is None else argv)
         runs = facefusion_job_argvs(given)
@@ -1157,9 +1135,7 @@ def main(argv: list[str] | None = None) -> None:
     finally:  # a signal that landed before a temporary file's own clean-up could run
         remove_live_temps()
         forget_signals()
-        for signum, handler in handlers.items():
-            if handler is not None:  # None: set outside Python, cannot be put back
-                signal.signal(signum, handler)
+        owner.close()
     sys.exit(code if isinstance(code, int) else 0)
 
 

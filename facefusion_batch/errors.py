@@ -6,6 +6,13 @@ usage, 129 hung up (SIGHUP), 130 interrupted (SIGINT), 143 terminated (SIGTERM).
 
 from __future__ import annotations
 
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
 EXIT_OK = 0
 EXIT_INTERNAL = 1
 EXIT_USAGE = 2
@@ -56,7 +63,12 @@ class Interrupted(FfbatchError):
         self.exit_code = exit_code
 
 
-_received: list[Interrupted] = []  # the signals the CLI's handlers turned into exceptions, newest last
+# The one registry of signals: every signal the handlers below turned into an exception, newest
+# last. One handler set (`signal_handlers`) for the whole run, installed by the CLI before any
+# model loads (or by a job run as a library); the frame loop and the job's start look here for a
+# signal whose exception Python or a library swallowed.
+_received: list[Interrupted] = []
+_EXITS = {"SIGINT": EXIT_INTERRUPTED, "SIGTERM": EXIT_TERMINATED, "SIGHUP": EXIT_HANGUP}
 
 
 def note_signal(stop: Interrupted) -> Interrupted:
@@ -102,3 +114,69 @@ def exception_chain(exc: BaseException) -> list[BaseException]:
         chain.append(link)
         todo.extend(e for e in (link.__cause__, link.__context__) if e is not None)
     return chain
+
+
+def signal_error(signum: int) -> Interrupted:
+    """SIGINT → exit 130, SIGTERM → 143, SIGHUP (the terminal or the ssh session went away) → 129."""
+    name = signal.Signals(signum).name
+    what = {"SIGINT": "interrupted", "SIGHUP": "hung up"}.get(name, "terminated")
+    return Interrupted(f"{what} ({name})", exit_code=_EXITS.get(name, EXIT_TERMINATED))
+
+
+def _on_signal(signum: int, frame: Any) -> None:
+    """The handler of SIGINT, SIGTERM and SIGHUP: noted, then raised (Ctrl-C as Python has it,
+    KeyboardInterrupt, so that writers say the partial output was removed)."""
+    stop = note_signal(signal_error(signum))
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    raise stop
+
+
+def _signals_to_own() -> list[signal.Signals]:
+    owned = [signal.SIGTERM, signal.SIGHUP]
+    if signal.getsignal(signal.SIGINT) in (signal.default_int_handler, _on_signal):  # not ignored (nohup, &)
+        owned.append(signal.SIGINT)
+    return owned
+
+
+@contextmanager
+def signal_handlers() -> Iterator[None]:
+    """Own SIGINT, SIGTERM and SIGHUP for the block (on the main thread; elsewhere, or when they
+    are owned already, nothing changes): each unwinds like Ctrl-C, with exit 130 / 143 / 129.
+    Python drops an exception raised while a finalizer or a weakref callback runs; those are
+    kept quiet here, the registry has them. The previous handlers come back afterwards."""
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGTERM) is _on_signal
+    ):
+        yield
+        return
+    previous: dict[signal.Signals, Callable | int | None] = {}
+    previous_hook = sys.unraisablehook
+
+    def unraisable(info: Any) -> None:
+        if not isinstance(info.exc_value, KeyboardInterrupt | Interrupted):
+            previous_hook(info)
+
+    try:
+        for signum in _signals_to_own():
+            previous[signum] = signal.getsignal(signum)
+            signal.signal(signum, _on_signal)
+        sys.unraisablehook = unraisable
+        yield
+    finally:
+        sys.unraisablehook = previous_hook
+        for signum, handler in previous.items():
+            if handler is not None:  # None: set outside Python, cannot be put back
+                signal.signal(signum, handler)
+
+
+def raise_if_signalled() -> None:
+    """Raise a noted signal whose exception never unwound (swallowed by a finalizer or a
+    library's broad `except`): SIGINT as KeyboardInterrupt, the others as their Interrupted."""
+    noted = swallowed_signal()
+    if noted is None:
+        return
+    if noted.exit_code == EXIT_INTERRUPTED:
+        raise KeyboardInterrupt
+    raise noted

@@ -581,7 +581,7 @@ def test_a_terminate_that_a_c_extension_turns_into_another_error_still_exits_143
 
     def command(args, standalone_mode, prog_name):
         try:
-            cli._stop(signal.SIGTERM, None)
+            errors._on_signal(signal.SIGTERM, None)
         except Exception:
             raise ImportError("initialization failed") from None  # the extension drops the cause
 

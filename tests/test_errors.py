@@ -73,3 +73,59 @@ def test_a_job_failing_with_a_cyclic_chain_writes_its_report_and_exits_1(
     data = json.loads(report.read_text())
     assert data["status"] == "failed" and "damaged around frame 7" in data["message"]
     assert not out.exists()
+
+
+# -- one signal owner -----------------------------------------------------------------------------
+
+SIGNALS = {"SIGINT": 130, "SIGTERM": 143, "SIGHUP": 129}
+
+
+@pytest.mark.parametrize("name", sorted(SIGNALS))
+@pytest.mark.parametrize("swallowed", [False, True], ids=["raised", "swallowed"])
+def test_a_signal_while_the_models_load_ends_the_job_with_its_status_and_no_output(
+    name, swallowed, monkeypatch, tmp_path, face_clip, astronaut_path
+):
+    """The signal is sent from inside loading (no sleeps): the one handler set is already there,
+    and the job ends with 130 / 143 / 129, no output, no temporary file, its report 'interrupted'
+    — also when a library's broad `except` swallowed the signal's exception."""
+    import os
+    import signal
+
+    from facefusion_batch import cli
+    from facefusion_batch.pipeline import run
+
+    real, owners = run.load_models, []
+
+    def loading_gets_a_signal(*args, **kwargs):
+        owners.append({s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)})
+        try:
+            os.kill(os.getpid(), getattr(signal, name))
+            for _ in range(1000):  # the handler runs between bytecodes, inside this try
+                pass
+        except BaseException:
+            if not swallowed:
+                raise
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(run, "load_models", loading_gets_a_signal)
+    out, report = tmp_path / "o.mp4", tmp_path / "r.json"
+    with pytest.raises(SystemExit) as ended:
+        cli.main(
+            [
+                "render",
+                str(face_clip),
+                "-s",
+                str(astronaut_path),
+                "-o",
+                str(out),
+                "-q",
+                "--report",
+                str(report),
+            ]
+        )
+    assert ended.value.code == SIGNALS[name]
+    assert all(handler is errors._on_signal for handler in owners[0].values())  # one owner, before loading
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
+    assert json.loads(report.read_text())["status"] == "interrupted"
+    assert signal.getsignal(signal.SIGTERM) is not errors._on_signal  # the caller's handlers are back
+    assert errors.swallowed_signal() is None

@@ -207,7 +207,8 @@ def _render_claimed(settings, on_progress, on_start, renderer, output_tags, star
     if renderer is not None and not renderer.serves(settings):
         raise ValueError("this Renderer was loaded for other sources or model settings")
     if renderer is None:
-        renderer = Renderer.load(settings)
+        with sigterm_as_interrupt():  # loading is guarded too: a signal there ends the job, no output
+            renderer = Renderer.load(settings)
         timer.add("load", renderer.load_seconds)
     report = renderer.new_report(settings)
     report.reduced = reduced
@@ -320,7 +321,8 @@ def render_still(settings: RenderSettings, renderer: Renderer | None, started: f
     image = read_image(settings.input, what="input")
     timer = StageTimer()
     if renderer is None:
-        renderer = Renderer.load(settings)
+        with sigterm_as_interrupt():  # loading is guarded too: a signal there ends the job, no output
+            renderer = Renderer.load(settings)
         timer.add("load", renderer.load_seconds)
     report = renderer.new_report(settings)
     with timer.stage("swap_image"):

@@ -20,9 +20,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
-import sys
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -32,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from facefusion_batch.config import RenderSettings
-from facefusion_batch.errors import EXIT_HANGUP, EXIT_TERMINATED, InputError, Interrupted, swallowed_signal
+from facefusion_batch.errors import InputError, Interrupted, raise_if_signalled, signal_handlers
 from facefusion_batch.kernels.base import Kernels
 from facefusion_batch.kernels.factory import make_kernels
 from facefusion_batch.pipeline.batcher import Batch, batches
@@ -52,69 +49,15 @@ from facefusion_batch.video.writer import VideoWriter, native_layout, output_pix
 
 log = logging.getLogger("ffbatch")
 
-_signalled: list[int] = []  # signals received inside `sigterm_as_interrupt`, newest last
-
-
 @contextmanager
 def sigterm_as_interrupt():
-    """SIGTERM (farm schedulers' stop) and SIGHUP unwind like Ctrl-C, with exit status 143 / 129.
-
-    Both handlers also leave a note that the frame loop checks after every batch
-    (`raise_if_signalled`): Python drops an exception raised while a finalizer or a
-    weakref callback runs, and a Ctrl-C that lands there would otherwise be lost.
-    """
-    if threading.current_thread() is not threading.main_thread():
+    """A job's guarded block: the run's one signal handler set (errors.signal_handlers; the CLI
+    installed it before the models loaded, a job run as a library gets it here), and a signal
+    noted before the block whose exception never unwound (the models loading) stops the job
+    here, before its first frame."""
+    with signal_handlers():
+        raise_if_signalled()
         yield
-        return
-
-    def on_term(signum, frame):
-        _signalled.append(signum)
-        raise signal_error(signum)
-
-    def on_int(signum, frame):
-        _signalled.append(signum)
-        raise KeyboardInterrupt
-
-    previous_hook = sys.unraisablehook
-
-    def unraisable(info) -> None:
-        # our own signal exception, dropped by Python inside a finalizer: the note covers it
-        if not isinstance(info.exc_value, KeyboardInterrupt | Interrupted):
-            previous_hook(info)
-
-    _signalled.clear()
-    previous = signal.signal(signal.SIGTERM, on_term)
-    previous_hup = signal.signal(signal.SIGHUP, on_term)
-    previous_int = signal.signal(signal.SIGINT, on_int)
-    sys.unraisablehook = unraisable
-    try:
-        lost = swallowed_signal()  # one that landed before (the models loading) and never unwound
-        if lost is not None:
-            raise lost
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        signal.signal(signal.SIGHUP, previous_hup)
-        signal.signal(signal.SIGINT, previous_int)
-        sys.unraisablehook = previous_hook
-        _signalled.clear()
-
-
-def raise_if_signalled() -> None:
-    """Re-raise a signal whose exception Python swallowed (see `sigterm_as_interrupt`)."""
-    if not _signalled:
-        return
-    signum = _signalled[-1]
-    if signum in (signal.SIGTERM, signal.SIGHUP):
-        raise signal_error(signum)
-    raise KeyboardInterrupt
-
-
-def signal_error(signum: int) -> Interrupted:
-    """SIGTERM → exit 143, SIGHUP (the terminal or the ssh session went away) → exit 129."""
-    if signum == signal.SIGHUP:
-        return Interrupted("hung up (SIGHUP)", exit_code=EXIT_HANGUP)
-    return Interrupted("terminated (SIGTERM)", exit_code=EXIT_TERMINATED)
 
 
 def default_threads(workers: int) -> int:
