@@ -306,3 +306,56 @@ def test_on_cuda_the_tensors_stay_on_the_device_and_agree_with_the_cpu(real_mode
         for k in ref:  # cuDNN's kernels differ from the CPU's: a relative bound, TF32 off
             scale = max(1.0, float(np.abs(ref[k]).max()))
             assert float(np.abs(got[k] - ref[k]).max()) / scale <= 1e-4, k
+
+
+@pytest.fixture(scope="module")
+def standin_dir(tmp_path_factory):
+    import standins
+
+    return standins.write_standins(
+        tmp_path_factory.mktemp("standins"), ["inswapper_128", "arcface_w600k_r50"]
+    )
+
+
+def test_the_device_pipeline_runs_on_the_onnxruntime_runtime(
+    models, standin_dir, private_home, astronaut_path, t1_image
+):
+    """t1.jpg's six faces through the whole pipeline on the torch kernel set with every model on
+    the onnxruntime runtime (CPU provider here), against the host pipeline: the same faces, the
+    same frame within the kernel sets' own tolerance (tests/test_kernels_pipeline.py)."""
+    from facefusion_batch.config import SwapSettings
+    from facefusion_batch.kernels.factory import make_kernels
+    from facefusion_batch.kernels.host import HostKernels
+    from facefusion_batch.pipeline.build import Models, build_pipeline
+    from facefusion_batch.swap.learned import LearnedSettings
+
+    swap = SwapSettings(swapper="learned", learned=LearnedSettings(swapper_model="inswapper_128"))
+    host = build_pipeline(
+        Models(backend=models.backend, detector=models.detector, paths={}, models_dir=standin_dir),
+        (astronaut_path,),
+        swap,
+        "many",
+    )
+    backend = OnnxRuntimeCudaBackend(device="cpu", threads=2)
+    detector = type(models.detector)(
+        backend.load(models.paths["yunet_2023mar_batch"], label="yunet_2023mar_batch"),
+        models.detector.settings,
+    )
+    device_models = Models(
+        backend=backend,
+        detector=detector,
+        triangles=models.triangles,
+        regions=models.regions,
+        paths={},
+        models_dir=standin_dir,
+    )
+    device = build_pipeline(device_models, (astronaut_path,), swap, "many")
+    kernels = make_kernels(backend)
+    assert type(kernels).__name__ == "TorchKernels"  # a backend with a device: frames as tensors
+    a, b = host(HostKernels(), [t1_image]), device(kernels, [t1_image])
+    assert (a.faces_found, a.faces_swapped) == (b.faces_found, b.faces_swapped) and b.faces_swapped >= 5
+    d = np.abs(a.frames[0].astype(np.int16) - b.frames[0].astype(np.int16))
+    assert d.mean() <= 0.1 and np.percentile(d, 99.9) <= 3
+    assert np.abs(b.frames[0].astype(int) - t1_image.astype(int)).mean() > 0.1  # faces really changed
+    assert {"yunet_2023mar_batch", "inswapper_128@batch"} <= {s.label for s in backend.sessions}
+    assert all(s.providers == ("CPUExecutionProvider",) for s in backend.sessions)
