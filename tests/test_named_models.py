@@ -83,3 +83,13 @@ def test_auto_falls_back_with_a_warning_and_facefusions_root_is_used(
     settings = json.loads(report.read_text())["settings"]
     assert Path(settings["models_dir"]) == root / ".assets" / "models"
     assert "inswapper_128 is present, using the learned swapper" in learned.stderr
+
+
+def test_a_named_enhancer_that_is_absent_is_exit_2(tmp_path, private_home, clip, astronaut_path):
+    store = standins.write_standins(tmp_path / "models", ["inswapper_128", "arcface_w600k_r50"])
+    proc = ffbatch(
+        "render", clip, "-s", astronaut_path, "--face-enhancer-model", "codeformer", "--swapper", "classical",
+        "--models-dir", store, "-o", tmp_path / "o.mp4", home=private_home,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert f"{store / 'codeformer.onnx'}" in proc.stderr and "ffbatch models fetch codeformer" in proc.stderr

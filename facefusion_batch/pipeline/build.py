@@ -398,6 +398,9 @@ def build_pipeline(
             )
         )
     if learned.enhancer_model:
+        name = learned.enhancer_model.partition("@")[0]
+        if model_state(name, models.models_dir) == "missing":  # named: never fetched behind the user's back
+            raise ModelError(absent_message(f"--enhancer-model {name}", [name], models.models_dir))
         stages.append(
             FaceEnhancer(
                 load_learned(models, learned.enhancer_model)[0],
