@@ -359,3 +359,17 @@ def test_the_device_pipeline_runs_on_the_onnxruntime_runtime(
     assert np.abs(b.frames[0].astype(int) - t1_image.astype(int)).mean() > 0.1  # faces really changed
     assert {"yunet_2023mar_batch", "inswapper_128@batch"} <= {s.label for s in backend.sessions}
     assert all(s.providers == ("CPUExecutionProvider",) for s in backend.sessions)
+
+
+def test_doctor_says_whether_the_onnxruntime_runtime_can_run(monkeypatch):
+    import onnxruntime
+
+    from facefusion_batch.tools.doctor import report_lines
+
+    monkeypatch.setattr(onnxruntime, "get_available_providers", lambda: ["CPUExecutionProvider"])
+    line = next(x for x in report_lines() if x.startswith("gpu runtimes"))
+    assert "torch (the default" in line and "install onnxruntime-gpu in place of onnxruntime" in line
+    providers = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    monkeypatch.setattr(onnxruntime, "get_available_providers", lambda: providers)
+    line = next(x for x in report_lines() if x.startswith("gpu runtimes"))
+    assert line.endswith("--gpu-runtime onnxruntime: available (onnxruntime's CUDA provider)")

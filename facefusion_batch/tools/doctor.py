@@ -16,6 +16,7 @@ from facefusion_batch.paths import ffbatch_home
 from facefusion_batch.runtime.backends import availability, choose_auto
 from facefusion_batch.runtime.engine_cache import EngineCache, MachineKey
 from facefusion_batch.runtime.nvml import list_gpus, load_pynvml
+from facefusion_batch.runtime.onnxruntime_backend import cuda_provider_problem
 from facefusion_batch.video.formats import ENCODER_TABLE, available_encoders, containers_for
 from facefusion_batch.video.hwaccel import NVDEC, NVENC, codecs_present, nvdec_opens, nvenc_opens
 
@@ -57,6 +58,8 @@ def report_lines() -> list[str]:
         lines.append(f"ort providers {', '.join(providers)}{note}")
     except Exception:
         pass
+    ort_gpu = cuda_provider_problem() or "available (onnxruntime's CUDA provider)"
+    lines.append(f"gpu runtimes  torch (the default on --backend cuda); --gpu-runtime onnxruntime: {ort_gpu}")
     gpus = list_gpus()
     if gpus:
         for g in gpus:
