@@ -184,10 +184,6 @@ def read_facefusion_job(path: Path, accepted: frozenset[str]) -> Job:
     return job
 
 
-def job_steps(path: Path, accepted: frozenset[str]) -> list[JobStep]:
-    return read_facefusion_job(path, accepted).steps
-
-
 def check_fps(what: str, target: Path, fps: Any) -> None:
     """FaceFusion records the target's rate as output_video_fps (3.8 leaves it null); another
     rate is a conversion ffbatch does not do (it keeps every frame and its timestamp)."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import av
 import av.error
@@ -23,9 +24,9 @@ from facefusion_batch.fsutil import AtomicFile, ffmpeg_path
 from facefusion_batch.video.formats import container_format_for
 
 
-def _layout(container) -> list[tuple]:
+def _layout(container) -> list[tuple[Any, ...]]:
     """What a stream copy needs to agree on, per carried stream."""
-    out = []
+    out: list[tuple[Any, ...]] = []
     for s in container.streams:
         if s.type == "video":
             cc = s.codec_context
@@ -46,7 +47,7 @@ def _layout(container) -> list[tuple]:
     return out
 
 
-def _describe(entry: tuple) -> str:
+def _describe(entry: tuple[Any, ...]) -> str:
     return " ".join(str(v) for v in entry[:5] if not isinstance(v, bytes))
 
 
