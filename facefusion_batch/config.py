@@ -253,8 +253,9 @@ def files_read(settings: RenderSettings) -> list[tuple[str, Path]]:
     for ref, src in getattr(settings.swap, "mapping", ()):
         reads += [("--map", Path(ref)), ("--map", Path(src))]
     reference = getattr(settings.swap, "reference", None)
-    if settings.faces == "reference" and getattr(reference, "image", None) is not None:
-        reads.append(("--reference-face", Path(reference.image)))
+    image = getattr(reference, "image", None)
+    if settings.faces == "reference" and image is not None:
+        reads.append(("--reference-face", Path(image)))
     return reads
 
 
@@ -625,7 +626,7 @@ def _mask_padding(raw: str) -> tuple[int, int, int, int]:
         padding = padding * 4
     if len(padding) != 4:
         raise InputError("--mask-padding takes 1 or 4 percentages: TOP,RIGHT,BOTTOM,LEFT")
-    return padding  # type: ignore[return-value]
+    return padding
 
 
 def encoder_options(pairs: list[str] | None) -> tuple[tuple[str, str], ...]:

@@ -52,6 +52,13 @@ class FaceTable:
         changes: dict[str, Any] = columns
         return replace(self, **changes)
 
+    def required(self, column: str) -> np.ndarray:
+        """The optional column `column`, which the caller needs: ValueError if no stage set it."""
+        value = getattr(self, column)
+        if value is None:
+            raise ValueError(f"the face table has no {column} column (the stage that sets it did not run)")
+        return np.asarray(value)
+
     def areas(self) -> np.ndarray:
         areas: np.ndarray = (self.box[:, 2] - self.box[:, 0]) * (self.box[:, 3] - self.box[:, 1])
         return areas

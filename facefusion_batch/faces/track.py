@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 import threading
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 import numpy as np
 
@@ -74,7 +75,13 @@ class TrackSettings:
         return 2 * self.window + self.max_gap + 1
 
 
-def presence_thresholds(on: float) -> dict[str, float]:
+class PresenceThresholds(TypedDict):
+    start: float
+    on: float
+    off: float
+
+
+def presence_thresholds(on: float) -> PresenceThresholds:
     """TrackSettings' start and off for a given `on` (`--face-presence`), as the defaults set
     them: a new track starts 2 below it, a swapped one stops 4 below it."""
     return {"start": on - 2.0, "on": on, "off": on - 4.0}

@@ -199,10 +199,15 @@ class Frames:
         if self.shapes is None:
             self.shapes = np.tile(np.array([[self.height, self.width]], np.int64), (self.count, 1))
 
-    def size_of(self, index: int) -> tuple[int, int]:
+    @property
+    def sizes(self) -> np.ndarray:
+        """[B, 2] (height, width) per frame."""
         shapes = self.shapes
         assert shapes is not None  # set by __post_init__
-        return int(shapes[index, 0]), int(shapes[index, 1])
+        return shapes
+
+    def size_of(self, index: int) -> tuple[int, int]:
+        return int(self.sizes[index, 0]), int(self.sizes[index, 1])
 
 
 class Kernels(Protocol):

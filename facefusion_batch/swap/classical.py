@@ -199,8 +199,11 @@ def with_mirror(
     mirror_mesh = mirror.mesh + np.array([offset, 0.0, 0.0], np.float32)
     # a wink's shut eye is the open one now, as open as it (a shut pair stays shut)
     wink, opening = wink_shares(shut), source.eye_open
-    lid_shut = tuple(shut[e] + wink[e] * (shut[1 - e] - shut[e]) for e in (0, 1))
-    eye_open = tuple(opening[e] + wink[e] * (opening[1 - e] - opening[e]) for e in (0, 1))
+    lid_shut = (shut[0] + wink[0] * (shut[1] - shut[0]), shut[1] + wink[1] * (shut[0] - shut[1]))
+    eye_open = (
+        opening[0] + wink[0] * (opening[1] - opening[0]),
+        opening[1] + wink[1] * (opening[0] - opening[1]),
+    )
     return replace(
         source, texture=texture, mirror_mesh=mirror_mesh, use_mirror=use, lid_shut=lid_shut, eye_open=eye_open
     )
@@ -349,7 +352,7 @@ def prepare_source(
 
     eyes = []
     for loop in (regions.left_eye, regions.right_eye):
-        eye = np.zeros((h, w), np.uint8)
+        eye: np.ndarray = np.zeros((h, w), np.uint8)
         _poly(eye, local[loop], 255)
         grow = max(1, int(round(EYE_MARGIN * iod)))
         eye = cv2.dilate(eye, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * grow + 1,) * 2))
@@ -456,7 +459,7 @@ class ClassicalSwapper:
 
     def choose_sources(self, table: FaceTable) -> np.ndarray:
         """Per target face, the source whose head turn (yaw) is closest."""
-        yaws = np.array([eye_frame(m)[2] for m in table.mesh], np.float32)
+        yaws = np.array([eye_frame(m)[2] for m in table.required("mesh")], np.float32)
         return np.argmin(np.abs(yaws[:, None] - self.source_yaw[None, :]), axis=1)
 
     @staticmethod
@@ -468,7 +471,8 @@ class ClassicalSwapper:
         Each face's scale depends on that face alone (in steps of 1/8), so a
         frame renders the same whichever frames share its batch.
         """
-        spans = np.hypot(*(table.mesh[:, RIGHT_EYE_OUTER, :2] - table.mesh[:, LEFT_EYE_OUTER, :2]).T)
+        mesh = table.required("mesh")
+        spans = np.hypot(*(mesh[:, RIGHT_EYE_OUTER, :2] - mesh[:, LEFT_EYE_OUTER, :2]).T)
         scales = np.clip(RASTER_SPAN / np.maximum(spans, 1.0), 0.25, 1.0)
         return np.ceil(scales * 8) / 8
 
@@ -487,13 +491,13 @@ class ClassicalSwapper:
         scales = self.raster_scales(table)
         shapes = frame_shapes[table.frame_index].astype(np.float64)
         bounds = np.ceil(shapes * scales[:, None]).astype(np.int64)
-        geometry = table.mesh
+        mesh = geometry = table.required("mesh")
         if self.settings.shape > 0 and self.settings.eyes_mouth != "target":  # the target's eyes stay put
             sources = np.stack([self.sources[c].geometry for c in choice])
             mouth = mouth_weight(self.source_yaw[choice]) if self.settings.mouth_shape else None
-            geometry = shaped_meshes(table.mesh, sources, self.face_regions, self.settings.shape, mouth)
+            geometry = shaped_meshes(mesh, sources, self.face_regions, self.settings.shape, mouth)
         maps = self.warp_maps(
-            choice, geometry[:, :, :2] * scales[:, None, None], table.mesh[:, :, 2], bounds, scales, shapes
+            choice, geometry[:, :, :2] * scales[:, None, None], mesh[:, :, 2], bounds, scales, shapes
         )
         holds, closes = self.eye_holds(table, choice, lids)
         out: list[FaceRegion] = []
@@ -501,7 +505,7 @@ class ClassicalSwapper:
             if face_maps is None:
                 continue
             map_x, map_y, (x0, y0) = face_maps
-            iod = 0.7 * eye_frame(table.mesh[f])[1]
+            iod = 0.7 * eye_frame(mesh[f])[1]
             sigma = max(1.0, self.settings.shading_scale * iod)
             hold = (float(holds[f, 0]), float(holds[f, 1]))
             close = (float(closes[f, 0]), float(closes[f, 1]))
@@ -541,10 +545,10 @@ class ClassicalSwapper:
         if self.settings.eyes_mouth != "eyes":
             return none, none
         source_open = np.array([self.sources[c].eye_open for c in choice])
-        closed = held_eyes(eye_openness(table.mesh, self.face_regions), source_open)
+        closed = held_eyes(eye_openness(table.required("mesh"), self.face_regions), source_open)
         if lids is not None:
             closed = np.maximum(closed, lids)
-        far = far_eye_holds(table.mesh)
+        far = far_eye_holds(table.required("mesh"))
         source_shut = np.array([self.sources[c].lid_shut for c in choice]).reshape(-1, 2)
         if not self.settings.source_lids or self.sources[0].texture.shape[2] < 11:
             return np.maximum(np.maximum(closed, far), source_shut), none
@@ -624,7 +628,7 @@ class ClassicalSwapper:
         lids = table.lids  # read before the tracker (LidReader), and averaged along each track
         if lids is None and self.settings.eyes_mouth == "eyes" and self.settings.lids:
             lids = shut_lids(k, frames, table, self.face_regions)  # no reader ran: this batch's own
-        regions = self.regions(table, frames.shapes, occlusion, lids)
+        regions = self.regions(table, frames.sizes, occlusion, lids)
         textures = self.textures_for(k)
         if self.colour_tracks is not None and table.track is not None and table.frame_no is not None:
             regions = self.track_colours(k, frames, table, regions, textures)
@@ -636,11 +640,18 @@ class ClassicalSwapper:
     ) -> list[FaceRegion]:
         """`regions` with their colour fixes toward their tracks' statistics (swap/colour_track.py):
         one batched statistics call, then the light ordered step."""
-        if self.settings.colour == "none" or not regions:
+        tracks, track, frame_no = self.colour_tracks, table.track, table.frame_no
+        if (
+            self.settings.colour == "none"
+            or not regions
+            or tracks is None
+            or track is None
+            or frame_no is None
+        ):
             return regions
         stats = k.colour_stats(frames, regions, textures)
         rows = np.array([r.face for r in regions], np.int64)
-        fixed = self.colour_tracks.step(frames.seq, table.track[rows], table.frame_no[rows], stats)
+        fixed = tracks.step(frames.seq, track[rows], frame_no[rows], stats)
         return [
             r if not np.isfinite(fix).all() else replace(r, colour_fix=fix)
             for r, fix in zip(regions, fixed, strict=True)
@@ -705,9 +716,11 @@ def warp_map(
     gx = (np.arange(x0, x1, dtype=np.float32) * scale - lx0)[None, :].repeat(y1 - y0, 0)
     gy = (np.arange(y0, y1, dtype=np.float32) * scale - ly0)[:, None].repeat(x1 - x0, 1)
     nan = float("nan")
-    kw = dict(interpolation=cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT, borderValue=nan)
-    if scale == 1.0:
-        kw["interpolation"] = cv2.INTER_NEAREST
-    map_x = cv2.remap(low_x, gx, gy, **kw)
-    map_y = cv2.remap(low_y, gx, gy, **kw)
+    interpolation = cv2.INTER_NEAREST if scale == 1.0 else cv2.INTER_LINEAR
+    map_x = cv2.remap(
+        low_x, gx, gy, interpolation=interpolation, borderMode=cv2.BORDER_CONSTANT, borderValue=nan
+    )
+    map_y = cv2.remap(
+        low_y, gx, gy, interpolation=interpolation, borderMode=cv2.BORDER_CONSTANT, borderValue=nan
+    )
     return map_x, map_y, (x0, y0)

@@ -79,7 +79,7 @@ def shut_lids(k: Kernels, frames: Frames, table: FaceTable, regions: FaceRegions
     if len(table) == 0:
         return np.zeros((0, 2), np.float32)
     crops, affines = align_crops(k, frames, table.frame_index, table.landmarks5, LID_TEMPLATE, LID_CROP)
-    meshes = transform_points(table.mesh[:, :, :2].astype(np.float64), affines)
+    meshes = transform_points(table.required("mesh")[:, :, :2].astype(np.float64), affines)
     return lid_holds(lid_skin_shares(host_crops(k, crops), meshes, regions)).astype(np.float32)
 
 

@@ -53,7 +53,7 @@ def lift_lip_shadow(
     band = np.clip((v - (lip_bottom - 0.1 * iod)) / ramp, 0, 1)
     band *= np.clip((lip_bottom + SHADOW_DEPTH * iod - v) / ramp, 0, 1)
     band *= np.clip((SHADOW_WIDTH * half - np.abs(u)) / ramp, 0, 1)
-    lips = np.zeros((h, w), np.uint8)
+    lips: np.ndarray = np.zeros((h, w), np.uint8)
     cv2.fillPoly(lips, [np.round(mouth).astype(np.int32)], 255)
     grow = max(1, int(round(0.02 * iod)))
     lips = cv2.dilate(lips, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * grow + 1,) * 2))

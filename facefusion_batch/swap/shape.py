@@ -48,8 +48,8 @@ def mouth_delta(tgt: np.ndarray, fitted: np.ndarray, outer: np.ndarray, inner: n
     axis = tgt[corners[1], :2] - tgt[corners[0], :2]
     width = np.linalg.norm(axis) + 1e-6
     axis = axis / width
-    ratio = np.linalg.norm(fitted[corners[1], :2] - fitted[corners[0], :2]) / width
-    ratio = float(np.clip(ratio, *MOUTH_WIDTH_RANGE))
+    measured = np.linalg.norm(fitted[corners[1], :2] - fitted[corners[0], :2]) / width
+    ratio = float(np.clip(measured, *MOUTH_WIDTH_RANGE))
     centre = tgt[inner, :2].mean(axis=0)
     along = (tgt[inner, :2] - centre) @ axis
     new_inner = tgt[inner, :2] + ((ratio - 1.0) * along)[:, None] * axis
@@ -135,7 +135,7 @@ def shaped_meshes(
         scale, rotation, shift = similarity_3d(source[f][STABLE].astype(np.float64), tgt[STABLE])
         fitted = scale * source[f].astype(np.float64) @ rotation.T + shift
         weight = 0.0 if mouth is None or not paired_lips else float(mouth[f])
-        delta = 0.0
+        delta: np.ndarray | float = 0.0
         if weight < 1:  # the lips held where the target has them (anchors of the fade)
             delta = (1 - weight) * displacement(tgt, fitted, regions, with_mouth=False)
         if weight > 0:  # the lips moved to the source's width and thickness
