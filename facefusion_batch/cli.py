@@ -36,10 +36,10 @@ from facefusion_batch.errors import (
     signal_behind,
     signal_handlers,
 )
-from facefusion_batch.farm.concat import concat_command
 from facefusion_batch.farm.jobs import run_render_command
 from facefusion_batch.farm.multi_gpu import render_on_several_gpus
 from facefusion_batch.farm.plan import plan_command
+from facefusion_batch.farm.task_reports import concat_with_report
 from facefusion_batch.fsutil import remove_live_temps
 from facefusion_batch.tools import doctor as tools_doctor
 from facefusion_batch.tools import engines as tools_engines
@@ -810,12 +810,32 @@ def concat(
     clean: Annotated[
         bool, typer.Option(help="Delete the segments (and their emptied work directory) once joined.")
     ] = False,
+    report: Annotated[
+        Path | None,
+        typer.Option(
+            help="Write a JSON report here (also for a failed join), merged with every --task-report."
+        ),
+    ] = None,
+    task_report: Annotated[
+        list[Path] | None,
+        typer.Option(
+            help="A chunk task's report (repeatable), merged into --report (`ffbatch plan` gives them)."
+        ),
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Warnings only.")] = False,
     verbose: VerboseOpt = False,
 ) -> None:
     """Join segments by stream copy (no re-encode) and mux the audio of --audio-from back in."""
     setup_logging(quiet, verbose)
-    concat_command(list(segments), output, audio_from=audio_from, overwrite=overwrite, clean=clean)
+    concat_with_report(
+        list(segments),
+        output,
+        audio_from=audio_from,
+        overwrite=overwrite,
+        clean=clean,
+        report=report,
+        task_reports=list(task_report or []),
+    )
     typer.echo(str(output))
 
 

@@ -242,3 +242,75 @@ def test_a_chunked_render_keeps_the_timecode_track(work, source):
     ffbatch("render", clip, "-s", source, "-o", out, "--chunk-frames", "5", "-q")
     assert timecode_tracks(out) == ["10:00:00:00"]
     assert decoded_numbers(out) == list(range(12))
+
+
+# -- plan: sequences and reports ---------------------------------------------------------------------
+
+PYTHON_FFBATCH = f"{sys.executable} -m facefusion_batch"
+
+
+def run_plan_lines(text: str) -> None:
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            proc = subprocess.run(line, shell=True, capture_output=True, text=True)
+            assert proc.returncode == 0, (line, proc.stderr)
+
+
+@pytest.fixture(scope="module")
+def whole_faces(work, face_plate, source) -> Path:
+    """The face plate rendered whole, one process: what every farm split must give."""
+    folder = work / "whole faces"
+    folder.mkdir()
+    ffbatch("render", face_plate, "-s", source, "-o", folder / "out.%04d.png", "-q")
+    return folder / "out.%04d.png"
+
+
+def test_plan_over_a_sequence_writes_every_frame_at_its_name_without_a_join(
+    work, face_plate, source, whole_faces
+):
+    out = work / "planned seq"
+    out.mkdir()
+    args = [face_plate, "-s", source, "--chunk-frames", "3", "-o", out / "comp.####.png", "--report",
+            work / "seq.json", "--ffbatch", PYTHON_FFBATCH]  # fmt: skip
+    data = json.loads(ffbatch("plan", *args, "--format", "json").stdout)
+    assert data["tasks"] == {"chunks": 3, "joins": 0} and data["jobs"][0]["join"] is None
+    argv = [c["argv"] for c in data["jobs"][0]["chunks"]]
+    assert [a[a.index("--frame-range") + 1] for a in argv] == ["1001-1003", "1004-1006", "1007-1008"]
+    assert all(a[a.index("-o") + 1] == str(out / "comp.%04d.png") for a in argv)
+    slurm = ffbatch("plan", *args, "--format", "slurm").stdout
+    assert "#SBATCH --array=0-2" in slurm and "no join" in slurm and "concat" not in slurm
+    run_plan_lines(ffbatch("plan", *args, "--format", "shell").stdout)
+    assert sorted(p.name for p in out.iterdir()) == [f"comp.{n}.png" for n in range(1001, 1009)]
+    for n in range(1001, 1009):
+        got = cv2.imread(str(out / f"comp.{n}.png"), cv2.IMREAD_UNCHANGED)
+        assert np.array_equal(got, cv2.imread(str(whole_faces).replace("%04d", str(n)), cv2.IMREAD_UNCHANGED))
+    reports = [
+        json.loads((work / f"seq.{a:08d}-{b:08d}.json").read_text()) for a, b in ((0, 3), (3, 6), (6, 8))
+    ]
+    assert [r["status"] for r in reports] == ["ok"] * 3 and [r["frames_out"] for r in reports] == [3, 3, 2]
+
+
+def test_plan_gives_each_task_its_report_and_the_join_a_merged_one(work, source):
+    clip = make_timecoded(work / "reported.mp4", frames=10)
+    out, report = work / "reported out.mp4", work / "run.json"
+    text = ffbatch("plan", clip, "-s", source, "--chunk-frames", "4", "-o", out, "--report", report,
+                   "--ffbatch", PYTHON_FFBATCH).stdout  # fmt: skip
+    renders = [line for line in text.splitlines() if " render " in line and not line.startswith("#")]
+    assert len(renders) == 3 and all("--report" in line for line in renders)
+    run_plan_lines("\n".join(renders))
+    chunk_reports = [work / f"run.{a:08d}-{b:08d}.json" for a, b in ((0, 4), (4, 8), (8, 10))]
+    assert [json.loads(p.read_text())["frames"] for p in chunk_reports] == [[0, 4], [4, 8], [8, 10]]
+    kept = chunk_reports[1].read_text()
+    chunk_reports[1].unlink()  # a task whose report went missing: the job is not reported ok
+    join = next(line for line in text.splitlines() if " concat " in line and not line.startswith("#"))
+    join = join.replace(" --clean", "")
+    run_plan_lines(join)
+    data = json.loads(report.read_text())
+    assert data["status"] == "incomplete" and data["unfinished_tasks"] == [str(chunk_reports[1])]
+    assert data["frames_out"] == 6 and data["join"]["packets"] == 10
+    assert decoded_numbers(out) == list(range(10))
+    chunk_reports[1].write_text(kept)
+    run_plan_lines(join + " --overwrite")
+    data = json.loads(report.read_text())
+    assert data["status"] == "ok" and data["frames_in"] == data["frames_out"] == 10
+    assert [t["status"] for t in data["tasks"]] == ["ok", "ok", "ok"]

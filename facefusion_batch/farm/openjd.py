@@ -84,6 +84,7 @@ def to_openjd(plan, summary: str) -> str:
                 "/opt/ffbatch/bin/ffbatch",
             }
         ],
-        "steps": [_step("Render", "Chunk", tasks[:chunks], 0, skip), join],
+        # image sequences have no join: each chunk writes its frames at their final names
+        "steps": [_step("Render", "Chunk", tasks[:chunks], 0, skip), *([join] if tasks[chunks:] else [])],
     }
     return json.dumps(template, indent=2) + "\n"

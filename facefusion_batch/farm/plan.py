@@ -48,14 +48,15 @@ from facefusion_batch.farm.openjd import to_openjd
 from facefusion_batch.farm.outputs import DEFAULT_PATTERN, compositing_paths, outputs_for
 from facefusion_batch.video.formats import check_fits, segment_suffix
 from facefusion_batch.video.probe import probe
-from facefusion_batch.video.segments import format_range, frame_index, split_frames
-from facefusion_batch.video.sequence import is_sequence_pattern
+from facefusion_batch.video.segments import first_frame_number, format_range, frame_index, split_frames
+from facefusion_batch.video.sequence import is_sequence_pattern, printf_pattern
 
 FORMATS = ("json", "shell", "slurm", "opencue", "openjd")
 
 # render options that plan sets itself (or that make no sense per chunk)
 _NOT_PASSED = frozenset(
-    {"inputs", "output", "output_dir", "output_pattern", "frames", "chunk_frames", "ray", "ray_workers"}
+    {"inputs", "output", "output_dir", "output_pattern", "frames", "frame_range", "chunk_frames", "ray"}
+    | {"ray_workers"}
     | {"report", "force", "overwrite", "fail_if_no_faces"}
 )
 
@@ -87,6 +88,13 @@ class Job:
     # a video compositing output (--matte-output, --face-only-output): its own join of the
     # chunks' pieces, (task, option, argv) each
     compositing_joins: list[tuple[int, str, list[str]]] = field(default_factory=list)
+    # --report: the join's report (the chunks' merged), each chunk's beside it
+    report: Path | None = None
+
+    @property
+    def sequence(self) -> bool:
+        """An image sequence output: each chunk writes its frames at their final names, no join."""
+        return is_sequence_pattern(self.output)
 
     @property
     def writes(self) -> list[tuple[str, Path]]:
@@ -108,14 +116,14 @@ class Plan:
 
     @property
     def join_tasks(self) -> int:
-        return sum(1 + len(j.compositing_joins) for j in self.jobs)
+        return sum((not j.sequence) + len(j.compositing_joins) for j in self.jobs)
 
     def tasks(self) -> list[list[str]]:
         """argv of every task by task number: all chunks, then all joins (each job's output,
         then its compositing videos)."""
         out = [c.argv for j in self.jobs for c in j.chunks]
         for j in self.jobs:
-            out += [j.join_argv, *(argv for _, _, argv in j.compositing_joins)]
+            out += [*([j.join_argv] if j.join_argv else []), *(argv for _, _, argv in j.compositing_joins)]
         return out
 
 
@@ -165,6 +173,7 @@ def make_plan(
     overwrite: bool = False,
     suffix: str = ".mp4",
     compositing: tuple[tuple[str, Path], ...] = (),
+    report: Path | None = None,
 ) -> Plan:
     """`compositing`: the compositing outputs (option, path), templates of each input's name
     (farm/outputs.compositing_paths). Each chunk writes its frames of a sequence, and its piece of
@@ -197,14 +206,17 @@ def make_plan(
                 frame_count=index.count,
                 audio=bool(info.audio_streams),
                 compositing=[(o, Path(_abs(p))) for o, p in compositing_paths(list(compositing), inp)],
+                report=None if report is None else Path(_abs(job_report(report, out, len(inputs)))),
             )
         )
     task = 0
     for job in jobs:
         for start, end in split_frames(job.frame_count, chunk_frames):
-            segment = job.work_dir / segment_name(start, end, suffix)
-            argv = [*command, "render", str(job.input), *render_args]
-            argv += ["--frames", format_range(start, end), "-o", str(segment), "--overwrite"]
+            segment = job.output if job.sequence else job.work_dir / segment_name(start, end, suffix)
+            argv = [*command, "render", str(job.input), *render_args, *task_range(job.input, start, end)]
+            argv += ["-o", str(segment), "--overwrite"]
+            if job.report is not None:
+                argv += ["--report", str(chunk_report(job.report, start, end))]
             for option, path in job.compositing:  # expanded: passed on as a literal template
                 piece = (
                     path
@@ -215,13 +227,18 @@ def make_plan(
             job.chunks.append(Chunk(task, (start, end), segment, argv))
             task += 1
     for job in jobs:
-        argv = [*command, "concat", *(str(c.segment) for c in job.chunks), "-o", str(job.output)]
-        if job.audio:
-            argv += ["--audio-from", str(job.input)]
-        argv += ["--clean"] + (["--overwrite"] if overwrite else [])
-        job.join_task = task
-        job.join_argv = argv
-        task += 1
+        if not job.sequence:
+            argv = [*command, "concat", *(str(c.segment) for c in job.chunks), "-o", str(job.output)]
+            if job.audio:
+                argv += ["--audio-from", str(job.input)]
+            argv += ["--clean"] + (["--overwrite"] if overwrite else [])
+            if job.report is not None:
+                argv += ["--report", str(job.report)]
+                for c in job.chunks:
+                    argv += ["--task-report", str(chunk_report(job.report, *c.frames))]
+            job.join_task = task
+            job.join_argv = argv
+            task += 1
         for option, path in job.compositing:
             if is_sequence_pattern(path):
                 continue
@@ -230,6 +247,27 @@ def make_plan(
             job.compositing_joins.append((task, option, argv + (["--overwrite"] if overwrite else [])))
             task += 1
     return Plan(chunk_frames, command, jobs)
+
+
+def task_range(input: Path, start: int, end: int) -> list[str]:
+    """A chunk's frames as its render is told them: an image sequence's in its own numbers
+    (`--frame-range 1001-1100`, as a farm's own frame numbers), a video's as `--frames A:B`."""
+    if is_sequence_pattern(input):
+        first = first_frame_number(input)
+        return ["--frame-range", f"{first + start}-{first + end - 1}"]
+    return ["--frames", format_range(start, end)]
+
+
+def job_report(report: Path, output: Path, inputs: int) -> Path:
+    """--report of a plan: the join's report of one input; with several, one per output beside it."""
+    if inputs == 1:
+        return report
+    return report.with_name(f"{report.stem}-{Path(output).stem.replace('%', '')}{report.suffix}")
+
+
+def chunk_report(report: Path, start: int, end: int) -> Path:
+    """Each chunk's own report, beside the job's: `run.json` -> `run.00000000-00001500.json`."""
+    return report.with_name(f"{report.stem}.{start:08d}-{end:08d}{report.suffix}")
 
 
 def to_json(plan: Plan) -> str:
@@ -256,7 +294,11 @@ def to_json(plan: Plan) -> str:
                     }
                     for c in j.chunks
                 ],
-                "join": {"task": j.join_task, "argv": j.join_argv, "command": quote(j.join_argv)},
+                "join": (
+                    {"task": j.join_task, "argv": j.join_argv, "command": quote(j.join_argv)}
+                    if j.join_argv
+                    else None  # an image sequence: its chunks write the frames at their final names
+                ),
                 "compositing_joins": [
                     {"task": task, "option": option, "argv": argv, "command": quote(argv)}
                     for task, option, argv in j.compositing_joins
@@ -296,10 +338,20 @@ def to_slurm(plan: Plan, sbatch: list[str]) -> str:
         f"#SBATCH --array=0-{chunks - 1}",
         *(f"#SBATCH {opt}" for opt in sbatch),
         f"# ffbatch plan: {_summary(plan)}",
-        f"# Tasks 0-{chunks - 1} render the chunks; tasks {chunks}-{last} join them (one per output).",
-        "# Submit both, the joins after every chunk succeeded:",
-        "#   jid=$(sbatch --parsable THIS_SCRIPT)",
-        f"#   sbatch --dependency=afterok:$jid --array={chunks}-{last} THIS_SCRIPT",
+        *(
+            [
+                f"# Tasks 0-{chunks - 1} render the chunks; tasks {chunks}-{last} join them"
+                " (one per output).",
+                "# Submit both, the joins after every chunk succeeded:",
+                "#   jid=$(sbatch --parsable THIS_SCRIPT)",
+                f"#   sbatch --dependency=afterok:$jid --array={chunks}-{last} THIS_SCRIPT",
+            ]
+            if joins
+            else [  # image sequences: every chunk writes its frames at their final names
+                f"# Tasks 0-{chunks - 1} render the chunks, each its frames of the sequence; no join.",
+                "# Submit: sbatch THIS_SCRIPT",
+            ]
+        ),
         "# A task that failed can be run again alone (sbatch --array=N THIS_SCRIPT): finished",
         "# segments are skipped.",
         "set -euo pipefail",
@@ -379,7 +431,8 @@ if __name__ == "__main__":
 def to_opencue(plan: Plan) -> str:
     joins = []
     for i, j in enumerate(plan.jobs):
-        joins.append((f"join-{i:03d}-{_layer_word(j.output.stem)}", j.join_task))
+        if j.join_argv:
+            joins.append((f"join-{i:03d}-{_layer_word(j.output.stem)}", j.join_task))
         for task, option, _ in j.compositing_joins:
             joins.append((f"join-{i:03d}-{_layer_word(option.strip('-'))}", task))
     tasks = "[\n" + "".join(f"    {argv!r},\n" for argv in plan.tasks()) + "]"
@@ -435,8 +488,8 @@ def plan_command(
         message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
         raise InputError(f"plan: {message}") from None
     params = ctx.params
-    if params.get("frames"):
-        raise InputError("plan chooses the --frames of each chunk itself; use --chunk-frames")
+    if params.get("frames") or params.get("frame_range"):
+        raise InputError("plan chooses the frames of each chunk itself; use --chunk-frames")
     if params.get("ray"):
         raise InputError("plan writes farm commands; --ray is for `ffbatch render`")
     if params.get("facefusion_job"):
@@ -450,11 +503,11 @@ def plan_command(
     # the farm's hosts resolve the device themselves; this machine's GPUs say nothing about theirs
     settings, _ = render_settings(params, resolve=False)
     refuse_control_characters("--ffbatch", ffbatch)
-    paths = (output, params.get("output"), *params["inputs"])
-    if any(is_sequence_pattern(p) for p in paths if p is not None):
-        raise InputError(
-            "plan joins video segments; image sequences are rendered whole with `ffbatch render`"
-        )
+    if output is not None:
+        output = Path(printf_pattern(output))  # shot.####.exr
+    inputs = [Path(printf_pattern(p)) for p in params["inputs"]]
+    if is_sequence_pattern(output or "") and len(inputs) > 1:
+        raise InputError("plan: an image sequence output takes one input (use --output-dir for videos)")
     # each input's compositing paths (templates of its name), passed to its chunks by make_plan
     check_matte_run(settings, len(params["inputs"]))
     compositing = compositing_outputs(settings)
@@ -463,7 +516,7 @@ def plan_command(
     if not command:
         raise InputError("--ffbatch must name the command that runs ffbatch, e.g. ffbatch")
     plan = make_plan(
-        [Path(p) for p in params["inputs"]],
+        inputs,
         chunk_frames=chunk_frames,
         render_args=passthrough_args(render_command, params, exclude=per_chunk),
         output=output,
@@ -473,6 +526,7 @@ def plan_command(
         overwrite=overwrite,
         suffix=segment_suffix(settings.encoder.codec),
         compositing=tuple(compositing),
+        report=settings.report,
     )
     check_writes(  # no output or compositing path is another's, nor a file any job reads
         [(what, path) for job in plan.jobs for what, path in job.writes],
@@ -484,7 +538,8 @@ def plan_command(
     for line in sbatch or ():
         refuse_control_characters("--sbatch", line)
     for job in plan.jobs:  # the joined outputs: an encoder their container cannot hold is exit 2 here
-        check_fits(settings.encoder.codec, job.output)
+        if not job.sequence:
+            check_fits(settings.encoder.codec, job.output)
     return render_plan(plan, fmt, sbatch)
 
 
