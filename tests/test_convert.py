@@ -296,8 +296,11 @@ def test_modelopt_autocast_keeps_statistics_in_fp32(tmp_path):
 @needs_modelopt
 def test_modelopt_int8_is_qdq_with_fp16_outside_and_statistics_in_fp32(tmp_path):
     onnx.save(statistics_model(), tmp_path / "m.onnx")
+    before = store.sha256_file(tmp_path / "m.onnx")
     x = np.random.default_rng(5).standard_normal((8, 4, 8, 8)).astype(np.float32)
     info = convert.int8_file(tmp_path / "m.onnx", tmp_path / "q.onnx", {"x": x}, converter="modelopt")
+    assert store.sha256_file(tmp_path / "m.onnx") == before  # ModelOpt rewrites its input: a copy's
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx", "q.onnx"]  # no intermediates left
     assert "entropy" in info["made"] and info["tool"].startswith("nvidia-modelopt")
     q = onnx.load(tmp_path / "q.onnx")
     ops = {n.op_type for n in q.graph.node}

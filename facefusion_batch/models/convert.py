@@ -11,10 +11,12 @@ the catalogue, and checks that a batch of 3 equals 3 single runs.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.metadata
 import io
 import logging
 import os
+import shutil
 import sys
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -218,6 +220,10 @@ def _nchw(images: Sequence[np.ndarray]) -> np.ndarray:
     return np.ascontiguousarray(np.stack(images).transpose(0, 3, 1, 2), dtype=np.float32)
 
 
+def _interpreter(factory: Any, model_path: str) -> Any:
+    return factory(model_path=model_path)
+
+
 def _tflite_interpreter_factories() -> list[tuple[str, Callable[[str], Any]]]:
     out: list[tuple[str, Callable[[str], Any]]] = []
     for module, dist in (
@@ -232,7 +238,7 @@ def _tflite_interpreter_factories() -> list[tuple[str, Callable[[str], Any]]]:
         except Exception:  # not installed, or broken (e.g. built for numpy 1)
             continue
         version = tool_versions(dist)[dist]
-        out.append((f"{dist} {version}", lambda p, factory=factory: factory(model_path=p)))
+        out.append((f"{dist} {version}", functools.partial(_interpreter, factory)))
     return out
 
 
@@ -503,7 +509,7 @@ def to_float16(model: onnx.ModelProto) -> onnx.ModelProto:
                 consumers_fp16.setdefault(name, set()).add(half and not keep32)
 
     precision: dict[str, int] = {i.name: 32 for i in g.input}
-    new_inits: dict[str, onnx.TensorProto] = {}
+    new_inits: dict[str, str] = {}  # an fp16 copy's name -> the initialiser it copies
     for name, uses in consumers_fp16.items():
         if uses == {True}:
             precision[name] = 16
@@ -607,29 +613,37 @@ def run_modelopt(
         npz = None
         if calibration:
             npz = str(Path(tmp) / "calibration.npz")
-            np.savez(npz, **{k: np.asarray(v) for k, v in calibration.items()})
-        # ModelOpt writes intermediate copies beside its input: keep them in the temporary folder
-        link = Path(tmp) / "model.onnx"
-        link.symlink_to(Path(src).absolute())
+            arrays: dict[str, Any] = {k: np.asarray(v) for k, v in calibration.items()}
+            np.savez(npz, **arrays)
+        # ModelOpt rewrites its input in place (shape inference) and leaves intermediate copies
+        # beside its output: it works on a copy, in the temporary folder
+        work, out = Path(tmp) / "model.onnx", Path(tmp) / "out.onnx"
+        shutil.copyfile(src, work)
         request = {
             "mode": mode,
-            "src": str(link),
-            "dst": str(dst),
+            "src": str(work),
+            "dst": str(out),
             "calibration": npz,
             "fp32_ops": sorted(FP32_OPS),
         }
         if python == "":
             with contextlib.redirect_stdout(io.StringIO()), _quiet_stderr():
-                return modelopt_run.run(request)
-        request_path = Path(tmp) / "request.json"
-        request_path.write_text(json.dumps(request), encoding="utf-8")
-        proc = subprocess.run(
-            [python, modelopt_run.__file__, str(request_path)], capture_output=True, text=True, check=False
-        )
-        if proc.returncode != 0:
-            tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
-            raise ValidationError(f"ModelOpt ({python}) failed: " + " | ".join(tail))
-        return json.loads(proc.stdout.strip().splitlines()[-1])
+                info = modelopt_run.run(request)
+        else:
+            request_path = Path(tmp) / "request.json"
+            request_path.write_text(json.dumps(request), encoding="utf-8")
+            proc = subprocess.run(
+                [python, modelopt_run.__file__, str(request_path)],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if proc.returncode != 0:
+                tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
+                raise ValidationError(f"ModelOpt ({python}) failed: " + " | ".join(tail))
+            info = json.loads(proc.stdout.strip().splitlines()[-1])
+        shutil.copyfile(out, dst)
+        return info
 
 
 def _choose(converter: str) -> tuple[bool, str]:
