@@ -6,6 +6,7 @@ The learned cases run on the stand-in models of `standins.py` in a private $FFBA
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import subprocess
 from pathlib import Path
@@ -16,7 +17,7 @@ import numpy as np
 import pytest
 import standins
 import typer
-from media import make_clip
+from media import decode_all, make_clip
 from test_cli import ffbatch, ffbatch_here
 
 from facefusion_batch.cli import app
@@ -25,6 +26,7 @@ from facefusion_batch.errors import ModelError
 from facefusion_batch.pipeline import build
 from facefusion_batch.swap.classical import ClassicalSwapper
 from facefusion_batch.swap.learned import LearnedSettings, LearnedSwapper
+from facefusion_batch.tools import preview
 from facefusion_batch.tools.preview import SHEET_COLUMN_WIDTH, contact_sheet, draw_label, face_crops
 
 CLIP_SIZE = (480, 320)  # (width, height)
@@ -98,9 +100,17 @@ def read_sheet(sheet: Path, rows: int) -> list[tuple[np.ndarray, np.ndarray]]:
     return pairs
 
 
-def face_mask(models, picture: np.ndarray, grow: float = 1.0) -> np.ndarray:
-    """Where the detector's face boxes (grown `grow` times about their centres) lie."""
-    table = hostk.detect(models, [np.ascontiguousarray(picture)])
+def face_mask(models, picture: np.ndarray, grow: float = 1.0, score: float | None = None) -> np.ndarray:
+    """Where the detector's face boxes (grown `grow` times about their centres) lie; `score`: the
+    detector's threshold instead of its default."""
+    detector = models.detector
+    default = detector.settings
+    try:
+        if score is not None:
+            detector.settings = dataclasses.replace(default, score_threshold=score)
+        table = hostk.detect(models, [np.ascontiguousarray(picture)])
+    finally:
+        detector.settings = default
     assert len(table) >= 1
     mask = np.zeros(picture.shape[:2], bool)
     for x0, y0, x1, y1 in table.box:
@@ -248,7 +258,9 @@ def test_learned_preview_changes_the_faces_and_nothing_else(learned_preview, mod
     for before, after in read_sheet(sheet, rows=2):
         diff = np.abs(before.astype(int) - after.astype(int)).max(axis=2)
         diff[:LABEL_ROWS] = 0
-        near, around = face_mask(models, before), face_mask(models, before, grow=2.5)
+        # a face cut by the frame's edge that this frame alone scores under 0.6 is painted still, as
+        # its track holds it (so a render paints it)
+        near, around = face_mask(models, before), face_mask(models, before, grow=2.5, score=0.4)
         # the stand-in swapper repaints each face; away from the faces the two halves are one picture
         assert (diff[near] > 20).mean() > 0.3, (diff[near] > 20).mean()
         assert (diff[~around] > 2).mean() < 0.002, (diff[~around] > 2).mean()
@@ -351,3 +363,52 @@ def test_preview_crops_option(tmp_path, clip, astronaut_path):
     image = cv2.imread(str(sheet))
     assert image.shape[1] == 2 * SHEET_COLUMN_WIDTH + GAP and image.shape[0] > ROW_HEIGHT + GAP
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sheet.png"]
+
+
+# --- the preview is the render -------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_preview_frames_are_the_renders_frames_on_a_moving_clip(
+    tmp_path, monkeypatch, t1_small, astronaut_path
+):
+    """On a panning clip the sampled frames go through the face tracks with a render's warm-up, so
+    every "after" picture (and crop) is the lossless render's decoded frame at that time, to the
+    level; the same frames swapped alone, without the tracks' history, are not."""
+    clip = make_clip(tmp_path / "pan.mp4", frames=48, size=CLIP_SIZE, image=t1_small, audio=None)
+    render = tmp_path / "render.mkv"
+    swap = ("-s", astronaut_path, "--swapper", "classical")
+    proc = ffbatch_here("render", clip, *swap, "-o", render, "--encoder", "ffv1")
+    assert proc.returncode == 0, proc.stderr
+    decoded, time_base = decode_all(render)
+    inputs = [image for _, image in decode_all(clip)[0]]
+    assert len(decoded) == len(inputs) == 48
+
+    seen = {}
+    real = preview.render_frames
+
+    def spy(renderer, settings, info, index, wanted):
+        rows, swapped = real(renderer, settings, info, index, wanted)
+        seen.update(wanted=wanted, rows=rows, alone=[renderer.swap([row[1]]).frames[0] for row in rows])
+        return rows, swapped
+
+    monkeypatch.setattr(preview, "render_frames", spy)
+    sheet = tmp_path / "sheet.png"
+    # frames 12 and 36: the second's warm-up starts at frame 14, after the first's ends
+    proc = ffbatch_here("preview", clip, *swap, "-o", sheet, "--frames", "2", "--crops")
+    assert proc.returncode == 0, proc.stderr
+    assert seen["wanted"] == [12, 36]
+    expected, differs_alone = [], []
+    for n, (seconds, before, after, rects), alone in zip(
+        seen["wanted"], seen["rows"], seen["alone"], strict=True
+    ):
+        assert seconds == pytest.approx(float(decoded[n][0] * time_base))
+        assert np.array_equal(before, inputs[n])
+        assert rects, n  # faces were painted
+        assert np.array_equal(after, decoded[n][1]), np.abs(after.astype(int) - decoded[n][1]).max()
+        differs_alone.append(np.abs(alone.astype(int) - decoded[n][1]).max())
+        expected.append((f"t={seconds:.2f}s", inputs[n], decoded[n][1], rects))
+    assert max(differs_alone) > 20, differs_alone
+    # the sheet, crops included, is the one the input and the render's frames make
+    want = contact_sheet([row[:3] for row in expected], [row[3] for row in expected])
+    assert np.array_equal(cv2.imread(str(sheet)), want)

@@ -227,13 +227,15 @@ def run_frames(
     on_progress: Callable[[int], None] | None = None,
     layout: PlaneLayout | NativeFrames | None = None,
     compositing: CompositingWriters | None = None,
+    on_painted: Callable[[Frame, list[tuple[int, int, int, int]]], None] | None = None,
 ) -> None:
     """Swap every frame of `frames` in batches and hand each result to `sink`, in order
     (and, with `compositing`, each frame's paste alpha as a uint8 [H, W] matte and, when asked
     for, its face layer to those writers, before the frame goes to `sink`).
 
     `layout`: the frames are yuv420p planes of this layout (Renderer.frame_layout), not BGR; or
-    NativeFrames: BGR, and each result is the frame's own picture with the swap composed in."""
+    NativeFrames: BGR, and each result is the frame's own picture with the swap composed in.
+    `on_painted`: after `sink`, each written frame's painted rectangles (x, y, w, h)."""
     native = isinstance(layout, NativeFrames)
     planes = None if native else layout
     first_field = layout.first_field if isinstance(layout, NativeFrames) else None
@@ -269,7 +271,7 @@ def run_frames(
     policy = settings.batch_policy
     stream = batches(frames, settings.batch_size, settings.batch_window_ms, frames_for=policy.frames_for)
     try:
-        _consume(stream, make_worker, sink, settings, report, timer, on_progress, compositing)
+        _consume(stream, make_worker, sink, settings, report, timer, on_progress, compositing, on_painted)
     except BaseException:
         pipeline.abort()
         raise
@@ -328,7 +330,9 @@ def matte_pictures(mattes: dict[int, np.ndarray], images: list[np.ndarray]) -> d
     return out
 
 
-def _consume(stream, make_worker, sink, settings, report, timer, on_progress, compositing=None) -> None:
+def _consume(
+    stream, make_worker, sink, settings, report, timer, on_progress, compositing=None, on_painted=None
+) -> None:
     for batch, (result, latency) in run_ordered(stream, workers=settings.workers, make_worker=make_worker):
         written = np.array([not frame.warmup for frame in batch.items])
         with timer.stage("write"):
@@ -337,6 +341,8 @@ def _consume(stream, make_worker, sink, settings, report, timer, on_progress, co
                     if compositing is not None:  # first: a chunk the frame ends is then complete
                         compositing.write(frame.index, frame.pts, frame.time_base, result.compositing[i])
                     sink(frame, image)
+                    if on_painted is not None:
+                        on_painted(frame, [(x, y, w, h) for f, x, y, w, h in result.painted if f == i])
         n = int(written.sum())
         report.frames_in += n
         report.frames_out += n

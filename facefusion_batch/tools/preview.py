@@ -4,16 +4,21 @@ render, through exactly the pipeline a render with the same options loads."""
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from pathlib import Path
 
 import cv2
 import numpy as np
 
 from facefusion_batch.config import RenderSettings, check_writes, files_read
+from facefusion_batch.errors import InputError
 from facefusion_batch.fsutil import claim_output
-from facefusion_batch.pipeline.run import Renderer
-from facefusion_batch.video.probe import probe
-from facefusion_batch.video.sampling import sample_frames
+from facefusion_batch.pipeline.run import Renderer, pixel_format_of, run_frames
+from facefusion_batch.timing import StageTimer
+from facefusion_batch.video.native import NativePicture
+from facefusion_batch.video.probe import VideoInfo, probe
+from facefusion_batch.video.reader import Frame, FrameReader
+from facefusion_batch.video.segments import FrameIndex, frame_index
 from facefusion_batch.video.stills import write_image_atomically
 
 log = logging.getLogger("ffbatch")
@@ -47,7 +52,9 @@ def face_crops(before: np.ndarray, after: np.ndarray, rects: list[tuple[int, int
         tiles.append(pair)
     if not tiles:
         return None
-    lines, line, used = [], [], 0
+    lines: list[list[np.ndarray]] = []
+    line: list[np.ndarray] = []
+    used = 0
     for tile in tiles:
         if line and used + 4 + tile.shape[1] > width:
             lines.append(line)
@@ -99,15 +106,72 @@ def preview_command(settings: RenderSettings, frames: int, output: Path, crops: 
         _preview(settings, frames, Path(output), crops)
 
 
+def sampled_indices(count: int, frames: int) -> list[int]:
+    """`frames` frame numbers spread evenly over [0, count), each the middle of its share."""
+    return sorted({min(count - 1, int(count * (i + 0.5) / frames)) for i in range(frames)})
+
+
 def _preview(settings: RenderSettings, frames: int, output: Path, crops: bool = False) -> None:
     info = probe(settings.input)
     # the models and sources exactly as a render loads them (one worker: all cores per model)
     renderer = Renderer.load(settings)
-    sampled = sample_frames(info, frames)
-    result = renderer.swap([image for _, image in sampled])
-    rows = [(f"t={t:.2f}s", before, after) for (t, before), after in zip(sampled, result.frames, strict=True)]
-    painted = None
-    if crops:  # what each frame's faces painted, one rectangle per face
-        painted = [[(x, y, w, h) for f, x, y, w, h in result.painted if f == i] for i in range(len(rows))]
-    write_image_atomically(output, contact_sheet(rows, painted))
-    log.info("%d frames sampled, %d faces swapped", len(sampled), result.faces_swapped)
+    index = frame_index(settings.input, info.video_stream_index)
+    wanted = sampled_indices(index.count, frames)
+    rows, painted = render_frames(renderer, settings, info, index, wanted)
+    if not rows:
+        raise InputError(f"input {info.path}: no frame could be decoded for the preview")
+    sheet_rows = [(f"t={seconds:.2f}s", before, after) for seconds, before, after, _ in rows]
+    write_image_atomically(output, contact_sheet(sheet_rows, [r[3] for r in rows] if crops else None))
+    log.info("%d frames sampled, %d faces swapped", len(rows), painted)
+
+
+Row = tuple[float, np.ndarray, np.ndarray, list[tuple[int, int, int, int]]]
+
+
+def render_frames(
+    renderer: Renderer, settings: RenderSettings, info: VideoInfo, index: FrameIndex, wanted: list[int]
+) -> tuple[list[Row], int]:
+    """([(seconds, before, after, painted rectangles)] of frames `wanted`, faces swapped): each
+    frame rendered as a render renders it, in a run of the render's frame loop that starts
+    `tracking.memory` frames early (the warm-up a farm segment gets), so the face tracks have the
+    history they have in a whole render; runs whose warm-ups overlap are read as one."""
+    memory = settings.tracking.memory
+    runs: list[list[int]] = []
+    for n in wanted:
+        start = max(0, n - memory)
+        if runs and start <= runs[-1][1]:
+            runs[-1][1] = n + 1
+        else:
+            runs.append([start, n + 1])
+    layout = renderer.frame_layout(info, bgr_view=True)  # a render's native pictures or BGR
+    keep = set(wanted)
+    rows: dict[int, tuple[float, np.ndarray, np.ndarray]] = {}
+    rects: dict[int, list[tuple[int, int, int, int]]] = {}
+    report = renderer.new_report(settings)
+
+    def sink(frame: Frame, image: np.ndarray | NativePicture) -> None:
+        after = image.to_av().to_ndarray(format="bgr24") if isinstance(image, NativePicture) else image
+        rows[frame.index] = (frame_seconds(frame), frame.image.copy(), np.ascontiguousarray(after))
+
+    for start, end in runs:
+        reader = FrameReader(
+            settings.input,
+            info=info,
+            frames=(start, end),
+            index=index,
+            pixel_format=pixel_format_of(layout),
+            hwaccel=settings.device.hwaccel,
+        )
+        try:
+            frames = (replace(f, warmup=f.index not in keep) for f in reader)
+            run_frames(
+                renderer, frames, sink, settings, report, StageTimer(), layout=layout,
+                on_painted=lambda frame, painted: rects.__setitem__(frame.index, painted),
+            )  # fmt: skip
+        finally:
+            reader.close()
+    return [(*rows[n], rects.get(n, [])) for n in wanted if n in rows], report.faces_swapped
+
+
+def frame_seconds(frame: Frame) -> float:
+    return float(frame.pts * frame.time_base) if frame.pts is not None else 0.0
