@@ -5,8 +5,13 @@ N-VOP in its place: a VOP header with `vop_coded` 0, "the previous picture again
 decoder returns no frame for it, without an error, so counting packets would call a valid file
 damaged (and number its frames wrongly). In a *packed* stream (DivX packed B-frames) the N-VOP
 after a chunk holding two VOPs is the placeholder at which the decoder hands over the delayed
-picture: that one gives a frame. Reading `vop_coded` needs the time-increment width, from the
-Video Object Layer header (ISO/IEC 14496-2 6.2.3) in the extradata or the first keyframe.
+picture: that one gives a frame. With two or more B-frames the packed chunk (P and the first
+B-frame) is followed by the other B-frames, one a chunk, and only then the N-VOP: each chunk
+hands over the picture held back by the one before and holds back its own, as FFmpeg's decoder
+and its `mpeg4_unpack_bframes` filter both do, so the N-VOP that ends the run still gives the
+held picture. An N-VOP with nothing held back is a dropped frame and gives none. Reading
+`vop_coded` needs the time-increment width, from the Video Object Layer header (ISO/IEC
+14496-2 6.2.3) in the extradata or the first keyframe.
 """
 
 from __future__ import annotations
@@ -78,14 +83,34 @@ class NotCodedVops:
 
     def __init__(self, extradata: bytes | None) -> None:
         self._width = increment_bits(extradata)
-        self._after_pair = False  # the packet before held two VOPs (a packed P+B chunk)
+        self._held = False  # a packed P+B chunk held a picture back that no N-VOP has handed over yet
+        self.b_frames = False  # a B-VOP was seen: the decoder runs a picture behind
 
     def gives_frame(self, data: bytes) -> bool:
         if self._width is None:
             self._width = increment_bits(data)  # the VOL header sits in the first keyframe
         vops = data.count(_VOP)
+        self.b_frames = self.b_frames or _has_b_vop(data)
         if vops == 1 and self._width is not None and not vop_coded(data, data.find(_VOP), self._width):
-            gives, self._after_pair = self._after_pair, False
+            gives, self._held = self._held, False
             return gives
-        self._after_pair = vops >= 2
+        if vops >= 2:
+            self._held = True  # a coded single VOP hands the held picture over and holds its own
         return True
+
+    @property
+    def repeats_at_end(self) -> bool:
+        """Whether an N-VOP that ends the stream gives a picture when the decoder is flushed: it
+        does without B-frames (the decoder hands the repeated picture over); with them the flush
+        hands over the last reference picture, which was counted where it was coded."""
+        return not self.b_frames
+
+
+def _has_b_vop(data: bytes) -> bool:
+    """Whether `data` holds a B-VOP (vop_coding_type 2, the first two bits after the start code)."""
+    at = data.find(_VOP)
+    while 0 <= at < len(data) - 4:
+        if data[at + 4] >> 6 == 2:
+            return True
+        at = data.find(_VOP, at + 4)
+    return False

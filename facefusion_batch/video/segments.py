@@ -223,8 +223,9 @@ class FramePackets:
 
     def at_end(self) -> bool:
         """Whether the stream's last packet, an N-VOP, gives a frame after all: the decoder hands
-        over the picture it repeats when it is flushed (FFmpeg's mpeg4 decoder does)."""
-        return self._held
+        over the picture it repeats when it is flushed (FFmpeg's mpeg4 decoder does, without
+        B-frames: video/mpeg4.py)."""
+        return self._held and (self._vops is None or self._vops.repeats_at_end)
 
 
 def frame_index(path: str | Path, stream_index: int | None = None) -> FrameIndex:
