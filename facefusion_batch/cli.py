@@ -605,7 +605,11 @@ def render(
         ),
     ] = None,
     precision: Annotated[
-        str, typer.Option(help="GPU: auto (fp16 where the model allows) | fp32 | fp16 | int8 (tensorrt).")
+        str,
+        typer.Option(
+            help="GPU: auto (fp16 where the model allows) | fp32 | fp16 | int8 (tensorrt); CPU: fp32, or "
+            "int8 for learned models whose INT8 variant (ffbatch models prepare --int8) holds on real faces."
+        ),
     ] = "auto",
     encoder: Annotated[
         str,

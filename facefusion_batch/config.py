@@ -571,8 +571,10 @@ def resolve_device(
     fan_out = gpu_ids if gpu_ids and len(gpu_ids) > 1 else None
     auto = backend == "auto"
     if chosen == "cpu":
-        device = DeviceSettings(backend="cpu", precision="fp32", hwaccel=hwaccel, auto=auto)
-        if precision not in ("auto", "fp32"):
+        # int8 on the CPU: learned models whose INT8 variant holds its bound (models/prepare.py)
+        cpu_precision = "int8" if precision == "int8" else "fp32"
+        device = DeviceSettings(backend="cpu", precision=cpu_precision, hwaccel=hwaccel, auto=auto)
+        if precision not in ("auto", "fp32", "int8"):
             DeviceSettings(precision=precision).validated()  # an unknown word is still refused
         # --streams on the CPU means what --workers does: batches processed at once
         return DevicePlan(device.validated(), streams or workers, _or(batch_size, CPU_BATCH), fan_out)

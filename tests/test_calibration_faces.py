@@ -9,6 +9,7 @@ that the vectors and crops fed are the real faces' own, not what a real model ma
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -19,13 +20,16 @@ import pytest
 import standins
 from media import make_clip
 
+from facefusion_batch.config import resolve_device
 from facefusion_batch.faces.identity import Recogniser, inswapper_latent, normalise, read_emap
 from facefusion_batch.kernels.host import HostKernels
 from facefusion_batch.models import prepare, store
 from facefusion_batch.models.calibration import feeds_for, identity_for, load_crops, load_embeddings
 from facefusion_batch.models.facefusion import MODELS, RECOGNISER
+from facefusion_batch.pipeline.build import Models, load_learned
 from facefusion_batch.runtime.backends import select_backend
 from facefusion_batch.runtime.device import DeviceSettings
+from facefusion_batch.runtime.onnxruntime_backend import OnnxRuntimeCpuBackend
 from facefusion_batch.tools import models as tools_models
 from facefusion_batch.tools.calibration import extract_crops, write_identity
 from facefusion_batch.video.stills import read_image
@@ -117,20 +121,28 @@ def test_identity_inputs_are_real_faces_embeddings(crops_dir, standin_dir, model
     np.testing.assert_array_equal(source, np.roll(identity[: len(crops)], 1, axis=0))
 
 
-def test_variants_record_their_deviation_in_levels_on_real_crops(
-    crops_dir, standin_dir, tmp_path, monkeypatch
-):
-    monkeypatch.setenv("FFBATCH_HOME", str(tmp_path / "home"))
-    lines = list(
-        tools_models.prepare(
-            "inswapper_128",
-            fp16=True,
-            int8=True,
-            calibration_dir=crops_dir,
-            models_dir=standin_dir,
-            force=False,
+@pytest.fixture(scope="module")
+def prepared(crops_dir, standin_dir, tmp_path_factory) -> tuple[Path, list[str]]:
+    """A store (FFBATCH_HOME) holding the inswapper stand-in's batch, fp16 and INT8 variants, made by
+    `ffbatch models prepare` with the calibration set; and prepare's lines."""
+    home = tmp_path_factory.mktemp("home")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("FFBATCH_HOME", str(home))
+        lines = list(
+            tools_models.prepare(
+                "inswapper_128",
+                fp16=True,
+                int8=True,
+                calibration_dir=crops_dir,
+                models_dir=standin_dir,
+                force=False,
+            )
         )
-    )
+    return home, lines
+
+
+def test_variants_record_their_deviation_in_levels_on_real_crops(prepared):
+    _, lines = prepared
     assert [line.split(":")[0] for line in lines] == [
         "inswapper_128@batch",
         "inswapper_128@fp16",
@@ -143,6 +155,39 @@ def test_variants_record_their_deviation_in_levels_on_real_crops(
         assert deviation["real_faces"] and "real face crops" in deviation["measured_on"], deviation
         assert 0 < deviation["mean_levels"] <= deviation["max_levels"] < bound, deviation
         assert record["tool"] and record["made"]
+
+
+def test_cpu_int8_runs_the_int8_variant_only_where_it_holds(
+    prepared, standin_dir, models, monkeypatch, caplog
+):
+    home, _ = prepared
+    monkeypatch.setenv("FFBATCH_HOME", str(home))
+    cpu = Models(
+        backend=OnnxRuntimeCpuBackend(2, precision="int8"), detector=models.detector, models_dir=standin_dir
+    )
+    session, base = load_learned(cpu, "inswapper_128")
+    assert session.label == "inswapper_128@int8" and cpu.paths["inswapper_128"].endswith(".batch.int8.onnx")
+    assert base == (standin_dir / "inswapper_128.onnx").absolute()
+    # beyond the bound: fp32, and the log says why
+    monkeypatch.setattr(prepare, "INT8_MEAN_LEVELS", 0.0)
+    with caplog.at_level(logging.WARNING, logger="ffbatch"):
+        session, _ = load_learned(cpu, "inswapper_128")
+    assert session.label == "inswapper_128@batch"
+    assert "inswapper_128 runs in fp32" in caplog.text and "bounds" in caplog.text
+    # no INT8 variant made (the recogniser): fp32, saying how to make one
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="ffbatch"):
+        session, _ = load_learned(cpu, RECOGNISER)
+    assert session.label == f"{RECOGNISER}@batch" and "ffbatch models prepare" in caplog.text
+    # fp32 asked: the INT8 variant is not used
+    fp32 = Models(backend=OnnxRuntimeCpuBackend(2), detector=models.detector, models_dir=standin_dir)
+    assert load_learned(fp32, "inswapper_128")[0].label == "inswapper_128@batch"
+
+
+def test_cpu_keeps_int8_when_asked_and_fp32_otherwise():
+    assert resolve_device(backend="cpu", precision="int8").device.precision == "int8"
+    assert resolve_device(backend="cpu", precision="fp16").device.precision == "fp32"
+    assert resolve_device(backend="cpu").device.precision == "fp32"
 
 
 def ffbatch(*args) -> subprocess.CompletedProcess:

@@ -41,6 +41,10 @@ if TYPE_CHECKING:
 BATCH_RTOL = 1e-3  # |batched − single| ≤ BATCH_RTOL · max(1, max |single|)
 PROBE_BATCH = 3
 DEVIATION_ITEMS = 16  # calibration items on which a variant's deviation is measured
+# `--precision int8` on the CPU runs a model's INT8 variant only while its deviation from float32 on
+# real face crops (levels of the output crop, 0–255) stays within both bounds; beyond, it runs in float32.
+INT8_MAX_LEVELS = 32.0
+INT8_MEAN_LEVELS = 2.0
 AUTOCAST_ITEMS = 4  # crops for AutoCast's range check (it keeps every activation of every item)
 CALIBRATION_ITEMS = 64  # crops INT8 calibration sees at most (entropy histograms of every activation)
 
@@ -298,6 +302,41 @@ def derive_int8(ctx: DeriveContext) -> dict[str, Any]:
         "calibration_dir": str(calibration_dir),
         "deviation_from_fp32": info,
     }
+
+
+def int8_refusal(record: Mapping[str, Any]) -> str | None:
+    """Why an INT8 variant (its sidecar `record`) must not run in place of float32, or None: its
+    deviation must have been measured on real face crops, in levels, within the INT8 bounds."""
+    deviation = record.get("deviation_from_fp32") or {}
+    if not deviation.get("real_faces"):
+        return "its deviation from float32 was not measured on real face crops"
+    if "max_levels" not in deviation:
+        return "its output is no image, so it has no deviation in levels"
+    worst, mean = float(deviation["max_levels"]), float(deviation["mean_levels"])
+    if worst > INT8_MAX_LEVELS or mean > INT8_MEAN_LEVELS:
+        return (
+            f"it deviates from float32 by up to {worst:.1f} levels, {mean:.2f} on average, on real face "
+            f"crops (bounds {INT8_MAX_LEVELS:g} and {INT8_MEAN_LEVELS:g})"
+        )
+    return None
+
+
+def usable_int8(name: str, models_dir: Path | None = None) -> tuple[Path | None, str]:
+    """(the verified INT8 variant of `name`, "") where one was made and holds `int8_refusal`'s
+    bounds, else (None, why). Never makes one: that needs a calibration set."""
+    import json
+
+    catalog = variant_catalog(name)
+    target = variant_name(name, "int8")
+    result = store.verify(target, models_dir=models_dir, catalog=catalog, validate=False)
+    if not result.ok or result.path is None:
+        return None, (
+            f"no INT8 variant is made ({result.reason}); make one with: ffbatch models prepare {name} "
+            "--int8 --calibration-dir DIR (ffbatch models calibration-crops makes DIR)"
+        )
+    record = json.loads(store.sidecar_path(result.path).read_text(encoding="utf-8"))
+    why = int8_refusal(record)
+    return (None, why) if why else (result.path, "")
 
 
 def prepared_path(

@@ -36,7 +36,7 @@ from facefusion_batch.kernels.host import HostKernels
 from facefusion_batch.models import store
 from facefusion_batch.models.catalog import DEFAULT_DETECTOR, DEFAULT_MESH, DEFAULT_TOPOLOGY, tensor_name
 from facefusion_batch.models.facefusion import CLASSIFIER, MODELS, RECOGNISER, check_beside, learned_model
-from facefusion_batch.models.prepare import prepared_path, variant_catalog
+from facefusion_batch.models.prepare import prepared_path, usable_int8, variant_catalog
 from facefusion_batch.models.topology import Topology, load_topology
 from facefusion_batch.pipeline.stages import FacePipeline
 from facefusion_batch.runtime.backends import select_backend
@@ -520,6 +520,12 @@ def load_learned(models: Models, name: str) -> tuple[Session, Path]:
     base_name, _, variant = name.partition("@")
     base = learned_file(models, base_name)
     catalog = variant_catalog(base_name)
+    if not variant and models.backend.name == "cpu" and getattr(models.backend, "precision", "") == "int8":
+        int8, why = usable_int8(base_name, models.models_dir)
+        if int8 is not None:
+            models.paths[name] = str(int8)
+            return models.backend.load(int8, label=f"{base_name}@int8"), base
+        log.warning("--precision int8: %s runs in fp32: %s", base_name, why)
     if not variant:
         # TensorRT builds an engine per file: a fixed-batch file goes to its batch copy before one is built
         if store.verify(f"{base_name}@batch", catalog=catalog, validate=False).ok or (

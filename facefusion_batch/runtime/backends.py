@@ -141,7 +141,7 @@ def select_backend(device: DeviceSettings, *, threads: int | None = None) -> Bac
     """The backend of `device` (resolved: cpu, cuda or tensorrt), loaded."""
     device = device.validated()
     if device.backend == "cpu":
-        return OnnxRuntimeCpuBackend(threads)
+        return OnnxRuntimeCpuBackend(threads, precision=device.precision)
     if nvidia_gpu_count() == 0:
         what = "torch with CUDA" if device.backend == "cuda" else "TensorRT and torch with CUDA"
         raise BackendUnavailableError(

@@ -25,7 +25,8 @@ class DeviceSettings:
     """Where and how models run, as resolved at the edge (never `auto` for the backend).
 
     `precision`: auto = fp16 where the model allows it (checked against fp32 on a probe
-    input), else fp32; int8 only with a Q/DQ ONNX (TensorRT). Always fp32 on the CPU.
+    input), else fp32; int8 only with a Q/DQ ONNX (TensorRT; on the CPU, a learned model's INT8
+    variant where its deviation on real faces holds, fp32 otherwise). Else always fp32 on the CPU.
     `streams`: CUDA streams, one batch worker each (1 on the CPU, where `--workers` counts).
     `max_batch`: largest frame batch a model call takes on the device (the TensorRT
     optimisation profile's max; the memory guard may choose less).

@@ -63,8 +63,9 @@ class OnnxRuntimeCpuBackend:
 
     name = "cpu"
 
-    def __init__(self, threads: int | None = None) -> None:
+    def __init__(self, threads: int | None = None, precision: str = "fp32") -> None:
         self.threads = threads if threads is not None else max(1, (os.cpu_count() or 2))
+        self.precision = precision  # int8: learned models run their INT8 variant where it holds
 
     def load(self, model_path: Path, *, label: str) -> OrtSession:
         return OrtSession(model_path, label=label, threads=self.threads, providers=["CPUExecutionProvider"])
@@ -72,7 +73,8 @@ class OnnxRuntimeCpuBackend:
     def describe(self) -> str:
         import onnxruntime as ort
 
-        return f"cpu (onnxruntime {ort.__version__}, {self.threads} threads)"
+        int8 = ", int8 where it holds" if self.precision == "int8" else ""
+        return f"cpu (onnxruntime {ort.__version__}, {self.threads} threads{int8})"
 
 
 # --- the cuda backend's onnxruntime runtime (`--gpu-runtime onnxruntime`) ---------------------
