@@ -308,3 +308,23 @@ def test_the_settings_digest_covers_the_backend_and_precision_not_streams_or_gpu
     assert settings_digest(replace(gpu, device=same, batch_size=16, workers=4)) == settings_digest(gpu)
     # --backend auto enters the digest as the backend it chose, not as the word "auto"
     assert settings_digest(replace(base, device=replace(base.device, auto=True))) == digest
+
+
+def test_the_settings_digest_covers_the_cuda_backends_runtime(tmp_path):
+    """--gpu-runtime onnxruntime sums in another order than torch: a resume or a join never mixes
+    their segments. On the other backends, where it runs nothing, it is not in the digest."""
+    from dataclasses import replace
+
+    from facefusion_batch.farm.manifest import settings_digest
+    from facefusion_batch.runtime.device import DeviceSettings
+
+    clip, source = tmp_path / "in.mp4", tmp_path / "face.png"
+    clip.write_bytes(b"input bytes")
+    source.write_bytes(b"source bytes")
+    base = RenderSettings(input=clip, output=tmp_path / "x.mp4", sources=(source,))
+    cuda = replace(base, device=DeviceSettings(backend="cuda", precision="fp32"))
+    ort = replace(cuda, device=replace(cuda.device, gpu_runtime="onnxruntime"))
+    assert settings_digest(ort) != settings_digest(cuda)
+    assert settings_digest(ort, code=False) != settings_digest(cuda, code=False)
+    cpu = replace(base, device=replace(base.device, gpu_runtime="onnxruntime"))
+    assert settings_digest(cpu) == settings_digest(base)

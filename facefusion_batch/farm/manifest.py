@@ -31,6 +31,7 @@ from typing import Any
 from facefusion_batch import RENDER_REVISION, __version__, fsutil
 from facefusion_batch.config import RenderSettings
 from facefusion_batch.errors import InputError
+from facefusion_batch.runtime.device import DeviceSettings
 from facefusion_batch.video.probe import sequence_numbers
 from facefusion_batch.video.sequence import is_sequence_pattern
 
@@ -69,6 +70,9 @@ _NOT_IN_DIGEST = frozenset(
 # another order) and the precision. Not the streams, batch sizes, GPU index or the decoder
 # (H.264/HEVC/AV1 decoding is bit-exact: NVDEC gives the same pictures).
 DEVICE_IN_DIGEST = ("backend", "precision")
+# On the cuda backend also its runtime (onnxruntime's kernels sum in another order than torch's);
+# entered only when it is not the default, so digests made before the option are kept.
+DEFAULT_GPU_RUNTIME = DeviceSettings.gpu_runtime
 _FINGERPRINT_BLOCK = 4 << 20
 
 
@@ -102,6 +106,8 @@ def settings_digest(settings: RenderSettings, *, code: bool = True) -> str:
     the ffbatch version and its RENDER_REVISION. 16 hex digits."""
     fields = {k: v for k, v in asdict(settings).items() if k not in _NOT_IN_DIGEST}
     fields["device"] = {k: getattr(settings.device, k) for k in DEVICE_IN_DIGEST}
+    if settings.device.backend == "cuda" and settings.device.gpu_runtime != DEFAULT_GPU_RUNTIME:
+        fields["device"]["gpu_runtime"] = settings.device.gpu_runtime
     reference = fields.get("swap", {}).get("reference") if isinstance(fields.get("swap"), dict) else None
     if reference is not None:
         image = reference.get("image")
