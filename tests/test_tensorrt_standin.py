@@ -336,6 +336,29 @@ def test_force_removes_the_engines_it_replaces(trt, tmp_path):
     assert not path.exists() and not list(path.parent.glob("*.engine.json"))
 
 
+def test_a_model_with_a_record_is_not_hashed_again_at_each_load(trt, tmp_path, monkeypatch):
+    """The engine key takes the sha256 the store recorded while the file is unchanged (size,
+    mtime_ns, inode), as the torch runtime does; a changed file is hashed again."""
+    from facefusion_batch import fsutil
+    from facefusion_batch.models import records
+    from facefusion_batch.tools.engines import _remove_matching
+
+    model = conv_net(tmp_path / "m.onnx")
+    recorded = "ab" * 32  # not the file's: only a trusted record can give it
+    records.write_json_atomic(records.sidecar_path(model), {"sha256": recorded, **records.stamp_of(model)})
+    hashed = []
+    real = fsutil.sha256_file
+    monkeypatch.setattr(fsutil, "sha256_file", lambda p: hashed.append(p) or real(p))
+    backend = make_backend(trt, tmp_path)
+    path, key, _, _ = backend.engine_for(model, "m", "fp32")
+    assert key.model_sha256 == recorded and backend.engine_for(model, "m", "fp32")[0] == path
+    assert hashed == []
+    _remove_matching(backend, model, "m", "fp32", None)  # --force finds it by the same key
+    assert not path.exists()
+    conv_net(model, layers=3)  # rewritten: its record no longer holds
+    assert backend.engine_for(model, "m", "fp32")[1].model_sha256 == real(model) and hashed == [model]
+
+
 def test_an_engine_of_another_tensorrt_is_not_loaded(trt, tmp_path):
     other = trt_standin.make("11.4.0.106" if trt.__version__.startswith("10.") else "10.16.1.11")
     model = conv_net(tmp_path / "m.onnx")

@@ -50,6 +50,7 @@ from facefusion_batch.errors import BackendUnavailableError, ModelError
 from facefusion_batch.models import store
 from facefusion_batch.models.convert import to_float16, write_model_atomically
 from facefusion_batch.models.prepare import variant_catalog, variant_name
+from facefusion_batch.models.records import trusted_sha256
 from facefusion_batch.runtime.batching import BatchPolicy
 from facefusion_batch.runtime.device import DeviceSettings
 from facefusion_batch.runtime.engine_cache import (
@@ -73,7 +74,6 @@ from facefusion_batch.runtime.streams import (
     upload,
 )
 from facefusion_batch.runtime.torch_backend import (
-    file_sha256,
     graph_signature,
     output_batch_axes,
     probe_feeds,
@@ -176,7 +176,7 @@ def without_double_inputs(src: Path, work_dir: Path) -> Path:
     import onnx
     from onnx import helper
 
-    dst = work_dir / "onnx" / f"{slug(src.stem)}-{file_sha256(src)[:12]}-float-inputs.onnx"
+    dst = work_dir / "onnx" / f"{slug(src.stem)}-{trusted_sha256(src)[:12]}-float-inputs.onnx"
     if dst.is_file():
         return dst
     log.info(
@@ -453,7 +453,9 @@ class TensorRTBackend:
         import onnx
 
         model_path = Path(model_path)
-        sha = file_sha256(model_path)
+        # the sha256 the store recorded while the file is unchanged (size, mtime, inode): no
+        # re-hash of a large model at every load
+        sha = trusted_sha256(model_path)
         source = model_path
         if precision == "fp16":
             source = fp16_onnx(model_path, sha, self.cache.directory)
@@ -464,7 +466,7 @@ class TensorRTBackend:
                     f"{source} has no QuantizeLinear/DequantizeLinear nodes; INT8 engines are built from an "
                     "explicitly quantized ONNX (onnxruntime.quantization.quantize_static, QuantFormat.QDQ)"
                 )
-            sha = file_sha256(source)
+            sha = trusted_sha256(source)
         source = without_double_inputs(source, self.cache.directory)
         inputs, outputs = graph_signature(onnx.load(str(model_path), load_external_data=False))
         key = EngineKey(

@@ -20,6 +20,7 @@ import onnx
 from facefusion_batch.errors import InputError
 from facefusion_batch.models import store
 from facefusion_batch.models.catalog import DEFAULT_DETECTOR, DEFAULT_MESH
+from facefusion_batch.models.records import trusted_sha256
 from facefusion_batch.runtime.device import DeviceSettings
 from facefusion_batch.runtime.engine_cache import (
     SIDECAR_SUFFIX,
@@ -38,7 +39,7 @@ from facefusion_batch.runtime.tensorrt_backend import (
     machine_key,
     profiles_for,
 )
-from facefusion_batch.runtime.torch_backend import file_sha256, graph_signature
+from facefusion_batch.runtime.torch_backend import graph_signature
 
 log = logging.getLogger("ffbatch")
 
@@ -155,7 +156,7 @@ def build_engines(
 
 def _remove_matching(backend, path: Path, name: str, precision: str, onnx_file: Path | None) -> None:
     inputs, _ = graph_signature(onnx.load(str(path), load_external_data=False))
-    sha = file_sha256(Path(onnx_file) if (onnx_file and precision == "int8") else path)
+    sha = trusted_sha256(Path(onnx_file) if (onnx_file and precision == "int8") else path)  # as engine_for
     wanted = EngineKey(name, sha, precision, profiles_for(name, inputs, backend.max_batch), backend.machine)
     for entry in backend.cache.entries():
         if entry.key is not None and entry.key.serves(wanted):
