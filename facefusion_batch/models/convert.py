@@ -27,7 +27,7 @@ import numpy as np
 import onnx
 
 from .. import fsutil
-from . import catalog
+from . import catalog, modelopt_run
 
 if TYPE_CHECKING:
     from .sources import DeriveContext
@@ -603,8 +603,6 @@ def run_modelopt(
     """`modelopt_run.run` on `src` → `dst`, in this process or the interpreter of `modelopt_python`."""
     import json
     import subprocess
-
-    from . import modelopt_run
 
     python, why = modelopt_python()
     if python is None:
