@@ -877,7 +877,7 @@ def plan(
     setup_logging(True, False)
     text = plan_command(
         list(inputs),
-        render_command=typer.main.get_command(app).commands["render"],
+        render_command=typer.main.get_command(app).commands["render"],  # type: ignore[attr-defined]  # a Group
         chunk_frames=chunk_frames,
         fmt=format,
         output=output,

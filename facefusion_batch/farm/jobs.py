@@ -143,6 +143,8 @@ def failure_record(exc: BaseException) -> dict[str, str]:
 
 def _report_is_safe(settings: RenderSettings) -> bool:
     """Whether --report may be written although the job was refused (it is none of its files)."""
+    if settings.report is None:
+        return False
     try:
         check_writes(
             [("--report", Path(settings.report))], [*files_read(settings), ("output", Path(settings.output))]
@@ -167,6 +169,8 @@ def _write_report_quietly(settings: RenderSettings, data: dict[str, Any], warnin
 
 def write_report(settings: RenderSettings, data: dict[str, Any], warnings: WarningLog) -> None:
     """`--report`: what the job did, with what made it (version, command line, settings, warnings)."""
+    if settings.report is None:
+        return
     record = {
         "input": str(settings.input),
         "output": str(settings.output),
@@ -363,6 +367,7 @@ def _render_plain(renderer, settings, info, report, timer, on_progress, on_start
         pixel_format=pixel_format_of(layout),
         hwaccel=settings.device.hwaccel,
     )
+    writer: SequenceWriter | VideoWriter
     if is_sequence_pattern(settings.output):
         writer = SequenceWriter(
             settings.output,
@@ -437,7 +442,11 @@ def run_render_command(
         base = replace(base, frames=parse_range(frames))
     if output_dir is not None and not output_dir.is_dir():
         raise InputError(f"--output-dir {output_dir} is not a directory")
-    outputs = [output] if output is not None else outputs_for(inputs, output_dir, output_pattern)
+    if output is not None:
+        outputs = [output]
+    else:
+        assert output_dir is not None  # one of them was given (checked above)
+        outputs = outputs_for(inputs, output_dir, output_pattern)
     jobs = [job_for(base, i, o) for i, o in zip(inputs, outputs, strict=True)]
     # before any work: no output (nor the report) is a file any job of the run reads
     writes = [

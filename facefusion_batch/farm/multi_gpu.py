@@ -84,6 +84,7 @@ def render_on_gpus(settings: RenderSettings, gpus: tuple[int, ...]) -> dict[str,
     work.mkdir(parents=True, exist_ok=True)
     prepare_staged(settings, work)
     jobs = []
+    span: dict[int, tuple[int, int]] = {}  # GPU -> its frames
     suffix = segment_suffix(settings.encoder.codec)
     for gpu, (start, end) in zip(gpus, ranges, strict=False):
         job = replace(
@@ -97,11 +98,12 @@ def render_on_gpus(settings: RenderSettings, gpus: tuple[int, ...]) -> dict[str,
             device=replace(settings.device, gpu=0),  # the process sees only its GPU
         )
         jobs.append((gpu, segment_settings(job, work, start, end)))
+        span[gpu] = (start, end)
     log.info(
         "rendering %s on %d GPUs: %s",
         settings.input,
         len(jobs),
-        ", ".join(f"GPU {g} frames {s.frames[0]}:{s.frames[1]}" for g, s in jobs),
+        ", ".join(f"GPU {g} frames {span[g][0]}:{span[g][1]}" for g, _ in jobs),
     )
     context = multiprocessing.get_context("spawn")  # a fresh interpreter: no CUDA state inherited
     pools = [
@@ -132,10 +134,8 @@ def render_on_gpus(settings: RenderSettings, gpus: tuple[int, ...]) -> dict[str,
             pool.shutdown(wait=True, cancel_futures=True)
     # a segment that a failed run finished is up to date: its process skips it, its frames count
     frames_out = sum(
-        job.frames[1] - job.frames[0]
-        if reports[gpu].get("status") == "skipped"
-        else reports[gpu]["frames_out"]
-        for gpu, job in jobs
+        span[gpu][1] - span[gpu][0] if reports[gpu].get("status") == "skipped" else reports[gpu]["frames_out"]
+        for gpu, _ in jobs
     )
     if frames_out != count:
         raise FfbatchError(f"--gpus: {frames_out} frames rendered for an input of {count}")

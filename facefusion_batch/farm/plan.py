@@ -189,7 +189,11 @@ def make_plan(
         raise InputError("missing option -o/--output: where the joined video goes (or --output-dir DIR)")
     if output is not None and len(inputs) > 1:
         raise InputError(f"{len(inputs)} inputs but one -o/--output; use --output-dir DIR instead")
-    outputs = [output] if output is not None else outputs_for(inputs, output_dir, output_pattern)
+    if output is not None:
+        outputs = [output]
+    else:
+        assert output_dir is not None  # one of them was given (checked above)
+        outputs = outputs_for(inputs, output_dir, output_pattern)
     command = command or ["ffbatch"]
     jobs: list[Job] = []
     for inp, out in zip(inputs, outputs, strict=True):

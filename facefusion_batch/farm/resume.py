@@ -107,6 +107,7 @@ class SegmentSink:
             self._written = 0
         self._writer.write(image, frame.pts, frame.time_base)
         self._written += 1
+        assert self._range is not None  # set with the segment's writer
         start, end = self._range
         if frame.index == end - 1:
             if self._written != end - start:

@@ -77,6 +77,8 @@ def prepare_segment_job(settings: RenderSettings) -> JobReport | None:
         return None
     if not all(Path(s).is_file() for s in settings.sources):
         return None
+    if settings.frames is None:
+        return None  # not a segment: nothing to look for
     start, end = settings.frames
     if not is_up_to_date(out, settings, start, end):
         drop_stale(out, settings)
@@ -147,6 +149,7 @@ def write_segment(
     layout = renderer.frame_layout(info, report, bgr_view=bool(compositing_outputs(settings)))
     pixels = pixel_format_of(layout)
     reader = read_ranges(settings, info, [(start, end)], index, layout, warmup=settings.tracking.memory)
+    writer: SequenceWriter | VideoWriter
     if is_sequence_pattern(path):  # each frame at its final name: a farm task's frames need no join
         writer = SequenceWriter(
             path,

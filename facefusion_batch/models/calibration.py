@@ -33,6 +33,13 @@ MASK_TEMPLATE = "arcface_128"
 RAW_EMBEDDING_NORM = 25.0  # typical length of a raw ArcFace embedding (converters take raw ones)
 
 
+def _read(path: Path) -> np.ndarray:
+    image = cv2.imread(str(path))
+    if image is None:
+        raise FileNotFoundError(f"cannot read the crop {path}")
+    return image
+
+
 def load_crops(directory: Path, template: str, size: int, limit: int | None = None) -> np.ndarray:
     """The calibration crops re-cut to `template` at `size` px: [N,size,size,3] BGR uint8."""
     directory = Path(directory)
@@ -49,9 +56,7 @@ def load_crops(directory: Path, template: str, size: int, limit: int | None = No
     m = template_to_template(manifest["template"], int(manifest["size"]), template, size)
     return np.stack(
         [
-            cv2.warpAffine(
-                cv2.imread(str(f)), m, (size, size), flags=cv2.INTER_AREA, borderMode=cv2.BORDER_REPLICATE
-            )
+            cv2.warpAffine(_read(f), m, (size, size), flags=cv2.INTER_AREA, borderMode=cv2.BORDER_REPLICATE)
             for f in files
         ]
     )
@@ -161,7 +166,8 @@ def feeds_for(
         elif model.role == "occluder":
             feeds[i.name] = crops.astype(np.float32) / 255.0
         else:  # the model's own normalisation: RGB, /255, (x - mean) / std, NCHW
-            x = (crops[..., ::-1].astype(np.float32) / 255.0 - np.float32(model.mean)) / np.float32(model.std)
+            mean, std = np.asarray(model.mean, np.float32), np.asarray(model.std, np.float32)
+            x = (crops[..., ::-1].astype(np.float32) / 255.0 - mean) / std
             feeds[i.name] = np.ascontiguousarray(x.transpose(0, 3, 1, 2))
     if "tensor(float16)" in {i.type for i in session.get_inputs()}:
         feeds = {k: (v.astype(np.float16) if v.dtype == np.float32 else v) for k, v in feeds.items()}

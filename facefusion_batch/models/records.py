@@ -82,7 +82,7 @@ def recorded_digest(path: Path, kind: str) -> str | None:
         fresh = isinstance(entry, dict) and matches(entry, stamp_of(path))
     except OSError:
         return None
-    value = entry.get(kind) if fresh else None
+    value = entry.get(kind) if fresh and isinstance(entry, dict) else None
     return value if isinstance(value, str) else None
 
 
@@ -117,6 +117,6 @@ def trusted_sha256(path: Path) -> str:
     data = read_json(where) or {}
     entry = data.get(key) if key is not None else data
     sha = entry.get("sha256") if isinstance(entry, dict) else None
-    if isinstance(sha, str) and matches(entry, stamp_of(path)):
+    if isinstance(sha, str) and isinstance(entry, dict) and matches(entry, stamp_of(path)):
         return sha
     return fsutil.sha256_file(path)

@@ -126,10 +126,10 @@ def open_member(archive: Path, member: str) -> Iterator[IO[bytes]]:
                         break
                 if found is None:
                     raise SourceError(f"{archive.name} has no member {member}")
-                fh = tf.extractfile(found)
-                assert fh is not None
-                with fh:
-                    yield fh
+                extracted = tf.extractfile(found)
+                assert extracted is not None
+                with extracted:
+                    yield extracted
             return
     except (zipfile.BadZipFile, tarfile.TarError, EOFError) as exc:
         raise SourceError(f"{archive.name} is not a readable archive: {exc}") from None

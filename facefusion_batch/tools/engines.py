@@ -199,11 +199,14 @@ def verify_engines(options: DeviceSettings) -> tuple[list[str], bool]:
 
 
 def _run_check(backend, entry: EngineEntry) -> list[str]:
-    onnx_path = store.model_path(entry.key.model, fetch=False)
+    key = entry.key
+    if key is None:
+        return ["its sidecar has no engine key, so it cannot be run"]
+    onnx_path = store.model_path(key.model, fetch=False)
     inputs, outputs = graph_signature(onnx.load(str(onnx_path), load_external_data=False))
-    session = TensorRTSession(backend, entry.path, label=entry.key.model, inputs=inputs, outputs=outputs)
+    session = TensorRTSession(backend, entry.path, label=key.model, inputs=inputs, outputs=outputs)
     deviation = engine_deviation(session, onnx_path)
-    limit = {"fp32": 1e-3, "fp16": 1e-2, "int8": 5e-2}.get(entry.key.precision, 1e-2)
+    limit = {"fp32": 1e-3, "fp16": 1e-2, "int8": 5e-2}.get(key.precision, 1e-2)
     return (
         [] if deviation <= limit else [f"outputs deviate from onnxruntime by {deviation:.3g} (limit {limit})"]
     )

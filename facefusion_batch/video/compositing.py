@@ -30,6 +30,7 @@ import shutil
 from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -207,15 +208,16 @@ class CompositingWriters:
         frame's own picture before the swap (the plate of a deep input's layer)."""
         layer = None
         if self.layer is not None:
-            deep = native if native is not None and native_format(native.pix_fmt).bits > 8 else None
+            fmt = None if native is None else native_format(native.pix_fmt)
+            deep = native if fmt is not None and fmt.bits > 8 else None
             layer = face_layer(original, swapped, matte, self.layer_bits, deep)
-        prepared = []
+        prepared: list[Any] = []
         for writer, picture in ((self.matte, matte), (self.layer, layer)):
-            if writer is None:
+            if writer is None or picture is None:
                 prepared.append(None)
                 continue
-            picture = matte_picture(picture) if writer is self.matte else layer_picture(picture)
-            prepared.append(writer.encode(picture) if isinstance(writer, SequenceWriter) else picture)
+            shown = matte_picture(picture) if writer is self.matte else layer_picture(picture)
+            prepared.append(writer.encode(shown) if isinstance(writer, SequenceWriter) else shown)
         return tuple(prepared)
 
     def write(self, index: int, pts: int | None, time_base: Fraction, prepared: tuple) -> None:

@@ -67,7 +67,9 @@ def weave_fields(
     by_field: dict[int, list[Rect]] = {}
     for rect in painted:
         by_field.setdefault(rect[0], []).append(rect)
-    frames, rects, woven_mattes = [], [], ({} if mattes is not None else None)
+    frames: list[np.ndarray] = []
+    rects: list[Rect] = []
+    woven_mattes: dict[int, np.ndarray] | None = {} if mattes is not None else None
     for f, image in enumerate(images):
         height = image.shape[0]
         out = image
@@ -84,7 +86,7 @@ def weave_fields(
             rows = out[y0 + parity : y1 : 2, x0:x1]
             rows[...] = np.clip(np.rint(rows.astype(np.float32) + change), 0, 255).astype(np.uint8)
             rects.append((f, x0, y0, x1 - x0, y1 - y0))
-            if woven_mattes is not None and index in mattes:
+            if woven_mattes is not None and mattes is not None and index in mattes:
                 alpha = cv2.resize(mattes[index], (image.shape[1], height // 2), interpolation=cv2.INTER_AREA)
                 matte = woven_mattes.setdefault(f, np.zeros(image.shape[:2], np.float32))
                 matte[parity::2] = alpha

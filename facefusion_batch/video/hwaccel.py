@@ -6,15 +6,17 @@ Each probe answers '' when the thing works here, else why not; nothing here rais
 from __future__ import annotations
 
 from fractions import Fraction
+from typing import Literal, cast
 
 import av
+from av.video.codeccontext import VideoCodecContext
 
 HWACCELS = ("none", "cuda")
 NVENC = ("h264_nvenc", "hevc_nvenc", "av1_nvenc")
 NVDEC = ("h264_cuvid", "hevc_cuvid", "av1_cuvid")
 
 
-def codecs_present(names: tuple[str, ...], mode: str) -> list[str]:
+def codecs_present(names: tuple[str, ...], mode: Literal["r", "w"]) -> list[str]:
     """The codecs of `names` this FFmpeg build has (mode "r": decoders, "w": encoders)."""
     usable = []
     for name in names:
@@ -29,7 +31,7 @@ def codecs_present(names: tuple[str, ...], mode: str) -> list[str]:
 def nvenc_opens(name: str = "h264_nvenc") -> str:
     """'' when an NVENC encoder opens here (GPU and driver support it), else why not."""
     try:
-        ctx = av.codec.CodecContext.create(name, "w")
+        ctx = cast(VideoCodecContext, av.codec.CodecContext.create(name, "w"))
         ctx.width, ctx.height, ctx.pix_fmt = 256, 256, "yuv420p"
         ctx.time_base = Fraction(1, 25)
         ctx.open()

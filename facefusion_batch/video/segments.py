@@ -243,7 +243,10 @@ def frame_index(path: str | Path, stream_index: int | None = None) -> FrameIndex
             if stream is None:
                 raise InputError(f"input video {path} has no video stream")
         else:
-            stream = container.streams[stream_index]
+            chosen = container.streams[stream_index]
+            if not isinstance(chosen, av.VideoStream):
+                raise InputError(f"stream {stream_index} of {path} is not a video stream")
+            stream = chosen
         pts: list[int] = []
         keys: list[int] = []
         positions: list[int | None] = []  # where each of `pts` is, for a clock that jumps

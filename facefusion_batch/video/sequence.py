@@ -15,10 +15,12 @@ import os
 import re
 from fractions import Fraction
 from pathlib import Path
+from typing import cast, overload
 
 import av
 import av.error
 import numpy as np
+from av.video.codeccontext import VideoCodecContext
 
 from facefusion_batch.errors import FfbatchError, InputError, OutputError
 from facefusion_batch.video.native import NativePicture
@@ -44,6 +46,10 @@ _PATTERN = re.compile(r"%(0\d+)?d")
 _PADDING = re.compile(r"#+|@+")
 
 
+@overload
+def printf_pattern(path: Path) -> Path: ...
+@overload
+def printf_pattern(path: str) -> str: ...
 def printf_pattern(path: Path | str) -> Path | str:
     """A sequence written with `####` (Nuke, Deadline: one digit per #) or `@@@@` (RV: one digit
     per @) padding as FFmpeg's printf pattern (`%04d`); any other path as it is. Only a name with
@@ -165,7 +171,7 @@ class SequenceWriter:
         expected = picture_shape(self.pixel_format, self.info.height, self.info.width)
         if isinstance(image, NativePicture) and self.pixel_format == NATIVE:
             pass  # the input's own picture (VideoWriter's check_native)
-        elif image.shape != expected or image.dtype != np.uint8:
+        elif not isinstance(image, np.ndarray) or image.shape != expected or image.dtype != np.uint8:
             raise FfbatchError(f"SequenceWriter for {self.output} expects {expected} uint8 frames")
         return self._encode(image)
 
@@ -207,7 +213,7 @@ class SequenceWriter:
             frame = av.VideoFrame.from_ndarray(rgb, format=self.pix_fmt)
         else:
             frame = frame.reformat(format=self.pix_fmt)
-        ctx = av.CodecContext.create(self.codec, "w")
+        ctx = cast(VideoCodecContext, av.CodecContext.create(self.codec, "w"))
         ctx.width, ctx.height, ctx.pix_fmt = frame.width, frame.height, self.pix_fmt
         ctx.time_base = Fraction(1, 25)
         if self.codec == "exr":
