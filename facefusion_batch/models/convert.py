@@ -224,10 +224,6 @@ def _interpreter(factory: Any, model_path: str) -> Any:
     return factory(model_path=model_path)
 
 
-def _interpreter(factory: Any, model_path: str) -> Any:
-    return factory(model_path=model_path)
-
-
 def _tflite_interpreter_factories() -> list[tuple[str, Callable[[str], Any]]]:
     out: list[tuple[str, Callable[[str], Any]]] = []
     for module, dist in (
