@@ -120,6 +120,8 @@ def inspect_segment(path: Path) -> SegmentInfo:
         ordered = sorted(pts)
         gaps = sorted(b - a for a, b in zip(ordered, ordered[1:], strict=False))
         count = tags.get(TAG_FRAME_COUNT)
+        if stream.time_base is None:
+            raise InputError(f"segment {path} has a video stream without a time base")
         return SegmentInfo(
             path=path,
             codec=par.name,
@@ -186,23 +188,25 @@ def check_segments(segments: list[SegmentInfo], across_versions: bool = False) -
     tagged = all(s.frames is not None for s in segments)
     if tagged:
         alone = across_versions and all(s.settings_alone for s in segments)
-        for key, what in (("settings_alone" if alone else "settings", "settings"), ("input", "input")):
-            values = {getattr(s, key) for s in segments}
+        for name, what in (("settings_alone" if alone else "settings", "settings"), ("input", "input")):
+            values = {getattr(s, name) for s in segments}
             if len(values) > 1:
-                a = segments[0]
-                b = next(s for s in segments if getattr(s, key) != getattr(a, key))
-                if key == "settings" and a.settings_alone and a.settings_alone == b.settings_alone:
+                one = segments[0]
+                other = next(s for s in segments if getattr(s, name) != getattr(one, name))
+                if name == "settings" and one.settings_alone and one.settings_alone == other.settings_alone:
                     raise InputError(
-                        f"segments {a.path} and {b.path} were rendered by different versions of ffbatch "
-                        f"({a.rendered_by} vs {b.rendered_by}); render them again with one version"
+                        f"segments {one.path} and {other.path} were rendered by different versions of "
+                        f"ffbatch ({one.rendered_by} vs {other.rendered_by}); "
+                        "render them again with one version"
                     )
                 raise InputError(
-                    f"segments {a.path} and {b.path} were rendered from different {what} "
-                    f"({getattr(a, key)} vs {getattr(b, key)}); render them again with one command line"
+                    f"segments {one.path} and {other.path} were rendered from different {what} "
+                    f"({getattr(one, name)} vs {getattr(other, name)}); "
+                    "render them again with one command line"
                 )
     ordered = sorted(segments, key=lambda s: (s.first_pts, s.last_pts))
     for prev, seg in zip(ordered, ordered[1:], strict=False):
-        if tagged:
+        if tagged and prev.frames is not None and seg.frames is not None:
             (a0, a1), (b0, b1) = prev.frames, seg.frames
             if b0 < a1:
                 raise InputError(
@@ -232,8 +236,9 @@ def check_segments(segments: list[SegmentInfo], across_versions: bool = False) -
                     f"between {prev.path} (ends at {prev.seconds(prev.last_pts):.3f} s) and {seg.path} "
                     f"(starts at {seg.seconds(seg.first_pts):.3f} s)"
                 )
-    if tagged and ordered[0].frame_count is not None:
-        start, end, total = ordered[0].frames[0], ordered[-1].frames[1], ordered[0].frame_count
+    head, tail = ordered[0].frames, ordered[-1].frames
+    if tagged and head is not None and tail is not None and ordered[0].frame_count is not None:
+        start, end, total = head[0], tail[1], ordered[0].frame_count
         if start != 0 or end != total:
             log.warning("the joined segments hold frames %d:%d of an input with %d frames", start, end, total)
     return ordered
@@ -342,7 +347,7 @@ def _copy(
             rate = template.streams[first.stream_index].average_rate
             if "timecode" in metadata and rate:
                 # the tmcd track counts frames at this rate (H.264 headers may give a tick rate)
-                video.codec_context.framerate = rate
+                video.codec_context.framerate = rate  # type: ignore[attr-defined]  # PyAV's stubs: a video stream's context
             tag = template.streams[first.stream_index].codec_context.codec_tag
             if fmt in ("mov", "mp4") and "mov" in template.format.name and tag.strip("\x00"):
                 # the segment's sample entry (ProRes 4444 `ap4h`, HEVC `hvc1`): the muxer would
