@@ -12,14 +12,16 @@ import io
 import logging
 import math
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 from typing import Annotated
 
 import typer
 import typer.main
 
-from facefusion_batch import RENDER_REVISION, __version__
+from facefusion_batch import RENDER_REVISION, __version__, paths
 from facefusion_batch.config import (
     DEFAULT_FACE_PRESENCE,
     DEFAULT_LIP_SHADOW,
@@ -1102,6 +1104,36 @@ def _fill_closed_std_fds() -> None:
                 os.close(got)
 
 
+@contextlib.contextmanager
+def _private_tmpdir():
+    """Libraries' temporary files go into a folder of this run's own, removed as it ends:
+    onnxruntime's telemetry writes `.ses` into $TMPDIR as it is imported. Ray keeps its own."""
+    saved = {k: os.environ.get(k) for k in ("TMPDIR", "RAY_TMPDIR")}
+    base = tempfile.gettempdir()
+    try:
+        mine = tempfile.mkdtemp(prefix=".ffbatch-tmp-", dir=base)
+    except OSError:  # a TMPDIR that cannot be written: leave it as it is
+        yield
+        return
+    os.environ["TMPDIR"], os.environ["RAY_TMPDIR"] = mine, saved["RAY_TMPDIR"] or base
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        shutil.rmtree(mine, ignore_errors=True)
+
+
+def _check_home(given: list[str]) -> None:
+    """`$FFBATCH_HOME` naming a file is the user's to fix (exit 2), not an internal error."""
+    home = paths.ffbatch_home()
+    if given[:1] not in (["--version"], ["--help"]) and home.exists() and not home.is_dir():
+        raise InputError(f"FFBATCH_HOME {home} is a file, not a directory; point it at a folder or unset it")
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: maps every failure to a message on stderr and an exit status."""
     debug = bool(os.environ.get("FFBATCH_DEBUG"))
@@ -1112,7 +1144,9 @@ def main(argv: list[str] | None = None) -> None:
     owner = contextlib.ExitStack()
     owner.enter_context(signal_handlers())
     try:
+        owner.enter_context(_private_tmpdir())
         given = list(sys.argv[1:] if argv is None else argv)
+        _check_home(given)
         runs = facefusion_job_argvs(given)
         if runs is not None:
             code = run_facefusion_job(runs)

@@ -30,7 +30,7 @@ from typing import Any
 
 from facefusion_batch import RENDER_REVISION, __version__, fsutil
 from facefusion_batch.config import RenderSettings
-from facefusion_batch.errors import InputError
+from facefusion_batch.errors import InputError, OutputError
 from facefusion_batch.runtime.device import DeviceSettings
 from facefusion_batch.video.probe import sequence_numbers
 from facefusion_batch.video.sequence import is_sequence_pattern
@@ -302,7 +302,13 @@ LOCK = ".lock"
 @contextlib.contextmanager
 def job_lock(work: Path, output: Path) -> Iterator[None]:
     """One process per output at a time: a second one fails fast instead of racing."""
-    work.mkdir(parents=True, exist_ok=True)
+    try:
+        work.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file of that name, a read-only folder: the user's to fix
+        raise OutputError(
+            f"cannot use the work directory {work} for {output}: {exc.strerror or exc}"
+            + (" (a file has its name; move it away)" if work.exists() and not work.is_dir() else "")
+        ) from None
     try:
         import fcntl
     except ImportError:  # pragma: no cover - Windows
