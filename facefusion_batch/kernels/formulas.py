@@ -46,6 +46,10 @@ class Primitives:
     per_pixel: Callable[[Array], Array]  # a plane [..., H, W] shaped to broadcast over channels
     per_channel: Callable[[Array], Array]  # a vector [..., C] shaped like a statistic
     constant: Callable[[Sequence[float], Array], Array]  # per-channel values, shaped like a statistic
+    # OpenCV's pyrDown, and pyrUp to a size (height, width); an image's or a plane's size
+    pyr_down: Callable[[Array], Array]
+    pyr_up: Callable[[Array, tuple[int, int]], Array]
+    size: Callable[[Array], tuple[int, int]]
 
 
 def transfer_colour(
@@ -155,3 +159,60 @@ def _hold_fine(
         darker = ops.masked_blur(light(left), skin, fine)
         lightness = lightness + xp.clip(darker - shade_limit, 0.0, None)
     return ops.join_channels([lightness, chroma])
+
+
+# --- blends ---------------------------------------------------------------------------------------
+
+
+def pyramid_levels(h: int, w: int, limit: int = 5) -> int:
+    """Levels of the multi-band blend for an h x w region: halve while the smaller side stays >= 8."""
+    levels = 0
+    while levels < limit and min(h, w) >> (levels + 1) >= 8:
+        levels += 1
+    return levels
+
+
+def feather(ops: Primitives, target: Array, face: Array, alpha: Array) -> Array:
+    """`face` over `target` by `alpha` (a plane, 0–1)."""
+    a = ops.per_pixel(alpha)
+    return target * (1.0 - a) + face * a
+
+
+def multiband(ops: Primitives, target: Array, face: Array, alpha: Array, levels: int | None = None) -> Array:
+    """Laplacian-pyramid blend: low frequencies mix over wide seams, fine detail over narrow ones;
+    `levels` as many as `pyramid_levels` gives the region unless given."""
+    levels = pyramid_levels(*alpha.shape[-2:]) if levels is None else levels
+    if levels == 0:
+        return feather(ops, target, face, alpha)
+    gauss_a = [alpha]
+    lap_t, lap_f = [], []
+    cur_t, cur_f = target, face
+    for _ in range(levels):
+        down_t, down_f = ops.pyr_down(cur_t), ops.pyr_down(cur_f)
+        size = ops.size(cur_t)
+        lap_t.append(cur_t - ops.pyr_up(down_t, size))
+        lap_f.append(cur_f - ops.pyr_up(down_f, size))
+        gauss_a.append(ops.pyr_down(gauss_a[-1]))
+        cur_t, cur_f = down_t, down_f
+    out = feather(ops, cur_t, cur_f, gauss_a[levels])
+    for level in range(levels - 1, -1, -1):
+        out = ops.pyr_up(out, ops.size(lap_t[level])) + feather(
+            ops, lap_t[level], lap_f[level], gauss_a[level]
+        )
+    return out
+
+
+def multiband_weights(ops: Primitives, alpha: Array, levels: int | None = None) -> Array:
+    """The widest weight `multiband` gives the face at each pixel: every level's mask brought back
+    to full size, the largest of them (low frequencies blend well beyond `alpha` itself)."""
+    levels = pyramid_levels(*alpha.shape[-2:]) if levels is None else levels
+    gauss = [alpha]
+    for _ in range(levels):
+        gauss.append(ops.pyr_down(gauss[-1]))
+    weights = alpha
+    for level in range(1, levels + 1):
+        up = gauss[level]
+        for finer in range(level - 1, -1, -1):
+            up = ops.pyr_up(up, ops.size(gauss[finer]))
+        weights = ops.xp.maximum(weights, up)
+    return ops.xp.clip(weights, 0.0, 1.0)

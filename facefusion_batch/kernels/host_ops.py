@@ -290,56 +290,17 @@ def match_grain(
 
 
 def feather(target: np.ndarray, face: np.ndarray, alpha: np.ndarray) -> np.ndarray:
-    a = alpha[..., None]
-    return target * (1.0 - a) + face * a
-
-
-def pyramid_levels(h: int, w: int, limit: int = 5) -> int:
-    """Levels of the multi-band blend for an h x w region: halve while the smaller side stays >= 8."""
-    levels = 0
-    while levels < limit and min(h, w) >> (levels + 1) >= 8:
-        levels += 1
-    return levels
+    return formulas.feather(PRIMITIVES, target, face, alpha)
 
 
 def multiband(target: np.ndarray, face: np.ndarray, alpha: np.ndarray) -> np.ndarray:
-    """Laplacian-pyramid blend: low frequencies mix over wide seams, fine detail over narrow ones."""
-    h, w = alpha.shape
-    levels = pyramid_levels(h, w)
-    if levels == 0:
-        return feather(target, face, alpha)
-    gauss_a = [alpha]
-    lap_t, lap_f = [], []
-    cur_t, cur_f = target, face
-    for _ in range(levels):
-        down_t, down_f = cv2.pyrDown(cur_t), cv2.pyrDown(cur_f)
-        size = (cur_t.shape[1], cur_t.shape[0])
-        lap_t.append(cur_t - cv2.pyrUp(down_t, dstsize=size))
-        lap_f.append(cur_f - cv2.pyrUp(down_f, dstsize=size))
-        gauss_a.append(cv2.pyrDown(gauss_a[-1]))
-        cur_t, cur_f = down_t, down_f
-    out = feather(cur_t, cur_f, gauss_a[levels])
-    for level in range(levels - 1, -1, -1):
-        size = (lap_t[level].shape[1], lap_t[level].shape[0])
-        out = cv2.pyrUp(out, dstsize=size) + feather(lap_t[level], lap_f[level], gauss_a[level])
-    return out
+    """formulas.multiband of one region: images [H, W, 3], alpha [H, W]."""
+    return formulas.multiband(PRIMITIVES, target, face, alpha)
 
 
 def multiband_weights(alpha: np.ndarray) -> np.ndarray:
-    """The widest weight `multiband` gives the face at each pixel: every level's mask brought back
-    to full size, the largest of them (low frequencies blend well beyond `alpha` itself)."""
-    h, w = alpha.shape
-    levels = pyramid_levels(h, w)
-    gauss = [alpha]
-    for _ in range(levels):
-        gauss.append(cv2.pyrDown(gauss[-1]))
-    weights = alpha.copy()
-    for level in range(1, levels + 1):
-        up = gauss[level]
-        for finer in range(level - 1, -1, -1):
-            up = cv2.pyrUp(up, dstsize=(gauss[finer].shape[1], gauss[finer].shape[0]))
-        np.maximum(weights, up, out=weights)
-    return np.clip(weights, 0.0, 1.0)
+    """formulas.multiband_weights of one region's alpha [H, W]."""
+    return formulas.multiband_weights(PRIMITIVES, alpha)
 
 
 def poisson(target: np.ndarray, face: np.ndarray, alpha: np.ndarray) -> np.ndarray:
@@ -507,4 +468,7 @@ PRIMITIVES = formulas.Primitives(
     per_pixel=lambda plane: plane[..., None],
     per_channel=lambda vector: vector,
     constant=lambda values, like: np.asarray(values, np.float32),
+    pyr_down=cv2.pyrDown,
+    pyr_up=lambda x, size: cv2.pyrUp(x, dstsize=(size[1], size[0])),
+    size=lambda x: (x.shape[0], x.shape[1]),
 )

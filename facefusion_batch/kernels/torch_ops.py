@@ -43,7 +43,6 @@ from facefusion_batch.kernels.base import (
     sharpness_weights,
 )
 from facefusion_batch.kernels.geometry import letterbox_canvas
-from facefusion_batch.kernels.host_ops import pyramid_levels
 
 Tensor = torch.Tensor
 
@@ -634,6 +633,9 @@ PRIMITIVES = formulas.Primitives(
     constant=lambda values, like: constant(
         ("per_channel", tuple(values)), lambda: values, like.device, like.dtype
     )[:, None, None],
+    pyr_down=pyr_down,
+    pyr_up=pyr_up,
+    size=lambda x: (int(x.shape[-2]), int(x.shape[-1])),
 )
 
 
@@ -701,48 +703,15 @@ def inset_ramp(covered: Tensor, widths: list[int]) -> Tensor:
 
 
 def feather(target: Tensor, face: Tensor, alpha: Tensor) -> Tensor:
-    """[..., C, H, W] images, alpha [..., H, W] in 0–1."""
-    a = alpha.unsqueeze(-3)
-    return target * (1.0 - a) + face * a
+    """formulas.feather: [..., C, H, W] images, alpha [..., H, W] in 0–1."""
+    return formulas.feather(PRIMITIVES, target, face, alpha)
 
 
 def multiband(target: Tensor, face: Tensor, alpha: Tensor, levels: int | None = None) -> Tensor:
-    """host_ops.multiband: Laplacian-pyramid blend of [..., C, H, W] images under alpha
-    [..., H, W]; `levels` as many as the host gives an image of this size unless given."""
-    h, w = alpha.shape[-2:]
-    levels = pyramid_levels(h, w) if levels is None else levels
-    if levels == 0:
-        return feather(target, face, alpha)
-    gauss_a = [alpha]
-    lap_t, lap_f = [], []
-    cur_t, cur_f = target, face
-    for _ in range(levels):
-        down_t, down_f = pyr_down(cur_t), pyr_down(cur_f)
-        size = tuple(cur_t.shape[-2:])
-        lap_t.append(cur_t - pyr_up(down_t, size))
-        lap_f.append(cur_f - pyr_up(down_f, size))
-        gauss_a.append(pyr_down(gauss_a[-1]))
-        cur_t, cur_f = down_t, down_f
-    out = feather(cur_t, cur_f, gauss_a[levels])
-    for level in range(levels - 1, -1, -1):
-        out = pyr_up(out, tuple(lap_t[level].shape[-2:])) + feather(
-            lap_t[level], lap_f[level], gauss_a[level]
-        )
-    return out
+    """formulas.multiband of [..., C, H, W] images under alpha [..., H, W]."""
+    return formulas.multiband(PRIMITIVES, target, face, alpha, levels)
 
 
 def multiband_weights(alpha: Tensor, levels: int | None = None) -> Tensor:
-    """host_ops.multiband_weights on [..., H, W]: the widest weight `multiband` gives the face at
-    each pixel (every level's mask brought back to full size, the largest), for a matte."""
-    h, w = alpha.shape[-2:]
-    levels = pyramid_levels(h, w) if levels is None else levels
-    gauss = [alpha]
-    for _ in range(levels):
-        gauss.append(pyr_down(gauss[-1]))
-    weights = alpha
-    for level in range(1, levels + 1):
-        up = gauss[level]
-        for finer in range(level - 1, -1, -1):
-            up = pyr_up(up, tuple(gauss[finer].shape[-2:]))
-        weights = torch.maximum(weights, up)
-    return torch.clamp(weights, 0.0, 1.0)
+    """formulas.multiband_weights of alpha [..., H, W], for a matte."""
+    return formulas.multiband_weights(PRIMITIVES, alpha, levels)

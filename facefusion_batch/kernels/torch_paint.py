@@ -29,8 +29,8 @@ import torch
 
 from facefusion_batch.kernels import torch_ops as D
 from facefusion_batch.kernels.base import TINT_LEVEL, FaceRegion
+from facefusion_batch.kernels.formulas import pyramid_levels
 from facefusion_batch.kernels.geometry import canvas_origins, canvas_size, plan_waves
-from facefusion_batch.kernels.host_ops import pyramid_levels
 from facefusion_batch.runtime.batching import BatchPolicy
 
 
