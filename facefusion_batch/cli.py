@@ -15,6 +15,7 @@ import os
 import shutil
 import sys
 import tempfile
+import traceback
 from pathlib import Path
 from typing import Annotated
 
@@ -1134,6 +1135,27 @@ def _check_home(given: list[str]) -> None:
         raise InputError(f"FFBATCH_HOME {home} is a file, not a directory; point it at a folder or unset it")
 
 
+def _stdout_problem(exc: BaseException) -> str:
+    """Why standard output did not take what ffbatch wrote to it, or '': a reader that went away
+    (`| true`: click then swaps stdout for a wrapper and exits 1) or a full disk (`> /dev/full`:
+    the OSError comes out of click's echo). Standard output then becomes /dev/null, so that
+    Python's own flush at exit does not fail again."""
+    if type(sys.stdout).__name__.endswith("PacifyFlushWrapper"):
+        problem = "the reader went away (broken pipe)"
+    elif isinstance(exc, OSError) and any(
+        frame.f_code.co_name == "echo" and "click" in frame.f_code.co_filename
+        for frame, _ in traceback.walk_tb(exc.__traceback__)
+    ):
+        problem = exc.strerror or str(exc)
+    else:
+        return ""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.close(devnull)
+    return problem
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: maps every failure to a message on stderr and an exit status."""
     debug = bool(os.environ.get("FFBATCH_DEBUG"))
@@ -1176,7 +1198,17 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         print("ffbatch: interrupted", file=sys.stderr)
         code = EXIT_INTERRUPTED
+    except SystemExit as exc:
+        problem = _stdout_problem(exc)
+        if not problem:
+            raise
+        print(f"ffbatch: error: cannot write to standard output: {problem}", file=sys.stderr)
+        code = EXIT_USAGE
     except Exception as exc:  # the last line of defence: a message, not a traceback
+        problem = _stdout_problem(exc)
+        if problem:
+            print(f"ffbatch: error: cannot write to standard output: {problem}", file=sys.stderr)
+            sys.exit(EXIT_USAGE)
         stopped = signal_behind(exc)
         if stopped is not None:
             print(f"ffbatch: error: {stopped}", file=sys.stderr)

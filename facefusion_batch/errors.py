@@ -1,7 +1,8 @@
 """Errors that carry their exit status, so the CLI can map them without guessing.
 
 Exit codes follow the farm contract: 0 done, 1 internal error, 2 bad input or
-usage, 129 hung up (SIGHUP), 130 interrupted (SIGINT), 143 terminated (SIGTERM).
+usage, 129 hung up (SIGHUP), 130 interrupted (SIGINT), 143 terminated (SIGTERM); 131 (SIGQUIT)
+and 138 (SIGUSR1, a scheduler's warning before its kill) are 128 + the signal too.
 """
 
 from __future__ import annotations
@@ -68,7 +69,13 @@ class Interrupted(FfbatchError):
 # model loads (or by a job run as a library); the frame loop and the job's start look here for a
 # signal whose exception Python or a library swallowed.
 _received: list[Interrupted] = []
-_EXITS = {"SIGINT": EXIT_INTERRUPTED, "SIGTERM": EXIT_TERMINATED, "SIGHUP": EXIT_HANGUP}
+_EXITS = {
+    "SIGINT": EXIT_INTERRUPTED,
+    "SIGTERM": EXIT_TERMINATED,
+    "SIGHUP": EXIT_HANGUP,
+    "SIGQUIT": 131,
+    "SIGUSR1": 138,
+}
 
 
 def note_signal(stop: Interrupted) -> Interrupted:
@@ -119,12 +126,12 @@ def exception_chain(exc: BaseException) -> list[BaseException]:
 def signal_error(signum: int) -> Interrupted:
     """SIGINT → exit 130, SIGTERM → 143, SIGHUP (the terminal or the ssh session went away) → 129."""
     name = signal.Signals(signum).name
-    what = {"SIGINT": "interrupted", "SIGHUP": "hung up"}.get(name, "terminated")
+    what = {"SIGINT": "interrupted", "SIGHUP": "hung up", "SIGQUIT": "quit"}.get(name, "terminated")
     return Interrupted(f"{what} ({name})", exit_code=_EXITS.get(name, EXIT_TERMINATED))
 
 
 def _on_signal(signum: int, frame: Any) -> None:
-    """The handler of SIGINT, SIGTERM and SIGHUP: noted, then raised (Ctrl-C as Python has it,
+    """The handler of every signal the run owns: noted, then raised (Ctrl-C as Python has it,
     KeyboardInterrupt, so that writers say the partial output was removed)."""
     stop = note_signal(signal_error(signum))
     if signum == signal.SIGINT:
@@ -133,7 +140,7 @@ def _on_signal(signum: int, frame: Any) -> None:
 
 
 def _signals_to_own() -> list[signal.Signals]:
-    owned = [signal.SIGTERM, signal.SIGHUP]
+    owned = [signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1]
     if signal.getsignal(signal.SIGINT) in (signal.default_int_handler, _on_signal):  # not ignored (nohup, &)
         owned.append(signal.SIGINT)
     return owned
@@ -141,8 +148,9 @@ def _signals_to_own() -> list[signal.Signals]:
 
 @contextmanager
 def signal_handlers() -> Iterator[None]:
-    """Own SIGINT, SIGTERM and SIGHUP for the block (on the main thread; elsewhere, or when they
-    are owned already, nothing changes): each unwinds like Ctrl-C, with exit 130 / 143 / 129.
+    """Own SIGINT, SIGTERM, SIGHUP, SIGQUIT and SIGUSR1 for the block (on the main thread;
+    elsewhere, or when they are owned already, nothing changes): each unwinds like Ctrl-C, with
+    exit 128 + the signal, so no .lock or .partial is left.
     Python drops an exception raised while a finalizer or a weakref callback runs; those are
     kept quiet here, the registry has them. The previous handlers come back afterwards."""
     if (

@@ -77,7 +77,7 @@ def test_a_job_failing_with_a_cyclic_chain_writes_its_report_and_exits_1(
 
 # -- one signal owner -----------------------------------------------------------------------------
 
-SIGNALS = {"SIGINT": 130, "SIGTERM": 143, "SIGHUP": 129}
+SIGNALS = {"SIGINT": 130, "SIGTERM": 143, "SIGHUP": 129, "SIGQUIT": 131, "SIGUSR1": 138}
 
 
 @pytest.mark.parametrize("name", sorted(SIGNALS))
@@ -97,7 +97,8 @@ def test_a_signal_while_the_models_load_ends_the_job_with_its_status_and_no_outp
     real, owners = run.load_models, []
 
     def loading_gets_a_signal(*args, **kwargs):
-        owners.append({s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)})
+        owned = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1)
+        owners.append({s: signal.getsignal(s) for s in owned})
         try:
             os.kill(os.getpid(), getattr(signal, name))
             for _ in range(1000):  # the handler runs between bytecodes, inside this try

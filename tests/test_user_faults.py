@@ -51,3 +51,24 @@ def test_a_render_leaves_nothing_in_tmpdir(clip, astronaut_path, tmp_path):
     proc = run("render", clip, "-s", astronaut_path, "-o", tmp_path / "o.mp4", "-q", TMPDIR=str(tmp))
     assert proc.returncode == 0, proc.stderr
     assert sorted(os.listdir(tmp)) == []
+
+
+@pytest.mark.parametrize("where", ["a reader that went away", "a full disk"])
+def test_standard_output_that_cannot_be_written_is_exit_2(where, clip, astronaut_path, tmp_path):
+    """`ffbatch render ... | true` was exit 1 without a word, `> /dev/full` an internal error."""
+    args = [sys.executable, "-m", "facefusion_batch", "render", clip, "-s", astronaut_path]
+    args += ["-o", tmp_path / "o.mp4", "-q"]
+    with open(tmp_path / "err.txt", "w") as err:
+        if where == "a full disk":
+            with open("/dev/full", "w") as full:
+                code = subprocess.run(list(map(str, args)), stdout=full, stderr=err, timeout=300).returncode
+        else:
+            proc = subprocess.Popen(list(map(str, args)), stdout=subprocess.PIPE, stderr=err)
+            assert proc.stdout is not None
+            proc.stdout.close()  # the reader is gone before the output's name is printed
+            code = proc.wait(timeout=300)
+    stderr = (tmp_path / "err.txt").read_text()
+    assert code == 2 and "cannot write to standard output" in stderr and "internal error" not in stderr, (
+        stderr
+    )
+    assert "Exception ignored" not in stderr and (tmp_path / "o.mp4").is_file()
