@@ -234,6 +234,21 @@ EmbeddingConventionOpt = Annotated[
         "facefusion reproduces FaceFusion 3.x's latent, --swapper-weight and several --source."
     ),
 ]
+FaceDetectorModelOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="FaceFusion's face detector: yolo_face | retinaface | scrfd | yunet | many, at FaceFusion's "
+        "sizes, scores and angles, run when its file is here (else ffbatch's YuNet, with a warning). "
+        "Default: ffbatch's YuNet. docs/facefusion.md."
+    ),
+]
+FaceDetectorSizeOpt = Annotated[
+    str | None, typer.Option(help="With --face-detector-model: its size, WxH (default FaceFusion's largest).")
+]
+FaceDetectorAnglesOpt = Annotated[
+    str | None,
+    typer.Option(help="With --face-detector-model: the frame turned by these angles too, e.g. 0,90 (default 0)."),
+]
 VerboseOpt = Annotated[
     bool,
     typer.Option(
@@ -340,6 +355,7 @@ FACEFUSION_ALIASES: dict[str, tuple[str, str]] = {
     "--reference-face-distance": ("--reference-distance", "one"),
     "--reference-frame-number": ("--reference-frame", "one"),
     "--face-detector-score": ("--score-threshold", "sqrt"),
+    "--face-detector-angles": ("--face-detector-angles", "list"),
     "--face-swapper-model": ("--swapper-model", "one"),
     "--face-swapper-weight": ("--swapper-weight", "one"),
     "--face-swapper-pixel-boost": ("--pixel-boost", "size"),
@@ -362,6 +378,8 @@ FACEFUSION_ALIASES: dict[str, tuple[str, str]] = {
 # FaceFusion's names that are ffbatch's own options too (same name, same meaning)
 FACEFUSION_SAME = frozenset(
     {
+        "--face-detector-model",
+        "--face-detector-size",
         "--face-selector-gender",
         "--face-selector-race",
         "--face-selector-age-start",
@@ -692,6 +710,9 @@ def render(
     enhancer_blend: EnhancerBlendOpt = 80,
     enhancer_weight: EnhancerWeightOpt = 0.5,
     embedding_convention: EmbeddingConventionOpt = None,
+    face_detector_model: FaceDetectorModelOpt = None,
+    face_detector_size: FaceDetectorSizeOpt = None,
+    face_detector_angles: FaceDetectorAnglesOpt = None,
     mask: MaskOpt = "box",
     mask_blur: MaskBlurOpt = 0.3,
     mask_padding: MaskPaddingOpt = "0",
@@ -913,6 +934,9 @@ def preview(
     enhancer_blend: EnhancerBlendOpt = 80,
     enhancer_weight: EnhancerWeightOpt = 0.5,
     embedding_convention: EmbeddingConventionOpt = None,
+    face_detector_model: FaceDetectorModelOpt = None,
+    face_detector_size: FaceDetectorSizeOpt = None,
+    face_detector_angles: FaceDetectorAnglesOpt = None,
     mask: MaskOpt = "box",
     mask_blur: MaskBlurOpt = 0.3,
     mask_padding: MaskPaddingOpt = "0",

@@ -24,6 +24,7 @@ from typing import Any
 from facefusion_batch.errors import InputError
 from facefusion_batch.faces.classify import AGE_LIMIT, GENDERS, RACE_NAMES, FaceFilterSettings
 from facefusion_batch.faces.detect import DetectorSettings
+from facefusion_batch.faces.facefusion_detectors import facefusion_detector_settings
 from facefusion_batch.faces.identity import CONVENTIONS
 from facefusion_batch.faces.mesh import MeshSettings
 from facefusion_batch.faces.persons import UNMATCHED
@@ -727,7 +728,15 @@ def render_settings(
         start_number=kw.pop("start_number", None),
     )
     kw["input_fps"] = kw.pop("fps", None)
-    detector = DetectorSettings(score_threshold=kw.pop("score_threshold"))
+    detector = DetectorSettings(
+        score_threshold=kw["score_threshold"],
+        facefusion=facefusion_detector_settings(
+            kw.pop("face_detector_model", None),
+            kw.pop("face_detector_size", None),
+            kw.pop("face_detector_angles", None),
+            kw.pop("score_threshold") if "score_threshold" in given else None,
+        ),
+    )
     smoothing = kw.pop("smoothing", TrackSettings().smoothing)
     if not math.isfinite(smoothing) or not 0 <= smoothing <= 10:
         raise InputError(f"--smoothing must be between 0 (off) and 10 (got {smoothing:g})")

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
+from facefusion_batch.faces.facefusion_detectors import FaceFusionDetectorSettings
 from facefusion_batch.faces.table import FaceTable
 from facefusion_batch.kernels.base import Frames, Kernels
 from facefusion_batch.runtime.session import Session
@@ -25,6 +26,8 @@ class DetectorSettings:
     score_threshold: float = 0.6
     nms_iou: float = 0.3
     max_faces_per_frame: int = 64
+    # FaceFusion's --face-detector-model and its options (faces/facefusion_detectors.py); None: YuNet
+    facefusion: FaceFusionDetectorSettings | None = None
 
 
 def decode(outputs: dict[str, np.ndarray], batch: int, height: int, width: int) -> tuple[np.ndarray, ...]:

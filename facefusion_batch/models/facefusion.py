@@ -320,6 +320,35 @@ MODELS: dict[str, LearnedModel] = {
             for v, release in (("1", "models-3.1.0"), ("2", "models-3.1.0"), ("3", "models-3.2.0"))
         ),
         *(
+            LearnedModel(name, "detector", release, licence, family, None, 640, note=note)
+            for name, release, licence, family, note in (
+                (
+                    "retinaface_10g",
+                    "models-3.0.0",
+                    _INSIGHTFACE,
+                    "retinaface",
+                    "input BGR (x-127.5)/128 [1,3,S,S]; outputs scores, boxes, 5 points per stride 8/16/32, "
+                    "2 anchors a cell, as distances from the anchor",
+                ),
+                ("scrfd_2.5g", "models-3.0.0", _INSIGHTFACE, "scrfd", "as retinaface_10g"),
+                (
+                    "yoloface_8n",
+                    "models-3.0.0",
+                    "GPL-3.0 (derronqi)",
+                    "yolo_face",
+                    "input BGR /255 [1,3,640,640]; output [1,20,8400]: cx cy w h, score, "
+                    "5 × (x, y, visibility)",
+                ),
+                (
+                    "yunet_2023_mar",
+                    "models-3.4.0",
+                    "MIT (OpenCV)",
+                    "yunet",
+                    "input BGR 0-255; cls, obj, bbox, kps per stride 8/16/32 (FaceFusion scores cls·obj)",
+                ),
+            )
+        ),
+        *(
             LearnedModel(
                 f"bisenet_resnet_{v}",
                 "parser",
@@ -342,6 +371,18 @@ ENHANCERS = tuple(n for n, m in MODELS.items() if m.role == "enhancer")
 OCCLUDERS = tuple(n for n, m in MODELS.items() if m.role == "occluder")
 PARSERS = tuple(n for n, m in MODELS.items() if m.role == "parser")
 RECOGNISER = "arcface_w600k_r50"
+# FaceFusion's --face-detector-model values: the model files each runs (`many`: three at once)
+FACE_DETECTORS = {m.family: (n,) for n, m in MODELS.items() if m.role == "detector"} | {
+    "many": ("retinaface_10g", "scrfd_2.5g", "yoloface_8n")
+}
+# FaceFusion's --face-detector-size choices per model (choices.face_detector_set; its default the last)
+FACE_DETECTOR_SIZES = {
+    "many": ("640x640",),
+    "retinaface": ("160x160", "320x320", "480x480", "512x512", "640x640"),
+    "scrfd": ("160x160", "320x320", "480x480", "512x512", "640x640"),
+    "yolo_face": ("640x640",),
+    "yunet": ("640x640",),
+}
 CLASSIFIER = "fairface"
 
 

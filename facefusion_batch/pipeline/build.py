@@ -19,6 +19,7 @@ from facefusion_batch.errors import InputError, ModelError, NoFaceError
 from facefusion_batch.faces.classify import FaceClassifier, FaceFilter, FaceFilterSettings
 from facefusion_batch.faces.detect import DetectorSettings, YuNetDetector
 from facefusion_batch.faces.dlib_resnet import DLIB_INSTALL, DlibRecogniser, dlib_available
+from facefusion_batch.faces.facefusion_detectors import FaceFusionDetector, FaceFusionDetectorSettings
 from facefusion_batch.faces.identity import (
     EMBEDDING_FAMILIES,
     IdentityEncoder,
@@ -35,7 +36,14 @@ from facefusion_batch.faces.track import FaceTracker, TrackSettings, TrackStage
 from facefusion_batch.kernels.host import HostKernels
 from facefusion_batch.models import store
 from facefusion_batch.models.catalog import DEFAULT_DETECTOR, DEFAULT_MESH, DEFAULT_TOPOLOGY, tensor_name
-from facefusion_batch.models.facefusion import CLASSIFIER, MODELS, RECOGNISER, check_beside, learned_model
+from facefusion_batch.models.facefusion import (
+    CLASSIFIER,
+    FACE_DETECTORS,
+    MODELS,
+    RECOGNISER,
+    check_beside,
+    learned_model,
+)
 from facefusion_batch.models.prepare import prepared_path, usable_int8, variant_catalog
 from facefusion_batch.models.topology import Topology, load_topology
 from facefusion_batch.pipeline.stages import FacePipeline
@@ -81,7 +89,7 @@ class Models:
     def __init__(
         self,
         backend: Backend,
-        detector: YuNetDetector,
+        detector: YuNetDetector | FaceFusionDetector,
         mesh: FaceMesh | None = None,
         triangles: np.ndarray | None = None,
         regions: FaceRegions | None = None,
@@ -144,7 +152,7 @@ def load_models(
         device = DeviceSettings(backend=device, precision="fp32" if device == "cpu" else "auto")
     backend = select_backend(device, threads=threads)
     path = store.model_path(DETECTOR_MODEL, models_dir=models_dir)
-    return Models(
+    models = Models(
         backend=backend,
         detector=YuNetDetector(backend.load(path, label=DETECTOR_MODEL), detector),
         paths={DETECTOR_MODEL: str(path)},
@@ -152,6 +160,37 @@ def load_models(
         mesh_settings=mesh,
         policy=policy or BatchPolicy(on_gpu=device.on_gpu, max_batch=device.max_batch),
     )
+    if detector.facefusion is not None:
+        models.detector = facefusion_detector(models, detector.facefusion)
+    return models
+
+
+def facefusion_detector(
+    models: Models, settings: FaceFusionDetectorSettings
+) -> YuNetDetector | FaceFusionDetector:
+    """FaceFusion's --face-detector-model when its files are here (never fetched: FaceFusion's
+    default yolo_face is named by every job file); else ffbatch's own YuNet, saying so."""
+    files = FACE_DETECTORS[settings.model]
+    missing = [f for f in files if model_state(f, models.models_dir) == "missing"]
+    if missing:
+        log.warning(
+            "--face-detector-model %s: %s; detecting with ffbatch's own YuNet instead",
+            settings.model,
+            absent_message(settings.model, missing, models.models_dir).split(". Fetch")[0],
+        )
+        return models.detector
+    sessions = {learned_model(f).family: load_learned(models, f)[0] for f in files}
+    return FaceFusionDetector(sessions, settings)
+
+
+def facefusion_yunet(models: Models) -> YuNetDetector | FaceFusionDetector:
+    """The source photos' detector of `--embedding-convention facefusion`: the render's if it is
+    FaceFusion's, else ffbatch's YuNet file read as FaceFusion reads it (not enlarged, cls·obj)."""
+    detector = models.detector
+    if not isinstance(detector, YuNetDetector):
+        return detector
+    score = round(detector.settings.score_threshold**2, 6)  # ffbatch's √(cls·obj) → FaceFusion's
+    return FaceFusionDetector({"yunet": detector.session}, FaceFusionDetectorSettings("yunet", score=score))
 
 
 def pick_source_faces(table: FaceTable, paths: list[str], face_index: int = 0) -> FaceTable:
@@ -182,13 +221,20 @@ def pick_source_faces(table: FaceTable, paths: list[str], face_index: int = 0) -
 
 
 def detect_sources(
-    models: Models, source_paths: tuple[Path, ...], face_index: int = 0, *, mesh: bool = False
+    models: Models,
+    source_paths: tuple[Path, ...],
+    face_index: int = 0,
+    *,
+    mesh: bool = False,
+    facefusion: bool = False,
 ):
     """The source photos on the host kernel set (photos of different sizes share one batch: the
-    detector letterboxes each) and face `face_index` of each (largest first), meshed if asked."""
+    detector letterboxes each) and face `face_index` of each (largest first), meshed if asked;
+    `facefusion`: detected as FaceFusion detects them (`facefusion_yunet`)."""
     k = HostKernels()
     frames = k.upload([read_image(p) for p in source_paths])
-    table = pick_source_faces(models.detector(k, frames), [str(p) for p in source_paths], face_index)
+    detector = facefusion_yunet(models) if facefusion else models.detector
+    table = pick_source_faces(detector(k, frames), [str(p) for p in source_paths], face_index)
     if mesh:
         table = models.mesh(k, frames, table)
         missing = [str(p) for i, p in enumerate(source_paths) if i not in set(table.frame_index.tolist())]
@@ -367,7 +413,14 @@ def build_pipeline(
         def encoder(paths: tuple[Path, ...]) -> IdentityEncoder:
             return IdentityEncoder(
                 model,
-                learned_sources(models, paths, recogniser, source_face_index, model.family),
+                learned_sources(
+                    models,
+                    paths,
+                    recogniser,
+                    source_face_index,
+                    model.family,
+                    facefusion=learned.embedding_convention == "facefusion",
+                ),
                 weight=learned.weight,
                 emap=emap,
                 converter=converter,
@@ -627,8 +680,10 @@ def learned_sources(
     recogniser: Recogniser | None,
     face_index: int = 0,
     family: str | None = None,
+    *,
+    facefusion: bool = False,
 ):
-    k, frames, table = detect_sources(models, source_paths, face_index)
+    k, frames, table = detect_sources(models, source_paths, face_index, facefusion=facefusion)
     return source_identity(k, frames, table, recogniser, family)
 
 

@@ -1,0 +1,106 @@
+"""FaceFusion 3.8.1's own detection of pictures, as JSON: the reference of
+tests/test_facefusion_detectors.py (tests/data/facefusion_detect_reference.json).
+
+Run with FaceFusion's Python and source (it imports nothing of ffbatch's):
+
+    FF_PYTHON scripts/facefusion_detect_reference.py --facefusion /path/to/facefusion \\
+        --models MODELS_DIR --out OUT.json IMAGE...
+
+MODELS_DIR holds the detector files under FaceFusion's names (the tests' stand-ins, and OpenCV's
+YuNet as yunet_2023_mar.onnx) and arcface_w600k_r50.onnx. For each case of CASES, every picture
+goes through FaceFusion's face_detector.detect_faces / detect_faces_by_angle per angle and
+face_helper.apply_nms at get_nms_threshold, as face_creator.get_many_faces does (the 68-point
+landmarker left out: --face-landmarker-score 0); SOURCE_CASE also gives the first kept face's
+embedding from face_recognizer.calculate_face_embedding. The model sessions are onnxruntime's
+CPU sessions of the files in MODELS_DIR, handed to FaceFusion in place of its inference pool.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+# (face_detector_model, face_detector_size, face_detector_angles, face_detector_score)
+CASES = {
+    "yunet": ("yunet", "640x640", [0], 0.5),
+    "yolo_face": ("yolo_face", "640x640", [0], 0.5),
+    "yolo_face angles 0 90": ("yolo_face", "640x640", [0, 90], 0.5),
+    "retinaface": ("retinaface", "640x640", [0], 0.5),
+    "retinaface 320 angles 0 180 270": ("retinaface", "320x320", [0, 180, 270], 0.5),
+    "scrfd 480": ("scrfd", "480x480", [0], 0.6),
+    "many": ("many", "640x640", [0], 0.5),
+}
+SOURCE_CASE = "yunet"
+KEPT = 24  # the best faces of each picture written (ffbatch keeps at most 64 a frame)
+FILES = {
+    "retinaface": "retinaface_10g",
+    "scrfd": "scrfd_2.5g",
+    "yolo_face": "yoloface_8n",
+    "yunet": "yunet_2023_mar",
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--facefusion", type=Path, required=True)
+    parser.add_argument("--models", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("images", nargs="+", type=Path)
+    args = parser.parse_args()
+    sys.path.insert(0, str(args.facefusion))
+    sys.argv = sys.argv[:1]
+    import cv2
+    import onnxruntime
+    from facefusion import face_detector, face_recognizer, state_manager
+    from facefusion.face_helper import apply_nms, get_nms_threshold
+
+    def session(name: str) -> onnxruntime.InferenceSession:
+        path = str(args.models / f"{name}.onnx")
+        return onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+
+    detectors = {model: session(file) for model, file in FILES.items()}
+    recogniser = {"face_recognizer": session("arcface_w600k_r50")}
+    face_detector.get_inference_pool = lambda: detectors
+    face_recognizer.get_inference_pool = lambda: recogniser
+    state_manager.init_item("download_providers", ["github"])  # its model-set tables name the URLs
+    images = [cv2.imread(str(p)) for p in args.images]
+    out: dict = {"images": [p.name for p in args.images], "cases": {}}
+    for case, (model, size, angles, score) in CASES.items():
+        for key, value in (
+            ("face_detector_model", model),
+            ("face_detector_size", size),
+            ("face_detector_margin", [0, 0, 0, 0]),
+            ("face_detector_angles", angles),
+            ("face_detector_score", score),
+        ):
+            state_manager.init_item(key, value)
+        found = []
+        for image in images:
+            boxes, scores, points = [], [], []
+            for angle in angles:
+                if angle == 0:
+                    b, s, p = face_detector.detect_faces(image)
+                else:
+                    b, s, p = face_detector.detect_faces_by_angle(image, angle)
+                boxes += b
+                scores += s
+                points += p
+            keep = apply_nms(boxes, scores, score, get_nms_threshold(model, angles)) if boxes else []
+            keep = list(keep)[:KEPT]  # best first
+            faces = {
+                "box": [[round(float(v), 4) for v in boxes[i]] for i in keep],
+                "score": [round(float(scores[i]), 7) for i in keep],
+                "five": [[[round(float(v), 4) for v in xy] for xy in points[i]] for i in keep],
+            }
+            if case == SOURCE_CASE and len(keep):
+                embedding, _ = face_recognizer.calculate_face_embedding(image, points[keep[0]])
+                faces["embedding"] = [round(float(v), 6) for v in embedding]
+            found.append(faces)
+        out["cases"][case] = found
+    args.out.write_text(json.dumps(out, separators=(",", ":")) + "\n")
+
+
+if __name__ == "__main__":
+    main()

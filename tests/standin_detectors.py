@@ -1,0 +1,119 @@
+"""Stand-ins for FaceFusion's face detector files, with their input and output signatures:
+
+- yoloface_8n: input [1,3,640,640] (BGR /255) → output [1,20,8400]: per anchor of strides
+  8/16/32, cx cy w h, score, and five (x, y, visibility) points;
+- retinaface_10g, scrfd_2.5g: input [?,3,?,?] (BGR (x-127.5)/128) → nine outputs, scores [A,1],
+  box distances [A,4] and point offsets [A,10] for strides 8/16/32 (A = 2 anchors per cell; the
+  batch folds into A, batch-major, as insightface's exports do).
+
+Weights are seeded random (each output a pooled 1×1 convolution of the picture), so what they
+find is only shaped like faces: a test compares FaceFusion's reading of the same file with
+ffbatch's, never with the truth. FaceFusion's yunet_2023_mar is OpenCV's YuNet, which ffbatch
+already has: tests copy that file under FaceFusion's name.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import standins
+from onnx import helper
+
+STRIDES = (8, 16, 32)
+
+
+def _pooled(
+    nodes: list, inits: list, stride: int, channels: int, rng, tag: str, scale, shift, bias: float = 0.0
+) -> str:
+    """input → AveragePool(stride) → 1×1 Conv → Sigmoid · scale + shift: [N,channels,h,w]."""
+    nodes += [
+        helper.make_node(
+            "AveragePool", ["input"], [f"pool_{tag}"], kernel_shape=[stride] * 2, strides=[stride] * 2
+        ),
+        helper.make_node("Conv", [f"pool_{tag}", f"w_{tag}", f"b_{tag}"], [f"conv_{tag}"]),
+        helper.make_node("Sigmoid", [f"conv_{tag}"], [f"sig_{tag}"]),
+        helper.make_node("Mul", [f"sig_{tag}", f"scale_{tag}"], [f"scaled_{tag}"]),
+        helper.make_node("Add", [f"scaled_{tag}", f"shift_{tag}"], [f"out_{tag}"]),
+    ]
+    inits += [
+        standins._init(f"w_{tag}", rng.normal(0, 4.0, (channels, 3, 1, 1)).astype(np.float32)),
+        standins._init(f"b_{tag}", rng.normal(bias, 1.0, channels).astype(np.float32)),
+        standins._init(
+            f"scale_{tag}",
+            np.broadcast_to(np.asarray(scale, np.float32), channels).reshape(1, channels, 1, 1),
+        ),
+        standins._init(
+            f"shift_{tag}",
+            np.broadcast_to(np.asarray(shift, np.float32), channels).reshape(1, channels, 1, 1),
+        ),
+    ]
+    return f"out_{tag}"
+
+
+def yoloface(seed: int = 11) -> onnx.ModelProto:
+    rng = np.random.default_rng(seed)
+    nodes: list = []
+    inits: list = [standins._init("flat_shape", np.array([1, 20, -1], np.int64))]
+    # cx cy anywhere on the canvas, w h 20-220 px, score -0.45-0.55 (few above 0.5), points
+    # anywhere, visibility 0-1
+    scale = [640, 640, 200, 200, 1.0] + [640, 640, 1] * 5
+    shift = [0, 0, 20, 20, -0.45] + [0, 0, 0] * 5
+    parts = []
+    for stride in STRIDES:
+        out = _pooled(nodes, inits, stride, 20, rng, f"s{stride}", scale, shift)
+        nodes.append(helper.make_node("Reshape", [out, "flat_shape"], [f"flat_s{stride}"]))
+        parts.append(f"flat_s{stride}")
+    nodes.append(helper.make_node("Concat", parts, ["output"], axis=2))
+    return standins._model(
+        nodes,
+        [standins._t("input", [1, 3, 640, 640])],
+        [standins._t("output", [1, 20, 8400])],
+        inits,
+        "yoloface",
+    )
+
+
+def distances(seed: int) -> onnx.ModelProto:
+    """retinaface / scrfd: 2 anchors a cell, outputs in FaceFusion's order (scores, boxes, points)."""
+    rng = np.random.default_rng(seed)
+    nodes: list = []
+    inits: list = []
+    outputs = []
+    for what, channels, scale, shift, bias in (
+        ("score", 1, 1.0, 0.0, -6.0),  # few above 0.5
+        ("bbox", 4, 3.0, 0.5, 0.0),  # distances of 0.5-3.5 strides
+        ("kps", 10, 4.0, -2.0, 0.0),  # point offsets of ±2 strides
+    ):
+        inits.append(standins._init(f"shape_{what}", np.array([-1, channels], np.int64)))
+        for stride in STRIDES:
+            tag = f"{what}{stride}"
+            out = _pooled(nodes, inits, stride, 2 * channels, rng, tag, scale, shift, bias)
+            nodes += [
+                helper.make_node("Transpose", [out], [f"nhwc_{tag}"], perm=[0, 2, 3, 1]),
+                helper.make_node("Reshape", [f"nhwc_{tag}", f"shape_{what}"], [tag]),
+            ]
+            outputs.append(standins._t(tag, ["anchors", channels]))
+    return standins._model(
+        nodes, [standins._t("input", ["batch", 3, "height", "width"])], outputs, inits, "distances"
+    )
+
+
+DETECTOR_STANDINS = {
+    "yoloface_8n": yoloface,
+    "retinaface_10g": lambda: distances(12),
+    "scrfd_2.5g": lambda: distances(13),
+}
+
+
+def write_detectors(directory: Path, yunet: Path | None = None) -> Path:
+    """The three stand-ins with their `.hash` beside them in `directory`, and `yunet` (OpenCV's
+    YuNet file) copied there as FaceFusion's yunet_2023_mar."""
+    for name, make in DETECTOR_STANDINS.items():
+        standins.write_standin(directory, name, make())
+    if yunet is not None:
+        data = Path(yunet).read_bytes()
+        (directory / "yunet_2023_mar.onnx").write_bytes(data)
+        (directory / "yunet_2023_mar.hash").write_text(standins.crc32_hex(data))
+    return directory

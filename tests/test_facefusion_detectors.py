@@ -1,0 +1,227 @@
+"""FaceFusion's face detectors in ffbatch (faces/facefusion_detectors.py) against FaceFusion 3.8.1's
+own functions, on the same pictures and the same model files.
+
+The reference is FaceFusion's face_detector, face_helper and face_recognizer run by
+scripts/facefusion_detect_reference.py: live, when a FaceFusion checkout and a Python that runs it
+are here ($FACEFUSION_SOURCE, $FACEFUSION_PYTHON; default /tmp/facefusion and
+/tmp/ff-venv312/bin/python), else tests/data/facefusion_detect_reference.json, which that script
+wrote from the same files:
+
+    .venv/bin/python tests/test_facefusion_detectors.py DIR
+    FF_PYTHON scripts/facefusion_detect_reference.py --facefusion FF --models DIR \\
+        --out tests/data/facefusion_detect_reference.json t1.jpg astronaut.png
+
+(DIR: the stand-ins of tests/standin_detectors.py, OpenCV's YuNet as yunet_2023_mar and the
+arcface stand-in of tests/standins.py; the pictures: the store's assets).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import standin_detectors
+import standins
+
+from facefusion_batch.errors import InputError
+from facefusion_batch.faces.detect import DetectorSettings, YuNetDetector
+from facefusion_batch.faces.facefusion_detectors import (
+    FaceFusionDetector,
+    FaceFusionDetectorSettings,
+    facefusion_detector_settings,
+)
+from facefusion_batch.faces.identity import Recogniser
+from facefusion_batch.kernels.host import HostKernels
+from facefusion_batch.models import store
+from facefusion_batch.models.facefusion import FACE_DETECTORS, MODELS
+from facefusion_batch.pipeline.build import Models, detect_sources, facefusion_detector, load_learned
+from facefusion_batch.runtime.onnxruntime_backend import OnnxRuntimeCpuBackend
+from facefusion_batch.video.stills import read_image
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMITTED = ROOT / "tests" / "data" / "facefusion_detect_reference.json"
+SCRIPT = ROOT / "scripts" / "facefusion_detect_reference.py"
+FF_SOURCE = Path(os.environ.get("FACEFUSION_SOURCE", "/tmp/facefusion"))
+FF_PYTHON = Path(os.environ.get("FACEFUSION_PYTHON", "/tmp/ff-venv312/bin/python"))
+
+_spec = importlib.util.spec_from_file_location("ff_reference", SCRIPT)
+assert _spec and _spec.loader
+ff_reference = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(ff_reference)
+CASES = ff_reference.CASES
+K = HostKernels()
+
+
+def write_models(directory: Path) -> Path:
+    standin_detectors.write_detectors(directory, store.model_path("yunet_2023mar"))
+    standins.write_standin(directory, "arcface_w600k_r50")
+    return directory
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory):
+    """A private store: the stand-ins' batch copies are made there, never in the real one."""
+    from facefusion_batch import paths
+
+    store.model_path("yunet_2023mar")  # fetched into the real store first, if need be
+    new = standins.copy_store(paths.ffbatch_home(), tmp_path_factory.mktemp("home"))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("FFBATCH_HOME", str(new))
+        yield new
+
+
+@pytest.fixture(scope="module")
+def model_dir(home, tmp_path_factory) -> Path:
+    return write_models(tmp_path_factory.mktemp("ffmodels"))
+
+
+@pytest.fixture(scope="module")
+def pictures(t1_path, astronaut_path) -> list[Path]:
+    return [t1_path, astronaut_path]
+
+
+@pytest.fixture(scope="module")
+def reference(model_dir, pictures, tmp_path_factory) -> dict:
+    if FF_PYTHON.is_file() and (FF_SOURCE / "facefusion" / "face_detector.py").is_file():
+        out = tmp_path_factory.mktemp("ref") / "reference.json"
+        subprocess.run(
+            [str(FF_PYTHON), str(SCRIPT), "--facefusion", str(FF_SOURCE), "--models", str(model_dir)]
+            + ["--out", str(out), *map(str, pictures)],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+        return json.loads(out.read_text())
+    return json.loads(COMMITTED.read_text())
+
+
+@pytest.fixture(scope="module")
+def ff_models(model_dir) -> Models:
+    backend = OnnxRuntimeCpuBackend(2)
+    yunet = backend.load(store.model_path("yunet_2023mar"), label="yunet_2023mar")
+    score = float(f"{math.sqrt(0.5):.6g}")  # FaceFusion's --face-detector-score 0.5, as the CLI rewrites it
+    return Models(backend=backend, detector=YuNetDetector(yunet, DetectorSettings(score_threshold=score)),
+                  models_dir=model_dir)  # fmt: skip
+
+
+def sessions(models: Models, model: str) -> dict:
+    return {MODELS[f].family: load_learned(models, f)[0] for f in FACE_DETECTORS[model]}
+
+
+def test_the_committed_reference_is_what_facefusion_gives(reference):
+    """The committed file is the script's output on today's stand-ins (regenerate it when they change)."""
+    committed = json.loads(COMMITTED.read_text())
+    assert committed["cases"].keys() == reference["cases"].keys()
+    for case in reference["cases"]:
+        for mine, theirs in zip(committed["cases"][case], reference["cases"][case], strict=True):
+            assert mine["score"] == pytest.approx(theirs["score"], abs=1e-6)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_faces_are_facefusions(case, ff_models, reference, pictures):
+    """Both pictures (different sizes) in one batch: the same faces, scores, boxes and five points
+    as FaceFusion's detect_faces(+by angle) and apply_nms, best first."""
+    model, size, angles, score = CASES[case]
+    settings = FaceFusionDetectorSettings(
+        model, int(size.split("x")[0]), tuple(angles), score, max_faces_per_frame=ff_reference.KEPT
+    )
+    table = FaceFusionDetector(sessions(ff_models, model), settings).detect(
+        K, [read_image(p) for p in pictures]
+    )
+    for i, theirs in enumerate(reference["cases"][case]):
+        mine = np.flatnonzero(table.frame_index == i)
+        assert len(mine) == len(theirs["score"]) > 0
+        np.testing.assert_allclose(table.score[mine], theirs["score"], atol=1e-6)
+        np.testing.assert_allclose(table.box[mine], theirs["box"], atol=2e-3)
+        np.testing.assert_allclose(table.landmarks5[mine], theirs["five"], atol=2e-3)
+
+
+class Counting:
+    """A session that counts its runs."""
+
+    def __init__(self, session) -> None:
+        self.session, self.runs = session, 0
+        self.inputs, self.outputs = session.inputs, session.outputs
+
+    def run(self, *args, **kw):
+        self.runs += 1
+        return self.session.run(*args, **kw)
+
+    def __getattr__(self, name):
+        return getattr(self.session, name)
+
+
+def test_one_model_call_per_batch(ff_models, pictures):
+    counted = {name: Counting(s) for name, s in sessions(ff_models, "many").items()}
+    settings = FaceFusionDetectorSettings("many", angles=(0, 90, 180))
+    table = FaceFusionDetector(counted, settings).detect(K, [read_image(p) for p in pictures] * 2)
+    assert {name: c.runs for name, c in counted.items()} == {"retinaface": 1, "scrfd": 1, "yolo_face": 1}
+    assert set(table.frame_index.tolist()) == {0, 1, 2, 3}
+
+
+def test_the_source_photo_is_detected_as_facefusion_does(ff_models, reference, astronaut_path):
+    """--embedding-convention facefusion: the 512×512 source photo is not enlarged before YuNet
+    (FaceFusion's yunet reading, cls·obj ≥ 0.5): its five points and embedding are FaceFusion's;
+    ffbatch's own letterbox (enlarged to 640) puts them elsewhere."""
+    theirs = reference["cases"]["yunet"][1]
+    _, frames, table = detect_sources(ff_models, (astronaut_path,), facefusion=True)
+    np.testing.assert_allclose(table.landmarks5[0], theirs["five"][0], atol=2e-3)
+    recogniser = Recogniser(load_learned(ff_models, "arcface_w600k_r50")[0])
+    embedding = recogniser.embed(K, frames, table)[0]
+    expected = np.array(theirs["embedding"])
+    cos = embedding @ expected / np.linalg.norm(embedding) / np.linalg.norm(expected)
+    assert cos > 0.99999
+    _, _, own = detect_sources(ff_models, (astronaut_path,))
+    assert np.abs(own.landmarks5[0] - table.landmarks5[0]).max() > 0.5
+
+
+def test_an_absent_detector_file_warns_and_yunet_detects(ff_models, tmp_path, caplog):
+    models = Models(backend=ff_models.backend, detector=ff_models.detector, models_dir=tmp_path)
+    standins.write_standin(tmp_path, "arcface_w600k_r50")  # a models dir with files, not the detector's
+    with caplog.at_level(logging.WARNING, logger="ffbatch"):
+        chosen = facefusion_detector(models, FaceFusionDetectorSettings("yolo_face"))
+    assert chosen is ff_models.detector
+    assert "yoloface_8n.onnx" in caplog.text and "ffbatch models fetch yoloface_8n" in caplog.text
+
+
+def test_options_take_facefusions_values():
+    s = facefusion_detector_settings("retinaface", "320x320", "0,90", float(f"{math.sqrt(0.5):.6g}"))
+    assert s == FaceFusionDetectorSettings("retinaface", 320, (0, 90), 0.5)
+    assert facefusion_detector_settings("yolo_face", None, None, None) == FaceFusionDetectorSettings()
+    assert facefusion_detector_settings(None, None, None, 0.6) is None
+    for bad in (("yolo_face", "320x320", None), ("yolov8", None, None), ("scrfd", None, "45")):
+        with pytest.raises(InputError):
+            facefusion_detector_settings(*bad, None)
+    with pytest.raises(InputError):
+        facefusion_detector_settings(None, "640x640", None, None)
+
+
+def test_facefusion_command_line_names_reach_render():
+    from facefusion_batch.cli import facefusion_argv
+
+    argv = [
+        "render",
+        "--face-detector-model",
+        "many",
+        "--face-detector-angles",
+        "0",
+        "90",
+        "--face-detector-score",
+        "0.5",
+    ]
+    assert facefusion_argv([*argv, "in.mp4"])[1:] == [
+        "--face-detector-model", "many", "--face-detector-angles", "0,90",
+        "--score-threshold", "0.707107", "in.mp4",
+    ]  # fmt: skip
+
+
+if __name__ == "__main__":  # write the models directory the script reads
+    write_models(Path(sys.argv[1]))
