@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from facefusion_batch.kernels.base import (
+    DETAIL_SIGMA,
     LAB_NEUTRAL,
     SHADE_LIMIT,
     STD_RATIO_RANGE,
@@ -50,6 +51,10 @@ class Primitives:
     pyr_down: Callable[[Array], Array]
     pyr_up: Callable[[Array, tuple[int, int]], Array]
     size: Callable[[Array], tuple[int, int]]
+    blur: Callable[[Array, float], Array]  # OpenCV's GaussianBlur, kernel size from sigma
+    grey: Callable[[Array], Array]  # BGR → grey plane (LUMA_BGR)
+    # the mean of a plane over a bool mask: a float on the host, one per image on the device
+    mask_mean: Callable[[Array, Array], Any]
 
 
 def transfer_colour(
@@ -216,3 +221,28 @@ def multiband_weights(ops: Primitives, alpha: Array, levels: int | None = None) 
             up = ops.pyr_up(up, ops.size(gauss[finer]))
         weights = ops.xp.maximum(weights, up)
     return ops.xp.clip(weights, 0.0, 1.0)
+
+
+# --- sharpness and grain ------------------------------------------------------------------------------
+
+
+def fine_detail(ops: Primitives, bgr: Array, mask: Array) -> Any:
+    """How much fine detail `bgr` holds on `mask`: the mean of |grey − its blur at DETAIL_SIGMA|."""
+    grey = ops.grey(bgr)
+    return ops.mask_mean(ops.xp.abs(grey - ops.blur(grey, DETAIL_SIGMA)), mask)
+
+
+def mix(weights: Sequence[Any], images: Sequence[Array]) -> Array:
+    """The images weighted and summed (each weight a number, or per image, shaped to broadcast):
+    the sharpness match's blend of the two blurs around the target's detail."""
+    out = weights[0] * images[0]
+    for w, image in zip(weights[1:], images[1:], strict=True):
+        out = out + w * image
+    return out
+
+
+def add_grain(ops: Primitives, face: Array, target: Array, skin: Array, gain: Any, limit: Any) -> Array:
+    """`face` with `gain` times the target's own fine residual (its grain: the target less its blur
+    at DETAIL_SIGMA, held to ±`limit` so the strong edges of its features do not ghost) on `skin`."""
+    residual = ops.xp.clip(target - ops.blur(target, DETAIL_SIGMA), -limit, limit)
+    return face + gain * residual * ops.per_pixel(skin)

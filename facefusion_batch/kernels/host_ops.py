@@ -16,7 +16,6 @@ from numpy.typing import ArrayLike
 
 from facefusion_batch.kernels import formulas
 from facefusion_batch.kernels.base import (
-    DETAIL_SIGMA,
     GRAIN_CLIP,
     LUMA_BGR,
     MODEL_MASK_BLUR,
@@ -246,8 +245,7 @@ def transfer_colour(
 
 
 def _detail(bgr: np.ndarray, mask: np.ndarray) -> float:
-    grey = bgr @ np.array(LUMA_BGR, np.float32)
-    return float(np.abs(grey - cv2.GaussianBlur(grey, (0, 0), DETAIL_SIGMA))[mask].mean())
+    return float(formulas.fine_detail(PRIMITIVES, bgr, mask))
 
 
 def match_sharpness(
@@ -262,7 +260,8 @@ def match_sharpness(
     detail = np.array([[_detail(b, skin) for b in blurs]])
     goal = _detail(target, skin)
     weights = sharpness_weights(detail, np.array([goal]))[0]
-    mixed = sum(w * b for w, b in zip(weights, blurs, strict=True) if w > 0).astype(np.float32)
+    chosen = [(w, b) for w, b in zip(weights, blurs, strict=True) if w > 0]
+    mixed = formulas.mix([w for w, _ in chosen], [b for _, b in chosen]).astype(np.float32)
     return mixed, float(weights @ detail[0]), goal
 
 
@@ -284,9 +283,7 @@ def match_grain(
     gain = float(grain_gain(have, goal))
     if gain <= 0:
         return face
-    limit = GRAIN_CLIP * goal
-    residual = np.clip(target - cv2.GaussianBlur(target, (0, 0), DETAIL_SIGMA), -limit, limit)
-    return (face + gain * residual * skin[..., None]).astype(np.float32)
+    return formulas.add_grain(PRIMITIVES, face, target, skin, gain, GRAIN_CLIP * goal).astype(np.float32)
 
 
 def feather(target: np.ndarray, face: np.ndarray, alpha: np.ndarray) -> np.ndarray:
@@ -471,4 +468,7 @@ PRIMITIVES = formulas.Primitives(
     pyr_down=cv2.pyrDown,
     pyr_up=lambda x, size: cv2.pyrUp(x, dstsize=(size[1], size[0])),
     size=lambda x: (x.shape[0], x.shape[1]),
+    blur=lambda x, sigma: cv2.GaussianBlur(x, (0, 0), sigma),
+    grey=lambda bgr: bgr @ np.array(LUMA_BGR, np.float32),
+    mask_mean=lambda plane, mask: float(plane[mask].mean()),
 )

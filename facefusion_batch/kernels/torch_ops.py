@@ -33,7 +33,6 @@ import torch.nn.functional as F
 
 from facefusion_batch.kernels import formulas
 from facefusion_batch.kernels.base import (
-    DETAIL_SIGMA,
     GRAIN_CLIP,
     LUMA_BGR,
     SHADE_LIMIT,
@@ -617,35 +616,21 @@ def mask_stats(image: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
     return mean, torch.sqrt(var) + 1e-3
 
 
-# the torch set's primitives for the shared formulas (kernels/formulas.py): channel-first images,
-# statistics [..., C, 1, 1]
-PRIMITIVES = formulas.Primitives(
-    xp=torch,
-    to_lab8=to_lab8,
-    from_lab8=lambda lab: lab8_to_bgr(to_uint8_levels(lab)),
-    mask_stats=mask_stats,
-    masked_blur=masked_blur,
-    has_pixels=lambda mask, n: mask.to(torch.float32).sum(dim=(-2, -1))[..., None, None, None] >= n,
-    channels=lambda x, start, stop: x[..., start:stop, :, :],
-    join_channels=lambda parts: torch.cat(parts, dim=-3),
-    per_pixel=lambda plane: plane.unsqueeze(-3),
-    per_channel=lambda vector: vector[..., None, None],
-    constant=lambda values, like: constant(
-        ("per_channel", tuple(values)), lambda: values, like.device, like.dtype
-    )[:, None, None],
-    pyr_down=pyr_down,
-    pyr_up=pyr_up,
-    size=lambda x: (int(x.shape[-2]), int(x.shape[-1])),
-)
+def grey(bgr: Tensor) -> Tensor:
+    """[..., 3, H, W] BGR → [..., H, W] grey (LUMA_BGR)."""
+    w = constant("sharpness-grey", lambda: np.array(LUMA_BGR, np.float32), bgr.device, bgr.dtype)
+    return (bgr * w[:, None, None]).sum(dim=-3)
+
+
+def mask_mean(plane: Tensor, mask: Tensor) -> Tensor:
+    """[...] the mean of each plane [..., H, W] over its mask (bool), 0 where the mask is empty."""
+    m = mask.to(plane.dtype)
+    return (plane * m).sum(dim=(-2, -1)) / m.sum(dim=(-2, -1)).clamp(min=1.0)
 
 
 def _detail(bgr: Tensor, mask: Tensor) -> Tensor:
-    """[N] mean fine detail of grey(bgr) ([N,3,H,W]) on mask ([N,H,W] bool)."""
-    w = constant("sharpness-grey", lambda: np.array(LUMA_BGR, np.float32), bgr.device)
-    grey = (bgr * w[None, :, None, None]).sum(dim=1, keepdim=True)
-    fine = (grey - gaussian_blur(grey, DETAIL_SIGMA)).abs()[:, 0]
-    m = mask.float()
-    return (fine * m).sum(dim=(1, 2)) / m.sum(dim=(1, 2)).clamp(min=1.0)
+    """[N] formulas.fine_detail of [N, 3, H, W] images on their masks [N, H, W]."""
+    return formulas.fine_detail(PRIMITIVES, bgr, mask)
 
 
 def match_sharpness(face: Tensor, target: Tensor, skin: Tensor) -> tuple[Tensor, np.ndarray, np.ndarray]:
@@ -660,9 +645,7 @@ def match_sharpness(face: Tensor, target: Tensor, skin: Tensor) -> tuple[Tensor,
     weights[small] = np.eye(len(blurs))[0]
     have = np.where(small, np.inf, (weights * both[:, :-1]).sum(axis=1))
     w = to_device(weights.astype(np.float32), face.device)
-    mixed = w[:, 0, None, None, None] * blurs[0]
-    for i, b in enumerate(blurs[1:], start=1):
-        mixed = mixed + w[:, i, None, None, None] * b
+    mixed = formulas.mix([w[:, i, None, None, None] for i in range(len(blurs))], blurs)
     return mixed, have, both[:, -1]
 
 
@@ -684,10 +667,8 @@ def match_grain(
     if not gain.any():
         return face
     limit = to_device((GRAIN_CLIP * goal).astype(np.float32), face.device)[:, None, None, None]
-    residual = target - gaussian_blur(target, DETAIL_SIGMA)
-    residual = torch.maximum(torch.minimum(residual, limit), -limit)
     gains = to_device(gain.astype(np.float32), face.device)[:, None, None, None]
-    return face + gains * residual * skin[:, None].to(face.dtype)
+    return formulas.add_grain(PRIMITIVES, face, target, skin, gains, limit)
 
 
 def inset_ramp(covered: Tensor, widths: list[int]) -> Tensor:
@@ -715,3 +696,28 @@ def multiband(target: Tensor, face: Tensor, alpha: Tensor, levels: int | None = 
 def multiband_weights(alpha: Tensor, levels: int | None = None) -> Tensor:
     """formulas.multiband_weights of alpha [..., H, W], for a matte."""
     return formulas.multiband_weights(PRIMITIVES, alpha, levels)
+
+
+# the torch set's primitives for the shared formulas (kernels/formulas.py): channel-first images,
+# statistics [..., C, 1, 1]
+PRIMITIVES = formulas.Primitives(
+    xp=torch,
+    to_lab8=to_lab8,
+    from_lab8=lambda lab: lab8_to_bgr(to_uint8_levels(lab)),
+    mask_stats=mask_stats,
+    masked_blur=masked_blur,
+    has_pixels=lambda mask, n: mask.to(torch.float32).sum(dim=(-2, -1))[..., None, None, None] >= n,
+    channels=lambda x, start, stop: x[..., start:stop, :, :],
+    join_channels=lambda parts: torch.cat(parts, dim=-3),
+    per_pixel=lambda plane: plane.unsqueeze(-3),
+    per_channel=lambda vector: vector[..., None, None],
+    constant=lambda values, like: constant(
+        ("per_channel", tuple(values)), lambda: values, like.device, like.dtype
+    )[:, None, None],
+    pyr_down=pyr_down,
+    pyr_up=pyr_up,
+    size=lambda x: (int(x.shape[-2]), int(x.shape[-1])),
+    blur=gaussian_blur,
+    grey=grey,
+    mask_mean=mask_mean,
+)
