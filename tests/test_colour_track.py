@@ -90,6 +90,7 @@ def pumping(out: list[np.ndarray], away: np.ndarray) -> float:
     return max(float(np.abs(out[i].astype(int) - out[5].astype(int))[away].mean()) for i in (6, 7, 8))
 
 
+@pytest.mark.slow
 def test_a_bar_in_front_for_three_frames_does_not_pump_the_face(models, t1_path, barred):
     frames, table, away = barred
     own = pumping(swap_clip(HOST, models, t1_path, frames, table, window=0), away)
@@ -97,6 +98,7 @@ def test_a_bar_in_front_for_three_frames_does_not_pump_the_face(models, t1_path,
     assert tracked <= 0.6 * own, (tracked, own)
 
 
+@pytest.mark.slow
 def test_track_colours_alike_on_both_kernel_sets(models, t1_path, barred):
     if TorchKernels is None:
         pytest.skip("torch is not installed")

@@ -86,6 +86,12 @@ FF_ENHANCERS = {
     "restoreformer_plus_plus": ("ffhq_512", 512),
 }
 ENHANCERS = tuple(FF_ENHANCERS)
+# the largest models' cases take over 10 s on the 2-core build machine
+SLOW_MODELS = {"simswap_unofficial_512", "gpen_bfr_2048"}
+
+
+def marked(names) -> list:
+    return [pytest.param(n, marks=pytest.mark.slow) if n in SLOW_MODELS else n for n in names]
 
 
 # --- FaceFusion's formulas, re-derived -------------------------------------------------------------
@@ -304,7 +310,7 @@ def assert_parity(what, ours, theirs):
 
 
 @pytest.mark.parametrize("option", list(OPTIONS))
-@pytest.mark.parametrize("name", list(FF_SWAPPERS))
+@pytest.mark.parametrize("name", marked(FF_SWAPPERS))
 def test_swap_matches_facefusion_within_one_level(backend, standin_dir, scene, name, option):
     o = OPTIONS[option]
     masks = o.get("masks", ("box",))
@@ -334,7 +340,7 @@ def test_the_insightface_convention_is_a_real_difference(backend, standin_dir, s
     assert diff(ours, theirs)[2] > 1000
 
 
-@pytest.mark.parametrize("name", ENHANCERS)
+@pytest.mark.parametrize("name", marked(ENHANCERS))
 def test_enhance_matches_facefusion_within_one_level(backend, standin_dir, scene, name):
     target, _, tables = scene
     model = MODELS[name]

@@ -132,6 +132,7 @@ def test_plan_json_describes_every_chunk(work, inputs, source):
     assert a["join"]["argv"][a["join"]["argv"].index("--audio-from") + 1] == str(inputs["a"])
 
 
+@pytest.mark.slow
 def test_plan_shell_lines_run_and_make_the_video(work, inputs, source):
     out = work / "planned out.mp4"
     text = plan(
@@ -151,6 +152,7 @@ def test_plan_shell_lines_run_and_make_the_video(work, inputs, source):
     assert not (work / ".planned out.mp4.ffbatch").exists()  # concat --clean removed the segments
 
 
+@pytest.mark.slow
 def test_plan_slurm_and_opencue_dispatch_each_task(work, inputs, source):
     args = (inputs["a"], inputs["c"], "-s", source, "--chunk-frames", "5", "--output-dir", work / "o")
     tasks = [

@@ -7,7 +7,6 @@ installed the test that needs it is skipped; the message test always runs.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -16,6 +15,7 @@ import cv2
 import numpy as np
 import pytest
 from media import audio_packets, decode_all, make_clip
+from test_cli import ffbatch_here
 from test_compositing_outputs import decoded, sequence
 
 from facefusion_batch.config import RenderSettings
@@ -42,17 +42,10 @@ def source(work) -> Path:
     return path
 
 
-def test_ray_missing_is_a_usage_error(tmp_path, clip, source):
-    fake = tmp_path / "site" / "ray"
-    fake.mkdir(parents=True)
-    (fake / "__init__.py").write_text("raise ImportError('No module named ray')\n")
+def test_ray_missing_is_a_usage_error(tmp_path, clip, source, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError, as without it
     out = tmp_path / "o.mp4"
-    proc = subprocess.run(
-        [sys.executable, "-m", "facefusion_batch", "render", clip, "-s", source, "-o", out, "--ray", "auto"],
-        capture_output=True,
-        text=True,
-        env={"PYTHONPATH": str(fake.parent), "PATH": "/usr/bin:/bin", "HOME": str(Path.home())},
-    )
+    proc = ffbatch_here("render", clip, "-s", source, "-o", out, "--ray", "auto")
     assert proc.returncode == 2, proc.stderr
     assert "pip install" in proc.stderr and "ray" in proc.stderr and "Traceback" not in proc.stderr
     assert not out.exists()

@@ -165,6 +165,7 @@ def interrupt_after(frames: int):
     return on_progress
 
 
+@pytest.mark.slow
 def test_changed_settings_start_over_and_force_too(tmp_path, settings, renderer, reference, clip):
     job = replace(settings, output=tmp_path / "o.mp4", chunk_frames=CHUNK)
     with pytest.raises(Interrupted, match="resume"):
@@ -195,6 +196,7 @@ def test_changed_settings_start_over_and_force_too(tmp_path, settings, renderer,
     assert_same_video(job.output, reference, clip)
 
 
+@pytest.mark.slow
 def test_a_changed_segment_is_rendered_again(tmp_path, settings, renderer, reference, clip):
     job = replace(settings, output=tmp_path / "o.mp4", chunk_frames=CHUNK)
     with pytest.raises(Interrupted):
@@ -242,6 +244,7 @@ def test_chunk_options_are_checked(tmp_path, settings, renderer):
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_a_chunked_render_adopts_the_segments_a_farm_left(tmp_path, settings, renderer, reference, clip):
     from facefusion_batch.farm.manifest import segment_name
 

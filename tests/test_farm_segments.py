@@ -136,6 +136,7 @@ def test_a_range_outside_the_video_is_refused(tmp_path):
 # -- segments + concat = one render --------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_segments_joined_equal_one_full_render(work, face_clip, source, full_lossless):
     segs = work / "segs"
     ranges = ["0:10", "10:25", "25:"]

@@ -441,6 +441,7 @@ def test_fan_out_over_processes_writes_the_whole_renders_compositing_outputs(tmp
     assert_same_compositing(job, whole)
 
 
+@pytest.mark.slow
 def test_a_failed_fan_out_leaves_no_compositing_output_and_a_rerun_reuses_the_finished_range(
     tmp_path, composited
 ):

@@ -243,7 +243,9 @@ def _real_feeds(name):
     return {"input_1": r.uniform(0, 1, (4, 3, 192, 192)).astype(np.float32)}
 
 
-@pytest.mark.parametrize("name", ["yunet_2023mar_batch", "face_mesh_468"])
+@pytest.mark.parametrize(
+    "name", ["yunet_2023mar_batch", pytest.param("face_mesh_468", marks=pytest.mark.slow)]
+)
 def test_real_models_agree_with_onnxruntime_fp32_and_fp16(real_models, name):
     model = onnx.load(str(real_models[name]))
     feeds = _real_feeds(name)
@@ -252,6 +254,7 @@ def test_real_models_agree_with_onnxruntime_fp32_and_fp16(real_models, name):
     assert relative_deviation(ref, _torch(model, feeds, torch.float16)) <= FP16_TOLERANCE
 
 
+@pytest.mark.slow
 def test_fp16_onnx_file_runs(real_models):
     from facefusion_batch.models.convert import to_float16
 
@@ -337,7 +340,9 @@ def test_bucketed_batch_sizes():
     assert len({bucket_batch(n) for n in range(1, 257)}) == 4 + 16  # few shapes for cuDNN to tune
 
 
-@pytest.mark.parametrize("name", ["yunet_2023mar_batch", "face_mesh_468"])
+@pytest.mark.parametrize(
+    "name", ["yunet_2023mar_batch", pytest.param("face_mesh_468", marks=pytest.mark.slow)]
+)
 def test_padded_batches_give_the_unpadded_outputs(real_models, name):
     """On a GPU a call of 3 items runs as 4 (the last repeated) and is trimmed back: same outputs,
     also where the batch is folded into another axis (YuNet)."""

@@ -191,6 +191,7 @@ def test_render_on_a_device_backend_keeps_frames_as_planes(tmp_path, monkeypatch
 ASTRONAUT = asset_path("astronaut.png")
 
 
+@pytest.mark.slow
 def test_device_backend_keeps_a_ten_bit_input_at_ten_bits(tmp_path, monkeypatch, t1_small, cpu_torch_models):
     """A 10-bit 4:2:2 input on the device kernel set: BGR to the device, the native pictures on
     the host (video/native.py): the same pixel format out, untouched outside the faces."""

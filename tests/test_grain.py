@@ -65,6 +65,7 @@ def test_a_noisy_shot_keeps_its_grain_on_the_swapped_skin(models, t1_path, noisy
     assert 0.75 * goal < grained < 1.2 * goal, (grained, goal)
 
 
+@pytest.mark.slow
 def test_a_clean_shot_gets_no_grain(models, astronaut_path, t1_image, t1_faces):
     image = np.ascontiguousarray(t1_image)
     plain = render(HOST, models, astronaut_path, image, t1_faces, False)
@@ -75,6 +76,7 @@ def test_a_clean_shot_gets_no_grain(models, astronaut_path, t1_image, t1_faces):
     assert np.abs(grained.astype(int) - plain.astype(int)).mean() < 0.3
 
 
+@pytest.mark.slow
 def test_grain_matching_alike_on_both_kernel_sets(models, t1_path, noisy_target):
     if TorchKernels is None:
         pytest.skip("torch is not installed")

@@ -115,6 +115,7 @@ def eye_change(before: np.ndarray, after: np.ndarray, table, regions) -> float:
     return float(np.abs(after.astype(np.int16) - before.astype(np.int16))[mask > 0].mean())
 
 
+@pytest.mark.slow
 def test_shut_target_eyes_stay_the_targets_own(models, own_eyes, swapper, t1_image, t1_faces):
     image = np.ascontiguousarray(t1_image)
     shapes = np.array([image.shape[:2]])
@@ -139,6 +140,7 @@ def test_shut_target_eyes_stay_the_targets_own(models, own_eyes, swapper, t1_ima
     assert wide > 10 and held < 0.3 * wide, (wide, held)
 
 
+@pytest.mark.slow
 def test_held_eyes_paint_alike_on_both_kernel_sets(models, swapper, t1_image, t1_faces):
     if TorchKernels is None:
         pytest.skip("torch is not installed")

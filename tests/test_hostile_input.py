@@ -300,6 +300,7 @@ def concealed_clip(tmp_path_factory) -> Path:
     pytest.fail("no damage in 80 tries left every frame decodable but concealed")
 
 
+@pytest.mark.slow
 def test_a_frame_the_decoder_concealed_is_exit_2_unless_skipped(tmp_path, concealed_clip, astronaut_path):
     out = tmp_path / "out.mkv"
     proc = ffbatch("render", concealed_clip, "-s", astronaut_path, "-o", out, "-q")

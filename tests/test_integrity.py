@@ -144,6 +144,7 @@ def face_clip_long(tmp_path_factory, t1_small) -> Path:
     )
 
 
+@pytest.mark.slow
 def test_the_partial_file_of_a_killed_job_is_removed_by_the_next_run(
     tmp_path, face_clip_long, astronaut_path
 ):
@@ -449,6 +450,7 @@ def test_the_input_fingerprint_changes_when_any_byte_changes(tmp_path):
     assert file_fingerprint(path) != before
 
 
+@pytest.mark.slow
 def test_segments_of_one_file_spelled_two_ways_join(work):
     """One input named /abs/in.mp4 by one farm task and in.mp4 by another: one digest, so
     concat accepts them; a same-size edit of the input makes the segment stale."""
@@ -470,6 +472,7 @@ def test_segments_of_one_file_spelled_two_ways_join(work):
     assert "up to date" not in edited.stderr
 
 
+@pytest.mark.slow
 def test_concat_joins_matroska_segments_into_mp4_with_the_audio(tmp_path, astronaut_path):
     clip = make_clip(tmp_path / "in.mp4", frames=30, size=(96, 64), audio="aac")
     for name, frames in (("a.mkv", "0:15"), ("b.mkv", "15:30")):
@@ -512,6 +515,7 @@ def test_the_settings_digest_is_free_of_path_spelling(work, monkeypatch):
     assert digest("in.mp4", "face.png", "other.png") != relative
 
 
+@pytest.mark.slow
 def test_a_piped_stderr_gets_plain_progress_lines(tmp_path, face_clip_long, astronaut_path):
     out = tmp_path / "o.mp4"
     env = {**os.environ, "FFBATCH_PROGRESS_SECONDS": "0.5"}
@@ -527,6 +531,7 @@ def test_a_piped_stderr_gets_plain_progress_lines(tmp_path, face_clip_long, astr
     assert "\r" not in proc.stderr  # no bar redrawn into a log
 
 
+@pytest.mark.slow
 def test_fail_if_no_faces_writes_nothing_and_zero_faces_warns(work):
     proc = render(work, "--fail-if-no-faces", "--report", work / "r.json")  # synthetic frames: no face
     assert_usage_error(proc, "--fail-if-no-faces", "no face was swapped")
@@ -670,6 +675,7 @@ def drop_last_packets(segment: Path, out: Path, keep: int) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_a_segment_cut_short_is_never_up_to_date_nor_joined(tmp_path, astronaut_path):
     clip = make_clip(tmp_path / "in.mp4", frames=20, size=(96, 64), audio=None)
     seg = {name: tmp_path / f"{name}.mp4" for name in ("a", "b")}

@@ -189,7 +189,7 @@ def compare(host, device, frames, *, mean, p999, big=None):
     return a, b
 
 
-@pytest.mark.parametrize("blend", ["multiband", "poisson"])
+@pytest.mark.parametrize("blend", ["multiband", pytest.param("poisson", marks=pytest.mark.slow)])
 def test_classical_pipeline_on_both_kernel_sets(models, standin_dir, astronaut_path, t1_image, blend):
     host, device = pipelines(models, standin_dir, astronaut_path, ClassicalSettings(blend=blend))
     compare(host, device, [t1_image], mean=0.1, p999=6, big=1e-3)
@@ -275,6 +275,7 @@ def occluded_pixels(table, shape) -> np.ndarray:
     return out
 
 
+@pytest.mark.slow
 def test_classical_swap_keeps_what_the_occlusion_model_says_is_in_front(
     models, standin_dir, astronaut_path, t1_image, t1_faces
 ):
