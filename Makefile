@@ -47,7 +47,7 @@ $(OUT)/demo-swapped.mp4: $(INPUTS)/demo.mp4 | models
 	$(BIN)/ffbatch render $(INPUTS)/demo.mp4 --source $(INPUTS)/source.png \
 		-o $(OUT)/demo-swapped.mp4 --overwrite --report $(OUT)/demo-report.json
 	$(BIN)/ffbatch preview $(INPUTS)/demo.mp4 --source $(INPUTS)/source.png \
-		-o $(OUT)/demo-preview.png --crops --quiet
+		-o $(OUT)/demo-preview.png --crops --quiet --overwrite
 
 demo: models $(OUT)/demo-swapped.mp4
 	@echo "output: $(abspath $(OUT)/demo-swapped.mp4)"

@@ -921,6 +921,7 @@ def preview(
     output: Annotated[Path, typer.Option("--output", "-o", help="Contact sheet image (.png).")],
     source: SourceOpt = None,
     frames: Annotated[int, typer.Option(help="How many frames to sample.")] = 4,
+    overwrite: Annotated[bool, typer.Option(help="Replace the sheet if it exists.")] = False,
     faces: FacesOpt = "many",
     blend: BlendOpt = "multiband",
     eyes_mouth: EyesMouthOpt = "eyes",
@@ -1184,6 +1185,9 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point: maps every failure to a message on stderr and an exit status."""
     debug = bool(os.environ.get("FFBATCH_DEBUG"))
     _fill_closed_std_fds()
+    for name, fd in (("stdout", 1), ("stderr", 2)):  # closed at start-up: Python left None there
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(fd, "w", closefd=False))  # noqa: SIM115 - the process's own
     forget_signals()
     # the run's one signal handler set, from before anything loads; put back as main() ends (a
     # caller in-process, a test, keeps its own)

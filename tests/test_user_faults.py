@@ -72,3 +72,41 @@ def test_standard_output_that_cannot_be_written_is_exit_2(where, clip, astronaut
         stderr
     )
     assert "Exception ignored" not in stderr and (tmp_path / "o.mp4").is_file()
+
+
+def test_a_render_with_stderr_closed_is_not_an_internal_error(clip, astronaut_path, tmp_path):
+    """`2>&-`: Python starts with sys.stderr None; the progress and the log must not trip on it."""
+    args = [
+        sys.executable,
+        "-m",
+        "facefusion_batch",
+        "render",
+        clip,
+        "-s",
+        astronaut_path,
+        "-o",
+        tmp_path / "o.mp4",
+    ]
+    proc = subprocess.run(
+        list(map(str, args)),
+        stdout=subprocess.PIPE,
+        text=True,
+        timeout=300,
+        pass_fds=(),
+        preexec_fn=lambda: os.close(2),
+    )
+    assert proc.returncode == 0 and "internal error" not in proc.stdout, proc.stdout
+    assert (tmp_path / "o.mp4").is_file()
+
+
+def test_preview_refuses_a_video_name_and_an_existing_sheet_without_overwrite(clip, astronaut_path, tmp_path):
+    video = run("preview", clip, "-s", astronaut_path, "-o", tmp_path / "sheet.mp4")
+    assert video.returncode == 2 and "name it .png or .jpg" in video.stderr, video.stderr
+    sheet = tmp_path / "sheet.png"
+    sheet.write_bytes(b"someone's picture")
+    again = run("preview", clip, "-s", astronaut_path, "-o", sheet, "--frames", "1")
+    assert again.returncode == 2 and "--overwrite" in again.stderr, again.stderr
+    assert sheet.read_bytes() == b"someone's picture"
+    replaced = run("preview", clip, "-s", astronaut_path, "-o", sheet, "--frames", "1", "--overwrite")
+    assert replaced.returncode == 0, replaced.stderr
+    assert sheet.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

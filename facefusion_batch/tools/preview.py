@@ -102,6 +102,10 @@ def preview_command(settings: RenderSettings, frames: int, output: Path, crops: 
     """Sample `frames` frames of the input, swap them in one batch, write the sheet to `output`;
     `crops`: every swapped face at 1:1 too, under its row."""
     check_writes([("preview -o", Path(output))], files_read(settings))
+    if not cv2.haveImageWriter(str(output)):
+        raise InputError(f"preview -o {output}: the contact sheet is an image; name it .png or .jpg")
+    if Path(output).exists() and not settings.overwrite:
+        raise InputError(f"preview -o {output} already exists; pass --overwrite to replace it")
     with claim_output(Path(output), "preview"):
         _preview(settings, frames, Path(output), crops)
 
