@@ -777,6 +777,13 @@ def render(
     fail_if_no_faces: Annotated[
         bool, typer.Option(help="Exit 2, writing nothing, when not one face was swapped.")
     ] = False,
+    fail_on_truncated: Annotated[
+        bool,
+        typer.Option(
+            help="Exit 2 before rendering when the input's video stops before the end its container "
+            "declares (a truncated or damaged file; without it: a warning, and the frames that are there)."
+        ),
+    ] = False,
     overwrite: Annotated[bool, typer.Option(help="Replace an existing output file.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar, warnings only.")] = False,
     verbose: VerboseOpt = False,

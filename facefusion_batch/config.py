@@ -133,6 +133,7 @@ class RenderSettings:
     on_decode_error: str = "fail"
     source_face_index: int = 0  # which face of each --source photo, largest first
     fail_if_no_faces: bool = False  # exit 2, writing nothing, when not one face was swapped
+    fail_on_truncated: bool = False  # exit 2 before rendering when the input's video stops early
     input_fps: float | None = None  # an image sequence input's frame rate (--fps; default 24)
 
     @property

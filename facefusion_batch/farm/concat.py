@@ -266,6 +266,7 @@ def join_segments(
     infos = check_segments([inspect_segment(Path(p)) for p in paths], across_versions)
     if audio_from is not None:
         check_readable_file(Path(audio_from), "--audio-from file")
+        warn_other_audio(infos, Path(audio_from))
     for seg in infos:
         if _same_file(seg.path, output):
             raise InputError(f"output {output} is one of the segments; choose another output path")
@@ -298,6 +299,30 @@ def join_segments(
     elapsed = time.perf_counter() - started
     log.info("joined %d segments (%d packets) into %s in %.2f s", len(infos), packets, output, elapsed)
     return JoinReport(output, len(infos), packets, audio_packets, elapsed, output.stat().st_size)
+
+
+def warn_other_audio(infos: list[SegmentInfo], audio_from: Path) -> None:
+    """A warning when --audio-from is not the input the segments were rendered from (their tags
+    name it): its audio is muxed as it is, however long, so a wrong file is heard, not refused."""
+    rendered_from = {seg.input for seg in infos if seg.input}
+    if not rendered_from or audio_from.name in rendered_from:
+        return
+    video_s = (
+        sum((seg.last_pts - seg.first_pts + (seg.frame_step or 0)) for seg in infos) * infos[0].time_base
+    )
+    try:
+        with av.open(ffmpeg_path(audio_from)) as container:
+            audio_s = (container.duration or 0) / av.time_base
+    except (av.error.FFmpegError, OSError):
+        audio_s = 0.0
+    log.warning(
+        "--audio-from %s is not the input the segments were rendered from (%s); its audio (%.2f s) is "
+        "muxed as it is under %.2f s of video",
+        audio_from,
+        ", ".join(sorted(rendered_from)),
+        audio_s,
+        float(video_s),
+    )
 
 
 def _input_tags(path: Path | None, fmt: str, only: str | None = None) -> dict[str, str]:

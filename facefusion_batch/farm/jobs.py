@@ -63,10 +63,11 @@ from facefusion_batch.pipeline.run import (
 from facefusion_batch.progress import Progress
 from facefusion_batch.timing import StageTimer
 from facefusion_batch.video.compositing import describe_output, open_compositing_writers
+from facefusion_batch.video.formats import CONTAINERS, check_fits
 from facefusion_batch.video.hwaccel import hwaccel_problem
 from facefusion_batch.video.probe import probe
 from facefusion_batch.video.reader import FrameReader
-from facefusion_batch.video.segments import parse_range
+from facefusion_batch.video.segments import check_complete, parse_range
 from facefusion_batch.video.sequence import (
     SequenceWriter,
     check_sequence_output,
@@ -74,8 +75,11 @@ from facefusion_batch.video.sequence import (
     is_sequence_pattern,
 )
 from facefusion_batch.video.stills import (
+    DEEP_IMAGE_SUFFIXES,
     IMAGE_SUFFIXES,
     is_still_image,
+    keep_depth,
+    read_deep_image,
     read_image,
     still_stream_map,
     write_image_atomically,
@@ -117,11 +121,17 @@ def render(
             _write_report_quietly(settings, {"status": "failed", "message": str(exc)}, WarningLog())
         raise
     with claim_output(settings.output), WarningLog() as warnings:
+        partial: list[JobReport] = []  # the job's report as far as it got: a failed one says how far
         try:
-            report = _render_claimed(settings, on_progress, on_start, renderer, output_tags, started)
+            report = _render_claimed(settings, on_progress, on_start, renderer, output_tags, started, partial)
         except (Exception, KeyboardInterrupt) as exc:
             if settings.report:
-                _write_report_quietly(settings, failure_record(exc), warnings)
+                done = (
+                    {"frames_in": partial[0].frames_in, "frames_out": partial[0].frames_out}
+                    if partial
+                    else {}
+                )
+                _write_report_quietly(settings, {**done, **failure_record(exc)}, warnings)
             raise
         if settings.report:
             write_report(settings, report.summary(), warnings)
@@ -184,7 +194,9 @@ def write_report(settings: RenderSettings, data: dict[str, Any], warnings: Warni
     write_json_atomically(settings.report, record)
 
 
-def _render_claimed(settings, on_progress, on_start, renderer, output_tags, started) -> JobReport:
+def _render_claimed(
+    settings, on_progress, on_start, renderer, output_tags, started, partial=None
+) -> JobReport:
     if settings.device.hwaccel != "none":
         problem = hwaccel_problem(settings.device.hwaccel)
         if problem:
@@ -195,6 +207,8 @@ def _render_claimed(settings, on_progress, on_start, renderer, output_tags, star
     if is_still_image(settings.input) and not is_sequence_pattern(settings.input):
         return render_still(settings, renderer, started)
     info = probe(settings.input, fps=settings.input_fps)
+    if settings.fail_on_truncated and not is_sequence_pattern(settings.input):
+        check_complete(info)
     start_number = settings.encoder.start_number
     if start_number is None:
         start_number = default_start_number(settings.input)
@@ -215,6 +229,8 @@ def _render_claimed(settings, on_progress, on_start, renderer, output_tags, star
             renderer = Renderer.load(settings)
         timer.add("load", renderer.load_seconds)
     report = renderer.new_report(settings)
+    if partial is not None:
+        partial.append(report)
     report.reduced = reduced
     report.clock_discontinuities = len(info.clock.discontinuities)
     if info.clock:
@@ -323,6 +339,15 @@ def render_still(settings: RenderSettings, renderer: Renderer | None, started: f
     for option, _ in compositing_outputs(settings):
         raise InputError(f"input {settings.input} is a still image: {option} is written for videos only")
     image = read_image(settings.input, what="input")
+    deep = read_deep_image(settings.input)  # a 16-bit still stays 16-bit, or is refused
+    if deep is not None and settings.output.suffix.lower() not in DEEP_IMAGE_SUFFIXES:
+        if not settings.encoder.allow_reduce:
+            raise InputError(
+                f"input {settings.input} is a 16-bit image: write a .png or .tif to keep its 16 bits, "
+                f"or pass --allow-reduce to write {settings.output.suffix} at 8 bits"
+            )
+        log.warning("%s: the 16-bit input is written at 8 bits (--allow-reduce)", settings.output)
+        deep = None
     timer = StageTimer()
     if renderer is None:
         with sigterm_as_interrupt():  # loading is guarded too: a signal there ends the job, no output
@@ -332,7 +357,8 @@ def render_still(settings: RenderSettings, renderer: Renderer | None, started: f
     with timer.stage("swap_image"):
         result = renderer.swap([image])
     check_faces_swapped(settings, result.faces_swapped, result.faces_found, "output")
-    write_image_atomically(settings.output, result.frames[0])
+    out = result.frames[0] if deep is None else keep_depth(deep, image, result.frames[0])
+    write_image_atomically(settings.output, out)
     report.frames_in = report.frames_out = 1
     report.faces_found = result.faces_found
     report.faces_swapped = result.faces_swapped
@@ -447,6 +473,9 @@ def run_render_command(
     else:
         assert output_dir is not None  # one of them was given (checked above)
         outputs = outputs_for(inputs, output_dir, output_pattern)
+    for out in outputs:  # every input's, before the first render: not half-way through the run
+        if not is_sequence_pattern(out) and Path(out).suffix.lower() in CONTAINERS:
+            check_fits(base.encoder.codec, Path(out))
     jobs = [job_for(base, i, o) for i, o in zip(inputs, outputs, strict=True)]
     # before any work: no output (nor the report) is a file any job of the run reads
     writes = [

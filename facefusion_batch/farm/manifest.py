@@ -63,6 +63,7 @@ _NOT_IN_DIGEST = frozenset(
         "force",
         "reuse_across_versions",
         "fail_if_no_faces",
+        "fail_on_truncated",
         "device",  # only what of it changes pixels: DEVICE_IN_DIGEST
     }
 )

@@ -39,7 +39,7 @@ from facefusion_batch.video.h264_fields import FieldPairs
 from facefusion_batch.video.mpeg4 import NotCodedVops
 from facefusion_batch.video.probe import pick_video_stream, sequence_numbers
 from facefusion_batch.video.sequence import is_sequence_pattern
-from facefusion_batch.video.stream_end import PacketEnd
+from facefusion_batch.video.stream_end import PacketEnd, judge_end
 from facefusion_batch.video.timing import ClockMap, ClockScan, has_clock, shift_ticks
 
 TAG_FRAMES = "ffbatch_frames"
@@ -335,6 +335,14 @@ def _moved(clock: ClockMap, stream: int, pts: list[int], positions: list, time_b
     return [
         p + shift_ticks(rebaser.shift(stream, pos), time_base) for p, pos in zip(pts, positions, strict=True)
     ]
+
+
+def check_complete(info) -> None:
+    """--fail-on-truncated: exit 2 before any rendering when the input's video packets stop before
+    the end its container declares (one demux pass; a plain render would only warn)."""
+    index = frame_index(info.path, info.video_stream_index)
+    if index.end is not None:
+        judge_end(info, index.end, index.count, fail=True, warn=False, strict=True)
 
 
 def video_packet_count(path: str | Path) -> int | None:

@@ -37,7 +37,8 @@ SEQUENCE_CODECS = {
     ".dpx": ("dpx", "rgb24"),
     ".exr": ("exr", "gbrpf32le"),
 }
-# the default for an input deeper than 8 bits (written at its precision, video/native.py)
+# the default for an input deeper than 8 bits (written at its precision, video/native.py); DPX
+# keeps a 10- or 12-bit input's own depth (gbrp10le/gbrp12le, what 10-bit DPX plates hold)
 SEQUENCE_DEEP = {".png": "rgb48be", ".tif": "rgb48le", ".tiff": "rgb48le", ".dpx": "rgb48le"}
 DEFAULT_START_NUMBER = 1001
 _PATTERN = re.compile(r"%(0\d+)?d")
@@ -95,7 +96,8 @@ def sequence_codec(pattern: Path, pix_fmt: str | None, bits: int = 8) -> tuple[s
         formats = [f.name for f in av.Codec(codec, "w").video_formats or ()]
     except (av.codec.codec.UnknownCodecError, ValueError, av.error.FFmpegError):
         raise InputError(f"output {pattern}: this FFmpeg build cannot write {suffix} images") from None
-    chosen = pix_fmt or (SEQUENCE_DEEP.get(suffix, default) if bits > 8 else default)
+    deep = f"gbrp{bits}le" if suffix == ".dpx" and bits in (10, 12) else SEQUENCE_DEEP.get(suffix, default)
+    chosen = pix_fmt or (deep if bits > 8 else default)  # a 10-bit DPX plate comes back 10-bit
     if chosen not in formats:
         raise InputError(
             f"--pix-fmt {chosen!r} cannot be written as {suffix} images; choose one of: {', '.join(formats)}"

@@ -50,6 +50,31 @@ def read_image(path: Path, what: str = "--source") -> np.ndarray:
     return np.ascontiguousarray(image)
 
 
+# the still formats that hold 16 bits per channel (cv2 writes uint16 to them as it is)
+DEEP_IMAGE_SUFFIXES = (".png", ".tif", ".tiff")
+
+
+def read_deep_image(path: Path) -> np.ndarray | None:
+    """A 16-bit still's own pixels, upright, BGR (grey made BGR) or BGRA; None for an 8-bit one."""
+    data = np.fromfile(str(path), dtype=np.uint8)
+    image = cv2.imdecode(data, cv2.IMREAD_UNCHANGED) if data.size else None
+    if image is None or image.dtype != np.uint16:
+        return None
+    image = apply_orientation(image, exif_orientation(data.tobytes()))
+    return cv2.cvtColor(image, cv2.COLOR_GRAY2BGR) if image.ndim == 2 else np.ascontiguousarray(image)
+
+
+def keep_depth(deep: np.ndarray, seen: np.ndarray, result: np.ndarray) -> np.ndarray:
+    """The swap's 8-bit `result` of the 8-bit picture it `seen` put back into the 16-bit still
+    `deep`: every pixel the swap left alone keeps its 16 bits (and alpha); the faces it changed
+    are 8-bit precision scaled to 16."""
+    changed = np.any(result != seen, axis=2)
+    out = deep.copy()
+    colour = out[..., :3]
+    colour[changed] = result[changed].astype(np.uint16) * 257
+    return out
+
+
 def write_image_atomically(path: Path, image: np.ndarray) -> None:
     """`image` (BGR) encoded by the extension of `path`, written atomically."""
     ext = path.suffix.lower() or ".png"

@@ -56,9 +56,12 @@ class PacketEnd:
         self.timed = self.timed and bool(packet.duration)
 
 
-def judge_end(info: VideoInfo, seen: PacketEnd, frames: int, *, fail: bool, warn: bool = True) -> None:
+def judge_end(
+    info: VideoInfo, seen: PacketEnd, frames: int, *, fail: bool, warn: bool = True, strict: bool = False
+) -> None:
     """Where the packets stop against where the container says the video ends: InputError when
-    the demuxer gave up at damage (`fail`), a warning (`warn`) when the file was cut short."""
+    the demuxer gave up at damage (`fail`), a warning (`warn`) when the file was cut short;
+    InputError for any early stop when `strict` (--fail-on-truncated)."""
     path, declared, end = info.path, info.declared_end_s, seen.end_s
     rate = info.average_rate
     frame_s = float(1 / rate) if rate else 0.04
@@ -67,6 +70,11 @@ def judge_end(info: VideoInfo, seen: PacketEnd, frames: int, *, fail: bool, warn
     slack = 0.5 * frame_s if seen.timed else 1.5 * frame_s
     if declared is None or end is None or end >= declared - slack:
         return
+    if strict:
+        raise InputError(
+            f"input video {path} stops at {end:.3f} s ({frames} frames) but its container says it runs "
+            f"to {declared:.3f} s: truncated or damaged; --fail-on-truncated renders no short shot"
+        )
     size = path.stat().st_size if path.is_file() else 0
     remaining = size - seen.last_byte if seen.last_byte else 0
     declared_bytes = declared_size(path) if path.is_file() else None
