@@ -21,6 +21,7 @@ from facefusion_batch.kernels.base import (
     LAB_NEUTRAL,
     SHADE_LIMIT,
     STD_RATIO_RANGE,
+    TINT_LEVEL,
     TINT_LIMIT,
     TINT_SCALE,
     Array,
@@ -55,6 +56,7 @@ class Primitives:
     grey: Callable[[Array], Array]  # BGR → grey plane (LUMA_BGR)
     # the mean of a plane over a bool mask: a float on the host, one per image on the device
     mask_mean: Callable[[Array, Array], Any]
+    plane: Callable[[Array, int], Array]  # one channel of an image as a plane [..., H, W]
 
 
 def transfer_colour(
@@ -246,3 +248,48 @@ def add_grain(ops: Primitives, face: Array, target: Array, skin: Array, gain: An
     at DETAIL_SIGMA, held to ±`limit` so the strong edges of its features do not ghost) on `skin`."""
     residual = ops.xp.clip(target - ops.blur(target, DETAIL_SIGMA), -limit, limit)
     return face + gain * residual * ops.per_pixel(skin)
+
+
+# --- the region paint ----------------------------------------------------------------------------------
+
+
+def face_layers(
+    ops: Primitives,
+    warped: Array,
+    target: Array,
+    covered: Array,
+    ramp: Array,
+    close: tuple[Any, Any] | None = None,
+    hold: tuple[Any, Any] | None = None,
+    visible: Array | None = None,
+) -> tuple[Array, Array, Array, Array]:
+    """The painted face's layers over a region, from the source texture sampled there (`warped`:
+    BGR, alpha, skin, then the eye masks (5, 6), then the eyes drawn shut (7–9) and which eye a
+    pixel belongs to (10)) and the target's pixels: (face, alpha, skin, tinted).
+
+    `covered`: where the warp map reaches (elsewhere the target stays and the alpha is 0);
+    `ramp`: the weight's fall toward that edge (`inset_ramp`); `close`: how much of each eye
+    (subject's left, right) shows the source's lid drawn shut; `hold`: how much of each eye stays
+    the target's; `visible`: how visible the target face is (an occluder stays in front, and
+    counts as no one's skin). `skin` (where the colour statistics and shading are measured) and
+    `tinted` (where the tint is held, TINT_LEVEL: the skin and the ring round the features) are
+    bool. `close` and `hold` are numbers on the host, one per face on the device; None: not asked
+    for, or the texture has no such channels."""
+    xp = ops.xp
+    colour = ops.channels(warped, 0, 3)
+    if close is not None:  # the source's eyes drawn shut
+        which = ops.plane(warped, 10)
+        shut = close[0] * which + close[1] * (1 - which)
+        colour = colour + ops.per_pixel(shut) * (ops.channels(warped, 7, 10) - colour)
+    face = xp.where(ops.per_pixel(covered), colour, target)
+    alpha = xp.where(covered, ops.plane(warped, 3), 0.0) * ramp
+    if hold is not None:
+        alpha = alpha * ((1 - hold[0] * ops.plane(warped, 5)) * (1 - hold[1] * ops.plane(warped, 6)))
+    if visible is not None:
+        alpha = alpha * visible
+    skin = covered & (ops.plane(warped, 4) > 0.5)
+    tinted = covered & (ops.plane(warped, 4) > TINT_LEVEL)
+    if visible is not None:  # an occluder is not the target's skin: its colour counts nowhere
+        seen = visible > 0.5
+        skin, tinted = skin & seen, tinted & seen
+    return face, alpha, skin, tinted

@@ -21,7 +21,6 @@ from facefusion_batch.kernels.base import (
     MODEL_MASK_BLUR,
     SHADE_LIMIT,
     SHARPNESS_SIGMAS,
-    TINT_LEVEL,
     TINT_LIMIT,
     grain_gain,
     sharpness_weights,
@@ -376,21 +375,16 @@ def paint_region(
     map_y[~covered] = -1e4
     warped = cv2.remap(texture, map_x, map_y, cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT, borderValue=0)
     target = frame[y0 : y0 + rh, x0 : x0 + rw].astype(np.float32)
-    colour_layer = warped[..., :3]
-    if warped.shape[2] >= 11 and max(close_eyes) > 0:  # the source's eyes drawn shut
-        shut = close_eyes[0] * warped[..., 10] + close_eyes[1] * (1 - warped[..., 10])
-        colour_layer = colour_layer + shut[..., None] * (warped[..., 7:10] - colour_layer)
-    face = np.where(covered[..., None], colour_layer, target)
-    alpha = np.where(covered, warped[..., 3], 0.0).astype(np.float32) * inset_ramp(covered, edge)
-    if warped.shape[2] >= 7 and max(hold_eyes) > 0:
-        alpha *= (1 - hold_eyes[0] * warped[..., 5]) * (1 - hold_eyes[1] * warped[..., 6])
-    if visible is not None:
-        alpha *= visible
-    skin = covered & (warped[..., 4] > 0.5)
-    tinted = covered & (warped[..., 4] > TINT_LEVEL)
-    if visible is not None:  # an occluder is not the target's skin: its colour counts nowhere
-        skin = skin & (visible > 0.5)
-        tinted = tinted & (visible > 0.5)
+    face, alpha, skin, tinted = formulas.face_layers(
+        PRIMITIVES,
+        warped,
+        target,
+        covered,
+        inset_ramp(covered, edge),
+        close_eyes if warped.shape[2] >= 11 and max(close_eyes) > 0 else None,
+        hold_eyes if warped.shape[2] >= 7 and max(hold_eyes) > 0 else None,
+        visible,
+    )
     have = goal = None
     if sharpness:
         face, have, goal = match_sharpness(face, target, skin)
@@ -471,4 +465,5 @@ PRIMITIVES = formulas.Primitives(
     blur=lambda x, sigma: cv2.GaussianBlur(x, (0, 0), sigma),
     grey=lambda bgr: bgr @ np.array(LUMA_BGR, np.float32),
     mask_mean=lambda plane, mask: float(plane[mask].mean()),
+    plane=lambda x, i: x[..., i],
 )

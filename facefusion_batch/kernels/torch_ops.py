@@ -720,4 +720,5 @@ PRIMITIVES = formulas.Primitives(
     blur=gaussian_blur,
     grey=grey,
     mask_mean=mask_mean,
+    plane=lambda x, i: x[..., i, :, :],
 )

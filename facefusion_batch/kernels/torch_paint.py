@@ -27,8 +27,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from facefusion_batch.kernels import formulas
 from facefusion_batch.kernels import torch_ops as D
-from facefusion_batch.kernels.base import TINT_LEVEL, FaceRegion
+from facefusion_batch.kernels.base import FaceRegion
 from facefusion_batch.kernels.formulas import pyramid_levels
 from facefusion_batch.kernels.geometry import canvas_origins, canvas_size, plan_waves
 from facefusion_batch.runtime.batching import BatchPolicy
@@ -103,6 +104,12 @@ def _sample_textures(textures: list[torch.Tensor], sources: np.ndarray, maps: to
         sampled = D.remap(texture, tall_x, tall_y)  # [1, C, n*ch, cw]
         out.index_copy_(0, sel, sampled[0].reshape(channels, len(rows), ch, cw).transpose(0, 1))
     return out
+
+
+def _per_face(pairs: np.ndarray, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """[F, 2] per-face values (each eye's) as two [F, 1, 1] device tensors."""
+    both = D.to_device(pairs, device)[:, :, None, None]
+    return both[:, 0], both[:, 1]
 
 
 def _fixes(regions: list[FaceRegion], device) -> torch.Tensor | None:
@@ -213,28 +220,20 @@ def _paint_chunk(frames, regions, origins, canvas, textures, settings, host_blen
     covered = ~torch.isnan(maps[:, 0])
     maps = torch.where(covered[:, None], maps, torch.full_like(maps, -1e4))
     warped = _sample_textures(textures, np.array([r.source for r in regions]), maps)
-    colour_layer = warped[:, :3]
     closes = np.array([r.close_eyes for r in regions], np.float32)
-    if warped.shape[1] >= 11 and closes.max() > 0:  # the source's eyes drawn shut
-        close = D.to_device(closes, device)[:, :, None, None]
-        shut = close[:, 0] * warped[:, 10] + close[:, 1] * (1 - warped[:, 10])
-        colour_layer = colour_layer + shut[:, None] * (warped[:, 7:10] - colour_layer)
-    face = torch.where(covered[:, None], colour_layer, target)
-    alpha = torch.where(covered, warped[:, 3], torch.zeros_like(warped[:, 3]))
-    alpha = alpha * D.inset_ramp(covered, [r.edge for r in regions])
     holds = np.array([r.hold_eyes for r in regions], np.float32)
-    if warped.shape[1] >= 7 and holds.max() > 0:
-        held = D.to_device(holds, device)[:, :, None, None]
-        alpha = alpha * (1 - held[:, 0] * warped[:, 5]) * (1 - held[:, 1] * warped[:, 6])
     visibility = _visibility(regions, origins, canvas)
     visible = None if visibility is None else D.to_device(visibility, device)
-    if visible is not None:
-        alpha = alpha * visible
-    skin = covered & (warped[:, 4] > 0.5)
-    tinted = covered & (warped[:, 4] > TINT_LEVEL)  # the skin and the ring round the features, as on the host
-    if visible is not None:  # an occluder is not the target's skin, as on the host
-        skin = skin & (visible > 0.5)
-        tinted = tinted & (visible > 0.5)
+    face, alpha, skin, tinted = formulas.face_layers(
+        D.PRIMITIVES,
+        warped,
+        target,
+        covered,
+        D.inset_ramp(covered, [r.edge for r in regions]),
+        _per_face(closes, device) if warped.shape[1] >= 11 and closes.max() > 0 else None,
+        _per_face(holds, device) if warped.shape[1] >= 7 and holds.max() > 0 else None,
+        visible,
+    )
     have = goal = None
     if settings.match_sharpness:
         face, have, goal = D.match_sharpness(face, target, skin)
