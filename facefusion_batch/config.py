@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from facefusion_batch.errors import InputError, did_you_mean
+from facefusion_batch.errors import InputError
 from facefusion_batch.faces.classify import AGE_LIMIT, GENDERS, RACE_NAMES, FaceFilterSettings
 from facefusion_batch.faces.detect import DetectorSettings
 from facefusion_batch.faces.facefusion_detectors import facefusion_detector_settings
@@ -149,9 +149,7 @@ def _check_range(option: str, value: float, low: float, high: float) -> None:
 
 def validate_choices(option: str, value: str, choices: tuple[str, ...]) -> str:
     if value not in choices:
-        raise InputError(
-            f"{option} must be one of {', '.join(choices)} (got {value!r}){did_you_mean(value, choices)}"
-        )
+        raise InputError(f"{option} must be one of {', '.join(choices)} (got {value!r})")
     return value
 
 
@@ -411,8 +409,7 @@ def validate_swap(swap: ClassicalSettings | SwapSettings, faces: str) -> None:
         ("--parser-model", learned.masks.parser_model, PARSERS),
     ):
         if value is not None and value.split("@", 1)[0] not in known:
-            hint = did_you_mean(value.split("@", 1)[0], known)
-            raise InputError(f"{option} must be one of {', '.join(known)} (got {value!r}){hint}")
+            raise InputError(f"{option} must be one of {', '.join(known)} (got {value!r})")
     if swap.face_order is not None:
         validate_choices("--face-order", swap.face_order, tuple(FACE_ORDERS))
     if any(i < 0 for i in swap.face_indices):
@@ -732,13 +729,14 @@ def render_settings(
         start_number=kw.pop("start_number", None),
     )
     kw["input_fps"] = kw.pop("fps", None)
+    score_threshold = kw.pop("score_threshold")
     detector = DetectorSettings(
-        score_threshold=kw["score_threshold"],
+        score_threshold=score_threshold,
         facefusion=facefusion_detector_settings(
             kw.pop("face_detector_model", None),
             kw.pop("face_detector_size", None),
-            kw.pop("face_detector_angles", None),
-            kw.pop("score_threshold") if "score_threshold" in given else None,
+            kw.pop("detector_angles", None),
+            score_threshold if "score_threshold" in given else None,
         ),
     )
     smoothing = kw.pop("smoothing", TrackSettings().smoothing)

@@ -218,9 +218,31 @@ def test_facefusion_command_line_names_reach_render():
         "0.5",
     ]
     assert facefusion_argv([*argv, "in.mp4"])[1:] == [
-        "--face-detector-model", "many", "--face-detector-angles", "0,90",
+        "--face-detector-model", "many", "--detector-angles", "0,90",
         "--score-threshold", "0.707107", "in.mp4",
     ]  # fmt: skip
+
+
+def test_render_detects_with_facefusions_yunet(model_dir, home, t1_path, astronaut_path, tmp_path):
+    """render with FaceFusion's names: its yunet file from --models-dir finds t1.jpg's faces as
+    FaceFusion's reference does (a photo input, the classical swap); a size the model does not
+    take is exit 2."""
+    from test_cli import assert_usage_error, ffbatch_here
+
+    report = tmp_path / "report.json"
+    common = ["render", t1_path, "--source", astronaut_path, "--swapper", "classical"]
+    common += ["--models-dir", model_dir]
+    proc = ffbatch_here(
+        *common, "--face-detector-model", "yunet", "--face-detector-score", "0.5",
+        "-o", tmp_path / "out.png", "--report", report,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    said = "face detector: FaceFusion's yunet (yunet_2023_mar.onnx), 640x640, angles 0, score 0.5"
+    assert said in proc.stderr
+    assert json.loads(report.read_text())["faces_found"] == 6  # FaceFusion's yunet finds 6 (reference)
+    bad = ffbatch_here(*common, "--face-detector-model", "yolo_face", "--face-detector-size", "320x320",
+                       "-o", tmp_path / "bad.png")  # fmt: skip
+    assert_usage_error(bad, "--face-detector-size 320x320", "640x640")
 
 
 if __name__ == "__main__":  # write the models directory the script reads

@@ -91,7 +91,7 @@ def test_a_processor_ffbatch_lacks_is_refused_by_name(tmp_path, workdir, name, p
 @pytest.mark.parametrize(
     "changes, message",
     [
-        ({"face_detector_model": "retinaface"}, "face_detector_model = 'retinaface' is not supported"),
+        ({"face_detector_margin": [10, 0, 0, 0]}, "face_detector_margin = [10, 0, 0, 0] is not supported"),
         ({"trim_frame_start": 10}, "trim_frame_start = 10 is not supported"),
         ({"output_video_scale": 0.5}, "output_video_scale = 0.5"),
         ({"output_audio_volume": 50}, "output_audio_volume = 50"),
@@ -117,11 +117,18 @@ def test_older_keys_and_other_defaults_are_accepted(tmp_path, workdir, monkeypat
     for changes in (
         {"keep_temp": True, "output_video_resolution": "480x320", "output_video_fps": 25.0},
         {"face_detector_model": "yunet", "output_audio_encoder": "aac"},
+        {"face_detector_model": "scrfd", "face_detector_size": "320x320", "face_detector_angles": [0, 90]},
     ):
         job = json.loads(Path("swap-default.json").read_text())
         job["steps"][0]["args"].update(changes)
         Path("changed.json").write_text(json.dumps(job))
-        assert len(read_facefusion_job(Path("changed.json"), ACCEPTED).steps) == 1
+        steps = read_facefusion_job(Path("changed.json"), ACCEPTED).steps
+        assert len(steps) == 1
+        for key, value in changes.items():  # the detector's keys go to render as FaceFusion's options
+            if key.startswith("face_detector"):
+                values = [str(v) for v in value] if isinstance(value, list) else [value]
+                at = steps[0].argv.index("--" + key.replace("_", "-")) + 1
+                assert steps[0].argv[at : at + len(values)] == values
 
 
 def test_bad_job_files_are_refused(tmp_path):

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
-from facefusion_batch.faces.facefusion_detectors import FaceFusionDetectorSettings
+from facefusion_batch.faces.facefusion_detectors import FaceFusionDetector, FaceFusionDetectorSettings
 from facefusion_batch.faces.table import FaceTable
 from facefusion_batch.kernels.base import Frames, Kernels
 from facefusion_batch.runtime.session import Session
@@ -108,3 +108,6 @@ class YuNetDetector:
         boxes = boxes / scales[:, None, None]
         landmarks = landmarks / scales[:, None, None, None]
         return non_maximum_suppression(scores, boxes, landmarks, self.settings)
+
+
+Detector = YuNetDetector | FaceFusionDetector  # the detect stage: ffbatch's YuNet or FaceFusion's

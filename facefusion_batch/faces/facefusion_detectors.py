@@ -224,9 +224,12 @@ class FaceFusionDetector:
             out = k.to_host(k.run(session, {session.inputs[0].name: k.from_host(batch)}, None))
             arrays = [np.asarray(out[o.name]).reshape(len(turned), -1) for o in session.outputs]
             for j, (_, ratio_h, ratio_w) in enumerate(restricted):
-                found = decode(model, [a[j] for a in arrays], s.size, s.score, (ratio_h, ratio_w))
-                for mine, new in zip(candidates[j], found, strict=True):
-                    mine.extend(new)
+                boxes, scores, points = decode(
+                    model, [a[j] for a in arrays], s.size, s.score, (ratio_h, ratio_w)
+                )
+                candidates[j][0].extend(boxes)
+                candidates[j][1].extend(scores)
+                candidates[j][2].extend(points)
         rows: list[tuple[int, np.ndarray, np.ndarray, float]] = []
         per_angle = len(s.angles)
         for i in range(len(images)):
@@ -266,7 +269,7 @@ def facefusion_detector_settings(
 
     if model is None:
         if size is not None or angles is not None:
-            raise InputError("--face-detector-size and --face-detector-angles need --face-detector-model")
+            raise InputError("--face-detector-size and --detector-angles need --face-detector-model")
         return None
     if model not in FACE_DETECTORS:
         raise InputError(f"--face-detector-model {model}: not one of {', '.join(FACE_DETECTORS)}")
@@ -279,9 +282,9 @@ def facefusion_detector_settings(
     try:
         turns = tuple(int(a) for a in (angles or "0").replace(",", " ").split())
     except ValueError:
-        raise InputError(f"--face-detector-angles {angles}: whole degrees from {ANGLES}") from None
+        raise InputError(f"--detector-angles {angles}: whole degrees from {ANGLES}") from None
     if not turns or any(a not in ANGLES for a in turns):
-        raise InputError(f"--face-detector-angles {angles}: each one of {', '.join(map(str, ANGLES))}")
+        raise InputError(f"--detector-angles {angles}: each one of {', '.join(map(str, ANGLES))}")
     # √S squared: FaceFusion's scores are multiples of 0.05, so 6 decimals undo the √'s rounding
     score = 0.5 if score_threshold is None else round(score_threshold**2, 6)
     return FaceFusionDetectorSettings(model, int(size.split("x")[0]), tuple(dict.fromkeys(turns)), score)

@@ -180,6 +180,15 @@ def facefusion_detector(
         )
         return models.detector
     sessions = {learned_model(f).family: load_learned(models, f)[0] for f in files}
+    log.info(
+        "face detector: FaceFusion's %s (%s), %dx%d, angles %s, score %g",
+        settings.model,
+        ", ".join(f"{f}.onnx" for f in files),
+        settings.size,
+        settings.size,
+        " ".join(map(str, settings.angles)),
+        settings.score,
+    )
     return FaceFusionDetector(sessions, settings)
 
 
@@ -531,13 +540,10 @@ def choose_swapper(settings: SwapSettings, models_dir: Path | None) -> str | Non
         if named:  # a model the user named is never silently replaced
             raise ModelError(absent_message(f"--swapper-model {named}", missing, models_dir))
         absent.append(f"{name} (absent: {', '.join(missing)})")
-    # one short line every run on a machine without them; the files each lacks only with -v
     log.warning(
-        "swapper auto: no learned swapper model here, using the classical swap "
-        "(--swapper learned fetches %s)",
-        AUTO_ORDER[0],
+        "swapper auto: no learned swapper with its files present: %s; using the classical swap",
+        "; ".join(absent),
     )
-    log.debug("swapper auto: absent: %s", "; ".join(absent))
     return None
 
 

@@ -22,7 +22,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from facefusion_batch.faces.detect import YuNetDetector
+from facefusion_batch.faces.detect import Detector
 from facefusion_batch.faces.table import FaceTable
 from facefusion_batch.faces.track import FaceTracker, InOrder, TrackStage, thumbnails
 from facefusion_batch.kernels.base import Frames, Kernels, Rect
@@ -96,7 +96,7 @@ class FacePipeline:
 
     def __init__(
         self,
-        detector: YuNetDetector,
+        detector: Detector,
         stages: Sequence[Stage],
         timer: StageTimer | None = None,
         *,

@@ -52,11 +52,9 @@ OWNED_BY = {"voice_extractor_model": "lip_syncer"}
 # keys of FaceFusion's own machinery: the values accepted, each asking for what ffbatch does
 # anyway (null is "not set" and always accepted); any other value is refused by name
 FACEFUSION_DEFAULTS: dict[str, tuple[Any, ...]] = {
-    # ffbatch detects with YuNet and its own five points whichever detector FaceFusion named
-    "face_detector_model": ("yolo_face", "yunet"),
-    "face_detector_size": ("640x640",),
+    # face_detector_model, _size and _angles are options (FaceFusion's detectors, when their files
+    # are here: faces/facefusion_detectors.py); a margin is not
     "face_detector_margin": ([0, 0, 0, 0], [0]),
-    "face_detector_angles": ([0],),
     "face_landmarker_model": ("2dfan4",),
     "face_landmarker_score": (0.5,),
     "face_tracker_score": (0.0,),
