@@ -57,6 +57,9 @@ class Primitives:
     # the mean of a plane over a bool mask: a float on the host, one per image on the device
     mask_mean: Callable[[Array, Array], Any]
     plane: Callable[[Array, int], Array]  # one channel of an image as a plane [..., H, W]
+    # a bool mask as levels (0/1) an erosion takes, and its 3x3 erosion (outside counts as 1)
+    levels: Callable[[Array], Array]
+    erode: Callable[[Array], Array]
 
 
 def transfer_colour(
@@ -251,6 +254,19 @@ def add_grain(ops: Primitives, face: Array, target: Array, skin: Array, gain: An
 
 
 # --- the region paint ----------------------------------------------------------------------------------
+
+
+def inset_ramp(ops: Primitives, covered: Array, width: Any, steps: int) -> Array:
+    """[..., H, W] float32: 0 on the outermost ring of `covered`, rising by 1/`width` a ring inward
+    (the mean of `width` successive 3x3 erosions); outside the array counts as covered, so a face
+    cut by the frame's edge keeps its full weight there. `width` (>= 1): one, or one per mask
+    shaped to broadcast, each mask counting its first `width` of the `steps` erosions made."""
+    eroded = ops.levels(covered)
+    total = ops.xp.zeros_like(eroded, dtype=ops.xp.float32)
+    for step in range(steps):
+        eroded = ops.erode(eroded)
+        total = total + eroded * (step < width)
+    return total / width
 
 
 def face_layers(

@@ -331,13 +331,8 @@ def inset_ramp(covered: np.ndarray, width: int) -> np.ndarray:
     """[h, w] float32: 0 on the outermost ring of `covered`, rising by 1/`width` a ring inward
     (the mean of `width` successive 3x3 erosions); outside the array counts as covered, so a
     face cut by the frame's edge keeps its full weight there."""
-    eroded: np.ndarray = covered.astype(np.uint8)
-    total = np.zeros(covered.shape, np.float32)
-    kernel = np.ones((3, 3), np.uint8)
-    for _ in range(max(1, width)):
-        eroded = cv2.erode(eroded, kernel, borderType=cv2.BORDER_CONSTANT, borderValue=1)
-        total += eroded
-    return total / max(1, width)
+    width = max(1, width)
+    return formulas.inset_ramp(PRIMITIVES, covered, width, width)
 
 
 def paint_region(
@@ -446,6 +441,8 @@ def region_colour_stats(
     return np.stack([mu_s, sd_s, mu_t, sd_t]).astype(np.float32)
 
 
+_CROSS3 = np.ones((3, 3), np.uint8)  # a 3x3 erosion's kernel
+
 # the host set's primitives for the shared formulas (kernels/formulas.py): channel-last images
 PRIMITIVES = formulas.Primitives(
     xp=np,
@@ -466,4 +463,6 @@ PRIMITIVES = formulas.Primitives(
     grey=lambda bgr: bgr @ np.array(LUMA_BGR, np.float32),
     mask_mean=lambda plane, mask: float(plane[mask].mean()),
     plane=lambda x, i: x[..., i],
+    levels=lambda mask: mask.astype(np.uint8),
+    erode=lambda x: cv2.erode(x, _CROSS3, borderType=cv2.BORDER_CONSTANT, borderValue=1),
 )

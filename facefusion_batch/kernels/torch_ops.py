@@ -672,15 +672,18 @@ def match_grain(
 
 
 def inset_ramp(covered: Tensor, widths: list[int]) -> Tensor:
-    """host_ops.inset_ramp on device for [F, H, W] masks, face f over widths[f] px: 3x3
-    erosions as min pools (max_pool2d pads with -inf, so outside counts as covered)."""
-    widths_t = torch.as_tensor([max(1, int(w)) for w in widths], device=covered.device)
-    eroded = covered.to(torch.float32)[:, None]
-    total = torch.zeros_like(eroded)
-    for step in range(int(widths_t.max())):
-        eroded = -F.max_pool2d(-eroded, 3, stride=1, padding=1)
-        total += eroded * (step < widths_t).to(eroded.dtype)[:, None, None, None]
-    return (total / widths_t.to(eroded.dtype)[:, None, None, None])[:, 0]
+    """formulas.inset_ramp on device for [F, H, W] masks, face f over widths[f] px: 3x3 erosions
+    as min pools (max_pool2d pads with -inf, so outside counts as covered)."""
+    counts = [max(1, int(w)) for w in widths]
+    width = to_device(np.array(counts, np.float32), covered.device)[:, None, None]
+    return formulas.inset_ramp(PRIMITIVES, covered, width, max(counts))
+
+
+def _erode(x: Tensor) -> Tensor:
+    """3x3 erosion of [..., H, W] levels, outside counting as 1 (max_pool2d pads with -inf)."""
+    shape = x.shape
+    x4 = x.reshape(-1, 1, shape[-2], shape[-1])
+    return (-F.max_pool2d(-x4, 3, stride=1, padding=1)).reshape(shape)
 
 
 def feather(target: Tensor, face: Tensor, alpha: Tensor) -> Tensor:
@@ -721,4 +724,6 @@ PRIMITIVES = formulas.Primitives(
     grey=grey,
     mask_mean=mask_mean,
     plane=lambda x, i: x[..., i, :, :],
+    levels=lambda mask: mask.to(torch.float32),
+    erode=_erode,
 )
