@@ -3,12 +3,14 @@
 `PacketEnd` records where the frame-giving packets of one demux pass end (time, byte);
 `judge_end` compares that with the end the container declares for the video: short of it, the
 file was cut short (a warning: its complete frames are all there is) or is damaged (exit 2 under
-`--on-decode-error fail`). `declared_size` tells the two apart, from the container's own size
-fields (no FFmpeg): a demuxer reads on to the end of the file whether the file was cut short
-or it gave up at damage (it scans for the next element it knows), so where it stopped reading
-cannot tell them apart. The size fields can: Matroska writes the Segment's size, AVI each RIFF
-chunk's, MP4 / MOV each top-level box's, when the file is finished. A file shorter than that
-was cut short (its bytes end); one that holds them all, but whose video stops early, is damaged.
+`--on-decode-error fail`). An MPEG transport stream declares no end, but its packets all have one
+size: one that ends inside a packet was cut short (`transport_cut`). `declared_size` tells the
+two apart, from the container's own size fields (no FFmpeg): a demuxer reads on to the end of
+the file whether the file was cut short or it gave up at damage (it scans for the next element
+it knows), so where it stopped reading cannot tell them apart. The size fields can: Matroska
+writes the Segment's size, AVI each RIFF chunk's, MP4 / MOV each top-level box's, when the file
+is finished. A file shorter than that was cut short (its bytes end); one that holds them all,
+but whose video stops early, is damaged.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from facefusion_batch.errors import InputError
-from facefusion_batch.video.probe import VideoInfo
+from facefusion_batch.video.probe import VideoInfo, sequence_numbers
 
 log = logging.getLogger("ffbatch")
 
@@ -63,6 +65,22 @@ def judge_end(
     the demuxer gave up at damage (`fail`), a warning (`warn`) when the file was cut short;
     InputError for any early stop when `strict` (--fail-on-truncated)."""
     path, declared, end = info.path, info.declared_end_s, seen.end_s
+    partial = transport_cut(path) if path.is_file() else None
+    if partial:  # a transport stream declares no end, but its packets have one size
+        if strict:
+            raise InputError(
+                f"input video {path} ends {partial} bytes into a transport-stream packet ({frames} "
+                "frames): cut short; --fail-on-truncated renders no short shot"
+            )
+        if warn:
+            log.warning(
+                "%s: the file ends %d bytes into a transport-stream packet: it was cut short; its %d "
+                "complete frames are rendered",
+                path,
+                partial,
+                frames,
+            )
+        return
     rate = info.average_rate
     frame_s = float(1 / rate) if rate else 0.04
     # packets that carry their durations end exactly where the container says: one frame short
@@ -70,6 +88,14 @@ def judge_end(
     slack = 0.5 * frame_s if seen.timed else 1.5 * frame_s
     if declared is None or end is None or end >= declared - slack:
         return
+    numbers = [] if path.is_file() else sequence_numbers(path)
+    if numbers and frames < len(numbers) and fail:  # a sequence is never cut short: a frame is missing
+        bad = path.parent / (path.name % numbers[frames])
+        empty = " (0 bytes)" if bad.is_file() and bad.stat().st_size == 0 else ""
+        raise InputError(
+            f"input sequence {path} is damaged: {bad.name}{empty}, frame {frames} of {len(numbers)}, gives "
+            "no picture; replace it"
+        )
     if strict:
         raise InputError(
             f"input video {path} stops at {end:.3f} s ({frames} frames) but its container says it runs "
@@ -99,6 +125,26 @@ def judge_end(
             declared,
             frames,
         )
+
+
+_TS_SYNC = 0x47
+_TS_PACKETS = ((188, 0), (192, 4), (204, 0))  # (packet size, where its sync byte is): TS, M2TS, TS with FEC
+
+
+def transport_cut(path: str | Path) -> int | None:
+    """For an MPEG transport stream, how many bytes of the packet the file ends inside (a file
+    cut short mid-packet); None when `path` is not one, or ends where a packet ends."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4 * 204 + 4)
+            fh.seek(0, 2)
+            size = fh.tell()
+    except OSError:
+        return None
+    for packet, sync in _TS_PACKETS:
+        if len(head) >= sync + 3 * packet + 1 and all(head[sync + k * packet] == _TS_SYNC for k in range(4)):
+            return (size % packet) or None
+    return None
 
 
 def declared_size(path: str | Path) -> int | None:

@@ -1,0 +1,49 @@
+"""An MPEG transport stream cut mid-packet is a cut (issue 38): it declares no end, so the render
+of a file that ends inside one of its 188-byte packets (9 of 20 frames there) was exit 0 without
+a word. Now its complete frames are rendered with a warning saying it was cut short; a complete
+stream gets none."""
+
+from __future__ import annotations
+
+import av
+from media import make_clip
+from test_cli import ffbatch
+
+from facefusion_batch.video.stream_end import transport_cut
+
+
+def test_a_transport_stream_cut_inside_a_packet_is_rendered_with_a_warning(tmp_path, astronaut_path):
+    full = make_clip(tmp_path / "full.ts", frames=20, size=(128, 96), audio=None, codec="mpeg2video")
+    data = full.read_bytes()
+    assert len(data) % 188 == 0 and transport_cut(full) is None
+    cut = tmp_path / "cut.ts"
+    cut.write_bytes(data[: len(data) // 2 // 188 * 188 + 100])  # ends 100 bytes into a packet
+    assert transport_cut(cut) == 100
+    with av.open(str(cut)) as container:
+        decodable = sum(1 for _ in container.decode(video=0))
+    assert 0 < decodable < 20
+    out = tmp_path / "out.mp4"
+    proc = ffbatch("render", cut, "-s", astronaut_path, "-o", out, "--backend", "cpu")
+    assert proc.returncode == 0, proc.stderr
+    assert "ends 100 bytes into a transport-stream packet: it was cut short" in proc.stderr
+    assert f"its {decodable} complete frames" in proc.stderr
+    with av.open(str(out)) as container:
+        assert sum(1 for _ in container.decode(video=0)) == decodable
+    whole = ffbatch("render", full, "-s", astronaut_path, "-o", tmp_path / "whole.mp4", "--backend", "cpu")
+    assert whole.returncode == 0 and "cut short" not in whole.stderr and "truncated" not in whole.stderr
+
+
+def test_an_image_sequence_with_an_empty_frame_file_is_exit_2_naming_it(tmp_path, astronaut_path):
+    """A sequence is never cut short: a 0-byte PNG among 12 gave exit 0 with 3 frames and only a
+    "may be truncated" warning."""
+    import cv2
+    from media import synthetic_frame
+
+    for i in range(12):
+        cv2.imwrite(str(tmp_path / f"f.{i:04d}.png"), synthetic_frame(i, (128, 96)))
+    (tmp_path / "f.0003.png").write_bytes(b"")
+    out = tmp_path / "out.mp4"
+    proc = ffbatch("render", tmp_path / "f.%04d.png", "-s", astronaut_path, "-o", out, "--backend", "cpu")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "f.0003.png (0 bytes), frame 3 of 12, gives no picture" in proc.stderr
+    assert not out.exists()
