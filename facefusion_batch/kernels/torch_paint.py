@@ -162,19 +162,12 @@ def _colour_stats(frames, regions, textures, step: int) -> torch.Tensor:
     cols = D.to_device(np.minimum(xs, width - 1), device, torch.int64)[:, None, :]
     target = frames[fi, rows, cols].permute(0, 3, 1, 2).float()  # [R, 3, hh, ww]
     skin = covered & (warped[:, 4] > 0.5) & (D.to_device(visible, device) > 0.5)
-    sel = skin.float()[:, None]
-    count = sel.sum(dim=(-3, -2, -1))
-    n = torch.clamp(count, min=1.0)[:, None]
-
-    def stats(lab: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        mean = (lab * sel).sum(dim=(-2, -1)) / n
-        var = (((lab - mean[:, :, None, None]) * sel) ** 2).sum(dim=(-2, -1)) / n
-        return mean, torch.sqrt(var) + 1e-3
-
-    src = D.to_uint8_levels(D.bgr_to_lab8(D.to_uint8_levels(warped[:, :3])))
+    src = D.to_lab8(warped[:, :3])
     dst = D.to_uint8_levels(D.bgr_to_lab8(target))
-    out = torch.stack([*stats(src), *stats(dst)], dim=1)  # [R, 4, 3]
-    return torch.where((count >= 16)[:, None, None], out, torch.full_like(out, float("nan")))
+    parts = [*D.mask_stats(src, skin), *D.mask_stats(dst, skin)]  # each [R, 3, 1, 1]
+    out = torch.stack([p[..., 0, 0] for p in parts], dim=1)  # [R, 4, 3]
+    enough = skin.float().sum(dim=(-2, -1)) >= 16
+    return torch.where(enough[:, None, None], out, torch.full_like(out, float("nan")))
 
 
 def paint_faces(
