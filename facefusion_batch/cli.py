@@ -16,10 +16,12 @@ import shutil
 import sys
 import tempfile
 import traceback
+import typing
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+import typer.core
 import typer.main
 
 from facefusion_batch import RENDER_REVISION, __version__, paths
@@ -79,6 +81,70 @@ app.add_typer(engines_app, name="engines")
 
 log = logging.getLogger("ffbatch")
 
+# --- help a person reads --------------------------------------------------------------------
+
+# the panels render, preview and plan list their options in (typer's rich_help_panel, drawn as
+# plain sections by PanelledCommand: rich tables cut long option names at 80 columns)
+PANEL_IO = "Input and output"
+PANEL_SWAP = "Swap"
+PANEL_FACES = "Faces"
+PANEL_QUALITY = "Encoding and quality"
+PANEL_FARM = "Farm: ranges, chunks, resume"
+PANEL_GPU = "Device and GPU"
+PANEL_FACEFUSION = "FaceFusion names"
+PANELS = (PANEL_IO, PANEL_SWAP, PANEL_FACES, PANEL_QUALITY, PANEL_FARM, PANEL_GPU, PANEL_FACEFUSION)
+# what a value is, in the help, instead of its Python type (<int>, <list[Path]>)
+_METAVARS: dict[Any, str] = {int: "N", float: "NUMBER", str: "TEXT", Path: "PATH"}
+
+
+def _metavar(param: Any) -> str:
+    described = getattr(param, "type_descriptor", None)
+    if described is None:
+        return (param.name or "value").upper()
+    if described.is_path:
+        return "PATH"
+    kind = described.annotation
+    kind = typing.get_args(kind)[0] if described.is_list else kind
+    return _METAVARS.get(kind, (param.name or "value").upper())
+
+
+class PanelledCommand(typer.core.TyperCommand):
+    """A command whose help lists its options by panel (PANELS' order, the rest last as
+    "Options"), with each value named by what it is (N, NUMBER, TEXT, PATH) and its arguments
+    by name in the usage line (INPUT...)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for param in self.params:
+            if param.param_type_name == "argument" and param.metavar is None:
+                param.metavar = (param.name or "input").upper()
+            elif param.metavar is None and not getattr(param, "is_flag", False):
+                param.metavar = _metavar(param)
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if param.param_type_name == "argument":
+                name = param.metavar if param.required else f"[{param.metavar}]"
+                pieces.append(name + ("..." if param.nargs != 1 else ""))
+        return pieces
+
+    def format_options(self, ctx: Any, formatter: Any) -> None:
+        sections: dict[str, list[tuple[str, str]]] = {}
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is None:
+                continue
+            if param.param_type_name == "argument":  # its name once, not with its type after it
+                dots = "..." if param.nargs != 1 else ""
+                sections.setdefault("Arguments", []).append((f"{param.metavar}{dots}", record[1]))
+            else:
+                sections.setdefault(getattr(param, "rich_help_panel", None) or "Options", []).append(record)
+        order = ["Arguments", *PANELS, "Options"]
+        for name in sorted(sections, key=lambda n: order.index(n) if n in order else len(order)):
+            with formatter.section(name):
+                formatter.write_dl(sections[name])
+
 
 def setup_logging(quiet: bool, verbose: bool) -> None:
     level = logging.WARNING if quiet else (logging.DEBUG if verbose else logging.INFO)
@@ -88,6 +154,10 @@ def setup_logging(quiet: bool, verbose: bool) -> None:
     root.handlers[:] = [handler]
     root.setLevel(level)
     root.propagate = False
+    # SVT-AV1 prints a banner of some 20 lines at its info level straight to stderr; it reads
+    # SVT_LOG as an encoder opens: its errors only, unless -v
+    if not verbose:
+        os.environ.setdefault("SVT_LOG", "1")
 
 
 def version_callback(value: bool) -> None:
@@ -117,6 +187,7 @@ SourceOpt = Annotated[
         "repeat for several photos of the same person "
         "(each target face uses the closest head pose). Required unless --map is given.",
         show_default=False,
+        rich_help_panel=PANEL_IO,
     ),
 ]
 GenderOpt = Annotated[
@@ -125,6 +196,7 @@ GenderOpt = Annotated[
         help="Only faces of this gender: female, male, auto (the --source face's). Needs "
         "FaceFusion's fairface model.",
         show_default=False,
+        rich_help_panel=PANEL_FACES,
     ),
 ]
 RaceOpt = Annotated[
@@ -133,13 +205,24 @@ RaceOpt = Annotated[
         help="Only faces of this race (FaceFusion's classes): white, black, latino, asian, "
         "indian, arabic, auto. Needs fairface.",
         show_default=False,
+        rich_help_panel=PANEL_FACES,
     ),
 ]
 AgeStartOpt = Annotated[
-    int | None, typer.Option(help="Only faces this old or older (0-100). Needs fairface.", show_default=False)
+    int | None,
+    typer.Option(
+        help="Only faces this old or older (0-100). Needs fairface.",
+        show_default=False,
+        rich_help_panel=PANEL_FACES,
+    ),
 ]
 AgeEndOpt = Annotated[
-    int | None, typer.Option(help="Only faces younger than this (0-100). Needs fairface.", show_default=False)
+    int | None,
+    typer.Option(
+        help="Only faces younger than this (0-100). Needs fairface.",
+        show_default=False,
+        rich_help_panel=PANEL_FACES,
+    ),
 ]
 MapOpt = Annotated[
     list[str] | None,
@@ -148,13 +231,15 @@ MapOpt = Annotated[
         help="REF=SRC: faces of the person in photo REF get the face in photo SRC; repeat for each "
         "person. One choice per face track; faces near no REF are left alone (--map-unmatched).",
         show_default=False,
+        rich_help_panel=PANEL_FACES,
     ),
 ]
 MapUnmatchedOpt = Annotated[
     str,
     typer.Option(
         help="--map, a face near no reference: skip (left alone), nearest (the nearest reference's "
-        "source anyway), source (swapped with --source)."
+        "source anyway), source (swapped with --source).",
+        rich_help_panel=PANEL_FACES,
     ),
 ]
 RecogniserOpt = Annotated[
@@ -162,7 +247,8 @@ RecogniserOpt = Annotated[
     typer.Option(
         help="Who a face is, for --faces reference and --map: arcface (arcface_w600k_r50), dlib "
         "(pip install 'ffbatch[dlib]'), auto (arcface if its file is here, else dlib). "
-        "It only chooses faces; it never feeds the swap."
+        "It only chooses faces; it never feeds the swap.",
+        rich_help_panel=PANEL_FACES,
     ),
 ]
 
@@ -171,16 +257,18 @@ FacesOpt = Annotated[
     str,
     typer.Option(
         help="many: every face; one: the largest face of each frame; "
-        "reference: the faces of the person in --reference-face / --reference-frame."
+        "reference: the faces of the person in --reference-face / --reference-frame.",
+        rich_help_panel=PANEL_FACES,
     ),
 ]
-BlendOpt = Annotated[str, typer.Option(help="multiband | feather | poisson.")]
+BlendOpt = Annotated[str, typer.Option(help="multiband | feather | poisson.", rich_help_panel=PANEL_SWAP)]
 EyesMouthOpt = Annotated[
     str,
     typer.Option(
         help="eyes: the source's eyes, following the target's eyelids (a shut or lowered eye takes "
         "the source's eye drawn shut), and the target's inner mouth (default); target: keep the "
-        "target's eyes and mouth; source: paint the source's both."
+        "target's eyes and mouth; source: paint the source's both.",
+        rich_help_panel=PANEL_SWAP,
     ),
 ]
 ColourOpt = Annotated[
@@ -188,6 +276,7 @@ ColourOpt = Annotated[
     typer.Option(
         "--colour",
         help="local | global | none: how the face is recoloured to the target's skin and light.",
+        rich_help_panel=PANEL_SWAP,
     ),
 ]
 LipShadowOpt = Annotated[
@@ -196,42 +285,63 @@ LipShadowOpt = Annotated[
         help="Classical swap, 0–1: how far the shadow under a top-lit source's lower lip is lifted "
         "toward its chin's skin. 1 removes the grey goatee it can leave on pale faces, at some cost "
         "in likeness; 0 keeps the photo as it is.",
+        rich_help_panel=PANEL_SWAP,
     ),
 ]
 SwapperOpt = Annotated[
     str,
     typer.Option(
         help="auto: the learned swapper when its model files are present, else classical; "
-        "classical; learned (fetched if missing); none: no swap, --enhancer-model alone."
+        "classical; learned (fetched if missing); none: no swap, --enhancer-model alone.",
+        rich_help_panel=PANEL_SWAP,
     ),
 ]
 SwapperModelOpt = Annotated[
     str | None,
     typer.Option(
         help="Learned swapper, FaceFusion's name: inswapper_128, hyperswap_1a_256, simswap_256, "
-        "ghost_1_256, blendswap_256, uniface_256, ... (a prepared variant: NAME@fp16)."
+        "ghost_1_256, blendswap_256, uniface_256, ... (a prepared variant: NAME@fp16).",
+        rich_help_panel=PANEL_SWAP,
     ),
 ]
 SwapperWeightOpt = Annotated[
-    float, typer.Option(help="0–1; 0.5 the source identity alone, lower keeps more of the target's.")
+    float,
+    typer.Option(
+        help="0–1; 0.5 the source identity alone, lower keeps more of the target's.",
+        rich_help_panel=PANEL_SWAP,
+    ),
 ]
 PixelBoostOpt = Annotated[
     int | None,
-    typer.Option(help="Learned swapper crop size, a multiple of its input (128-px models: 256, 512)."),
+    typer.Option(
+        help="Learned swapper crop size, a multiple of its input (128-px models: 256, 512).",
+        rich_help_panel=PANEL_SWAP,
+    ),
 ]
 EnhancerModelOpt = Annotated[
-    str | None, typer.Option(help="Face enhancer after the swap: gfpgan_1.4, gpen_bfr_512, codeformer...")
+    str | None,
+    typer.Option(
+        help="Face enhancer after the swap: gfpgan_1.4, gpen_bfr_512, codeformer...",
+        rich_help_panel=PANEL_SWAP,
+    ),
 ]
-EnhancerBlendOpt = Annotated[int, typer.Option(help="Percent of the enhanced face kept, 0–100.")]
+EnhancerBlendOpt = Annotated[
+    int, typer.Option(help="Percent of the enhanced face kept, 0–100.", rich_help_panel=PANEL_SWAP)
+]
 EnhancerWeightOpt = Annotated[
-    float, typer.Option(help="0–1: codeformer's fidelity input (FaceFusion's default 0.5); others ignore it.")
+    float,
+    typer.Option(
+        help="0–1: codeformer's fidelity input (FaceFusion's default 0.5); others ignore it.",
+        rich_help_panel=PANEL_SWAP,
+    ),
 ]
 EmbeddingConventionOpt = Annotated[
     str | None,
     typer.Option(
         help="insightface | facefusion: how the source identity is fed. Default: the model "
         "publisher's (insightface for inswapper: latent renormalised; facefusion for the rest). "
-        "facefusion reproduces FaceFusion 3.x's latent, --swapper-weight and several --source."
+        "facefusion reproduces FaceFusion 3.x's latent, --swapper-weight and several --source.",
+        rich_help_panel=PANEL_SWAP,
     ),
 ]
 FaceDetectorModelOpt = Annotated[
@@ -239,11 +349,16 @@ FaceDetectorModelOpt = Annotated[
     typer.Option(
         help="FaceFusion's face detector: yolo_face | retinaface | scrfd | yunet | many, at FaceFusion's "
         "sizes, scores and angles, run when its file is here (else ffbatch's YuNet, with a warning). "
-        "Default: ffbatch's YuNet. docs/facefusion.md."
+        "Default: ffbatch's YuNet. docs/facefusion.md.",
+        rich_help_panel=PANEL_FACES,
     ),
 ]
 FaceDetectorSizeOpt = Annotated[
-    str | None, typer.Option(help="With --face-detector-model: its size, WxH (default FaceFusion's largest).")
+    str | None,
+    typer.Option(
+        help="With --face-detector-model: its size, WxH (default FaceFusion's largest).",
+        rich_help_panel=PANEL_FACES,
+    ),
 ]
 DetectorAnglesOpt = Annotated[
     str | None,
@@ -265,52 +380,79 @@ MaskOpt = Annotated[
     typer.Option(
         help="Swap masks, comma-separated: box, occlusion (xseg; the classical swap too), area "
         "(the face mesh's areas, --mask-areas), region (parser; learned only), skin (classical only: "
-        "what is not skin in front of the face stays, no model needed; hands are skin)."
+        "what is not skin in front of the face stays, no model needed; hands are skin).",
+        rich_help_panel=PANEL_SWAP,
     ),
 ]
 MaskAreasOpt = Annotated[
     str | None,
-    typer.Option(help="--mask area: upper-face, lower-face, mouth, comma-separated (default: all three)."),
+    typer.Option(
+        help="--mask area: upper-face, lower-face, mouth, comma-separated (default: all three).",
+        rich_help_panel=PANEL_SWAP,
+    ),
 ]
-MaskBlurOpt = Annotated[float, typer.Option(help="Box mask blur, 0–1.")]
-MaskPaddingOpt = Annotated[str, typer.Option(help="Box mask padding, percent: T,R,B,L or one value.")]
+MaskBlurOpt = Annotated[float, typer.Option(help="Box mask blur, 0–1.", rich_help_panel=PANEL_SWAP)]
+MaskPaddingOpt = Annotated[
+    str, typer.Option(help="Box mask padding, percent: T,R,B,L or one value.", rich_help_panel=PANEL_SWAP)
+]
 MaskRegionsOpt = Annotated[
-    str | None, typer.Option(help="Region mask classes, comma-separated (default: all face regions).")
+    str | None,
+    typer.Option(
+        help="Region mask classes, comma-separated (default: all face regions).", rich_help_panel=PANEL_SWAP
+    ),
 ]
-OccluderModelOpt = Annotated[str, typer.Option(help="xseg_1 | xseg_2 | xseg_3.")]
-ParserModelOpt = Annotated[str, typer.Option(help="bisenet_resnet_34 | bisenet_resnet_18.")]
+OccluderModelOpt = Annotated[str, typer.Option(help="xseg_1 | xseg_2 | xseg_3.", rich_help_panel=PANEL_SWAP)]
+ParserModelOpt = Annotated[
+    str, typer.Option(help="bisenet_resnet_34 | bisenet_resnet_18.", rich_help_panel=PANEL_SWAP)
+]
 ReferenceFaceOpt = Annotated[
-    Path | None, typer.Option(help="--faces reference: a photo of the person whose faces are swapped.")
+    Path | None,
+    typer.Option(
+        help="--faces reference: a photo of the person whose faces are swapped.", rich_help_panel=PANEL_FACES
+    ),
 ]
 ReferenceFrameOpt = Annotated[
-    int | None, typer.Option(help="--faces reference: take the person from this frame of the input.")
+    int | None,
+    typer.Option(
+        help="--faces reference: take the person from this frame of the input.", rich_help_panel=PANEL_FACES
+    ),
 ]
 ReferenceFacePositionOpt = Annotated[
-    int, typer.Option(help="Which face of the reference picture, 0 = the largest.")
+    int,
+    typer.Option(help="Which face of the reference picture, 0 = the largest.", rich_help_panel=PANEL_FACES),
 ]
 ReferenceDistanceOpt = Annotated[
-    float, typer.Option(help="Faces within this distance (1 − cos)/2 of the reference are swapped.")
+    float,
+    typer.Option(
+        help="Faces within this distance (1 − cos)/2 of the reference are swapped.",
+        rich_help_panel=PANEL_FACES,
+    ),
 ]
-ScoreThresholdOpt = Annotated[float, typer.Option(help="Face detector score threshold.")]
+ScoreThresholdOpt = Annotated[
+    float, typer.Option(help="Face detector score threshold.", rich_help_panel=PANEL_FACES)
+]
 FaceOrderOpt = Annotated[
     str | None,
     typer.Option(
         help="Order of each frame's faces (FaceFusion's): left-right, right-left, top-bottom, "
-        "bottom-top, small-large, large-small, best-worst, worst-best. --faces one takes the first."
+        "bottom-top, small-large, large-small, best-worst, worst-best. --faces one takes the first.",
+        rich_help_panel=PANEL_FACES,
     ),
 ]
 FaceIndexOpt = Annotated[
     list[int] | None,
     typer.Option(
         help="Swap only the face at this position of each frame in --face-order (0 = first; "
-        "default order large-small); repeat for several."
+        "default order large-small); repeat for several.",
+        rich_help_panel=PANEL_FACES,
     ),
 ]
 SmoothingOpt = Annotated[
     float,
     typer.Option(
         help="Landmark smoothing along each face's track (One Euro filter): 0 off, 1 default, "
-        "more smooths more (at the cost of lag on fast motion)."
+        "more smooths more (at the cost of lag on fast motion).",
+        rich_help_panel=PANEL_FACES,
     ),
 ]
 FacePresenceOpt = Annotated[
@@ -319,24 +461,29 @@ FacePresenceOpt = Annotated[
         help="How sure the face mesh must be that it sees a face before its track is swapped: its "
         "presence logit, averaged over the track's last frames (0-100). Faces the mesh follows score "
         "16-44; a face the frame cuts so that its eyes are outside scores 0-6 and is left as it is. "
-        "Lower swaps weaker faces (blurred, turned, cut), higher leaves more alone."
+        "Lower swaps weaker faces (blurred, turned, cut), higher leaves more alone.",
+        rich_help_panel=PANEL_FACES,
     ),
 ]
 SourceFaceIndexOpt = Annotated[
     int,
     typer.Option(
-        help="Which face of each --source photo to use, faces ordered largest first (0: the largest)."
+        help="Which face of each --source photo to use, faces ordered largest first (0: the largest).",
+        rich_help_panel=PANEL_SWAP,
     ),
 ]
-BackendOpt = Annotated[str, typer.Option(help="auto | cpu | cuda | tensorrt.")]
+BackendOpt = Annotated[str, typer.Option(help="auto | cpu | cuda | tensorrt.", rich_help_panel=PANEL_GPU)]
 GpuRuntimeOpt = Annotated[
     str,
     typer.Option(
         help="What runs the models on --backend cuda: torch (default; ffbatch's ONNX interpreter) | "
-        "onnxruntime (its CUDA provider with I/O binding; needs onnxruntime-gpu). docs/gpu.md."
+        "onnxruntime (its CUDA provider with I/O binding; needs onnxruntime-gpu). docs/gpu.md.",
+        rich_help_panel=PANEL_GPU,
     ),
 ]
-ModelsDirOpt = Annotated[Path | None, typer.Option(help="Look here for model files first.")]
+ModelsDirOpt = Annotated[
+    Path | None, typer.Option(help="Look here for model files first.", rich_help_panel=PANEL_SWAP)
+]
 
 
 # --- FaceFusion's option names --------------------------------------------------------------
@@ -529,13 +676,15 @@ def given_options(ctx: typer.Context) -> set[str]:
     return {name for name, source in sources.items() if source is not None and source.name != "DEFAULT"}
 
 
-@app.command(epilog=facefusion_help())
+@app.command(cls=PanelledCommand, epilog=facefusion_help())
 def render(
     ctx: typer.Context,
     inputs: Annotated[
         list[Path],
         typer.Argument(
-            help="Input video(s), or an image sequence (shot/frame.%04d.dpx).", show_default=False
+            help="Input video(s), or an image sequence (shot/frame.%04d.dpx).",
+            metavar="INPUT",
+            show_default=False,
         ),
     ],
     source: SourceOpt = None,
@@ -546,20 +695,27 @@ def render(
             "-o",
             help="Output video; container from its "
             "extension. Written to a temporary name, renamed when done.",
+            rich_help_panel=PANEL_IO,
         ),
     ] = None,
     output_dir: Annotated[
         Path | None,
-        typer.Option(help="Several inputs: write one output per input into this directory."),
+        typer.Option(
+            help="Several inputs: write one output per input into this directory.", rich_help_panel=PANEL_IO
+        ),
     ] = None,
     output_pattern: Annotated[
-        str, typer.Option(help="File names in --output-dir: {stem}, {ext} (with its dot), {name}.")
+        str,
+        typer.Option(
+            help="File names in --output-dir: {stem}, {ext} (with its dot), {name}.", rich_help_panel=PANEL_IO
+        ),
     ] = "{stem}-swapped{ext}",
     frames: Annotated[
         str | None,
         typer.Option(
             help="Render only frames START:END (0-based, END exclusive) into a video-only "
-            "segment for `ffbatch concat`."
+            "segment for `ffbatch concat`.",
+            rich_help_panel=PANEL_FARM,
         ),
     ] = None,
     frame_range: Annotated[
@@ -568,137 +724,198 @@ def render(
             help="Render only frames FIRST-LAST, inclusive, in the input's own numbers (an image "
             "sequence's file numbers; a video's frames from 0) as a farm substitutes them: 1001-1100, "
             "Deadline's <STARTFRAME>-<ENDFRAME>, an OpenJD chunk's range expression. A video output is "
-            "a segment for `ffbatch concat`; a sequence output gets the frames at their final names."
+            "a segment for `ffbatch concat`; a sequence output gets the frames at their final names.",
+            rich_help_panel=PANEL_FARM,
         ),
     ] = None,
     chunk_frames: Annotated[
         int | None,
         typer.Option(
             help="Render in resumable chunks of N frames (default: chunks of 1500 frames "
-            "for videos over 3000 frames; 0: never)."
+            "for videos over 3000 frames; 0: never).",
+            rich_help_panel=PANEL_FARM,
         ),
     ] = None,
     force: Annotated[
-        bool, typer.Option(help="Drop saved progress and finished outputs; render everything again.")
+        bool,
+        typer.Option(
+            help="Drop saved progress and finished outputs; render everything again.",
+            rich_help_panel=PANEL_FARM,
+        ),
     ] = False,
     reuse_across_versions: Annotated[
         bool,
         typer.Option(
             help="Reuse saved segments and finished outputs that another ffbatch version or render "
-            "revision made with the same settings (said in a warning); by default they are rendered again."
+            "revision made with the same settings (said in a warning); by default they are rendered again.",
+            rich_help_panel=PANEL_FARM,
         ),
     ] = False,
     ray: Annotated[
         str | None,
-        typer.Option(help="Render segments on Ray: auto (a running cluster, else a local one) or ADDRESS."),
+        typer.Option(
+            help="Render segments on Ray: auto (a running cluster, else a local one) or ADDRESS.",
+            rich_help_panel=PANEL_FARM,
+        ),
     ] = None,
     ray_workers: Annotated[
-        int | None, typer.Option(help="Ray actors (default: one per GPU; without GPUs, cores / 2).")
+        int | None,
+        typer.Option(
+            help="Ray actors (default: one per GPU; without GPUs, cores / 2).", rich_help_panel=PANEL_FARM
+        ),
     ] = None,
     faces: FacesOpt = "many",
     batch_size: Annotated[
         int,
         typer.Option(
             help="Frames per batch (every model call takes the batch). On the CPU 8 is as fast "
-            "as larger batches and keeps memory lower."
+            "as larger batches and keeps memory lower.",
+            rich_help_panel=PANEL_GPU,
         ),
     ] = 8,
     batch_window_ms: Annotated[
-        float, typer.Option(help="Close a batch this long after its first frame even if not full.")
+        float,
+        typer.Option(
+            help="Close a batch this long after its first frame even if not full.", rich_help_panel=PANEL_GPU
+        ),
     ] = 200.0,
-    workers: Annotated[int, typer.Option(help="Batches processed at once.")] = 2,
+    workers: Annotated[int, typer.Option(help="Batches processed at once.", rich_help_panel=PANEL_GPU)] = 2,
     threads: Annotated[
-        int | None, typer.Option(help="onnxruntime threads per model (default: cores / workers).")
+        int | None,
+        typer.Option(
+            help="onnxruntime threads per model (default: cores / workers).", rich_help_panel=PANEL_GPU
+        ),
     ] = None,
     backend: BackendOpt = "auto",
     gpu_runtime: GpuRuntimeOpt = "torch",
     streams: Annotated[
         int | None,
         typer.Option(
-            help="GPU: CUDA streams, one batch worker each (default from the GPU); CPU: as --workers."
+            help="GPU: CUDA streams, one batch worker each (default from the GPU); CPU: as --workers.",
+            rich_help_panel=PANEL_GPU,
         ),
     ] = None,
     gpus: Annotated[
         str | None,
-        typer.Option(help="GPUs to render on at once, one process each, e.g. 0,1 (default: GPU 0)."),
+        typer.Option(
+            help="GPUs to render on at once, one process each, e.g. 0,1 (default: GPU 0).",
+            rich_help_panel=PANEL_GPU,
+        ),
     ] = None,
     max_batch: Annotated[
         int | None,
         typer.Option(
-            help="GPU: most frames per model call (TensorRT profile max, default 16); may use fewer."
+            help="GPU: most frames per model call (TensorRT profile max, default 16); may use fewer.",
+            rich_help_panel=PANEL_GPU,
         ),
     ] = None,
     precision: Annotated[
         str,
         typer.Option(
             help="GPU: auto (fp16 where the model allows) | fp32 | fp16 | int8 (tensorrt); CPU: fp32, or "
-            "int8 for learned models whose INT8 variant (ffbatch models prepare --int8) holds on real faces."
+            "int8 for learned models whose INT8 variant (ffbatch models prepare --int8) holds on real faces.",
+            rich_help_panel=PANEL_GPU,
         ),
     ] = "auto",
     encoder: Annotated[
         str,
         typer.Option(
             help="libx264 | libx264rgb | libx265 | libsvtav1 | prores_ks | dnxhd | ffv1 | h264_nvenc | "
-            "hevc_nvenc (docs/formats.md gives the containers each fits)."
+            "hevc_nvenc (docs/formats.md gives the containers each fits).",
+            rich_help_panel=PANEL_QUALITY,
         ),
     ] = "libx264",
     crf: Annotated[
-        int | None, typer.Option(help="Constant rate factor 0–51, AV1 0–63 (default 18; 0: lossless x264).")
+        int | None,
+        typer.Option(
+            help="Constant rate factor 0–51, AV1 0–63 (default 18; 0: lossless x264).",
+            rich_help_panel=PANEL_QUALITY,
+        ),
     ] = None,
-    quality: Annotated[int | None, typer.Option(help="0–100 (100 best); instead of --crf.")] = None,
+    quality: Annotated[
+        int | None, typer.Option(help="0–100 (100 best); instead of --crf.", rich_help_panel=PANEL_QUALITY)
+    ] = None,
     preset: Annotated[
-        str, typer.Option(help="Encoder preset (x264 names; NVENC p1–p7; AV1 0–13).")
+        str,
+        typer.Option(
+            help="Encoder preset (x264 names; NVENC p1–p7; AV1 0–13).", rich_help_panel=PANEL_QUALITY
+        ),
     ] = "veryfast",
     profile: Annotated[
         str | None,
         typer.Option(
             help="prores_ks: proxy | lt | 422 | hq | 4444 | 4444xq (default hq); "
-            "dnxhd: lb | sq | hq | hqx | 444 (default hq); x264/x265: the encoder's own (high, main10...)."
+            "dnxhd: lb | sq | hq | hqx | 444 (default hq); x264/x265: the encoder's own (high, main10...).",
+            rich_help_panel=PANEL_QUALITY,
         ),
     ] = None,
     pix_fmt: Annotated[
         str | None,
         typer.Option(
             help="Output pixel format, e.g. yuv422p10le (default: the input's where the encoder takes it, "
-            "else the profile's); also accepts a reduction of bit depth or chroma."
+            "else the profile's); also accepts a reduction of bit depth or chroma.",
+            rich_help_panel=PANEL_QUALITY,
         ),
     ] = None,
-    bitrate: Annotated[str | None, typer.Option(help="Target bitrate, e.g. 20M (instead of --crf).")] = None,
-    maxrate: Annotated[str | None, typer.Option(help="Peak bitrate, e.g. 30M (with --bufsize).")] = None,
-    bufsize: Annotated[str | None, typer.Option(help="Rate-control buffer, e.g. 60M.")] = None,
-    gop: Annotated[int | None, typer.Option(help="Keyframe interval in frames (1: all intra).")] = None,
+    bitrate: Annotated[
+        str | None,
+        typer.Option(help="Target bitrate, e.g. 20M (instead of --crf).", rich_help_panel=PANEL_QUALITY),
+    ] = None,
+    maxrate: Annotated[
+        str | None,
+        typer.Option(help="Peak bitrate, e.g. 30M (with --bufsize).", rich_help_panel=PANEL_QUALITY),
+    ] = None,
+    bufsize: Annotated[
+        str | None, typer.Option(help="Rate-control buffer, e.g. 60M.", rich_help_panel=PANEL_QUALITY)
+    ] = None,
+    gop: Annotated[
+        int | None,
+        typer.Option(help="Keyframe interval in frames (1: all intra).", rich_help_panel=PANEL_QUALITY),
+    ] = None,
     encoder_opt: Annotated[
         list[str] | None,
         typer.Option(
             help="KEY=VALUE passed to the encoder as ffmpeg's -KEY VALUE (repeatable), e.g. "
-            "x264-params=keyint=24 or vendor=apl0; an option the encoder lacks is exit 2."
+            "x264-params=keyint=24 or vendor=apl0; an option the encoder lacks is exit 2.",
+            rich_help_panel=PANEL_QUALITY,
         ),
     ] = None,
     allow_reduce: Annotated[
         bool,
         typer.Option(
             help="Accept an output with less than the input: 10/12-bit or HDR processed at 8 bits, "
-            "4:2:2/4:4:4 chroma subsampled. Without it such a render is refused (exit 2)."
+            "4:2:2/4:4:4 chroma subsampled. Without it such a render is refused (exit 2).",
+            rich_help_panel=PANEL_QUALITY,
         ),
     ] = False,
     audio_codec: Annotated[
         str,
         typer.Option(
             help="copy: every track as it is where the container holds it (else re-encoded, with a "
-            "warning); pcm: every track to PCM (not in .mp4); aac: every track to AAC."
+            "warning); pcm: every track to PCM (not in .mp4); aac: every track to AAC.",
+            rich_help_panel=PANEL_IO,
         ),
     ] = "copy",
-    audio_bitrate: Annotated[str | None, typer.Option(help="--audio-codec aac: bitrate, e.g. 256k.")] = None,
-    audio: Annotated[bool, typer.Option("--audio/--no-audio", help="Carry the input's audio tracks.")] = True,
+    audio_bitrate: Annotated[
+        str | None, typer.Option(help="--audio-codec aac: bitrate, e.g. 256k.", rich_help_panel=PANEL_IO)
+    ] = None,
+    audio: Annotated[
+        bool,
+        typer.Option("--audio/--no-audio", help="Carry the input's audio tracks.", rich_help_panel=PANEL_IO),
+    ] = True,
     fps: Annotated[
         float | None,
-        typer.Option(help="Image sequence input (shot/frame.%04d.dpx): its frame rate (default 24)."),
+        typer.Option(
+            help="Image sequence input (shot/frame.%04d.dpx): its frame rate (default 24).",
+            rich_help_panel=PANEL_IO,
+        ),
     ] = None,
     start_number: Annotated[
         int | None,
         typer.Option(
             help="Image sequence output (-o shot/frame.%06d.exr, .dpx .tif .png): the first frame's number "
-            "(default: the input sequence's first, or 1001 for a video)."
+            "(default: the input sequence's first, or 1001 for a video).",
+            rich_help_panel=PANEL_IO,
         ),
     ] = None,
     blend: BlendOpt = "multiband",
@@ -744,20 +961,25 @@ def render(
         typer.Option(
             help="fail: a frame that cannot be decoded fails the job (exit 2); skip: it is replaced by "
             "the last good frame (black before the first) at its own timestamp, counted in the report "
-            "(whole-file renders only)."
+            "(whole-file renders only).",
+            rich_help_panel=PANEL_IO,
         ),
     ] = "fail",
     hwaccel: Annotated[
         str,
         typer.Option(
             help="none | cuda: decode on the GPU's video decoder (NVDEC; the pictures are the same, the "
-            "CPU is left to the encoder). Exit 2 where there is none."
+            "CPU is left to the encoder). Exit 2 where there is none.",
+            rich_help_panel=PANEL_GPU,
         ),
     ] = "none",
     source_face_index: SourceFaceIndexOpt = 0,
     models_dir: ModelsDirOpt = None,
     report: Annotated[
-        Path | None, typer.Option(help="Write a JSON report here (also for a failed or interrupted job).")
+        Path | None,
+        typer.Option(
+            help="Write a JSON report here (also for a failed or interrupted job).", rich_help_panel=PANEL_IO
+        ),
     ] = None,
     matte_output: Annotated[
         Path | None,
@@ -766,7 +988,8 @@ def render(
             "FFV1 grey .mkv/.avi (with --frames: a segment for `concat`) or a grey PNG/TIFF sequence "
             "(matte.%06d.png, numbered by input frame from the output's start number). A template of each "
             "input's name with --output-pattern's fields: 'mattes/{stem}.matte.mkv' (several inputs "
-            "need one)."
+            "need one).",
+            rich_help_panel=PANEL_IO,
         ),
     ] = None,
     face_only_output: Annotated[
@@ -774,20 +997,27 @@ def render(
         typer.Option(
             help="Also write the swapped faces alone with STRAIGHT (not premultiplied) alpha, the matte's: "
             "over the input it gives the output. ProRes 4444 with alpha in .mov, or an RGBA sequence "
-            "face.%06d.exr (half) / .png / .tiff, numbered as --matte-output, a template as it is."
+            "face.%06d.exr (half) / .png / .tiff, numbered as --matte-output, a template as it is.",
+            rich_help_panel=PANEL_IO,
         ),
     ] = None,
     fail_if_no_faces: Annotated[
-        bool, typer.Option(help="Exit 2, writing nothing, when not one face was swapped.")
+        bool,
+        typer.Option(
+            help="Exit 2, writing nothing, when not one face was swapped.", rich_help_panel=PANEL_FACES
+        ),
     ] = False,
     fail_on_truncated: Annotated[
         bool,
         typer.Option(
             help="Exit 2 before rendering when the input's video stops before the end its container "
-            "declares (a truncated or damaged file; without it: a warning, and the frames that are there)."
+            "declares (a truncated or damaged file; without it: a warning, and the frames that are there).",
+            rich_help_panel=PANEL_IO,
         ),
     ] = False,
-    overwrite: Annotated[bool, typer.Option(help="Replace an existing output file.")] = False,
+    overwrite: Annotated[
+        bool, typer.Option(help="Replace an existing output file.", rich_help_panel=PANEL_IO)
+    ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar, warnings only.")] = False,
     verbose: VerboseOpt = False,
     facefusion_job: Annotated[
@@ -796,10 +1026,20 @@ def render(
             help="Run a FaceFusion 3 job file's steps, each as a render (no INPUT: each step "
             "names its target and output); other options apply to every step.",
             show_default=False,
+            rich_help_panel=PANEL_FACEFUSION,
         ),
     ] = None,
 ) -> None:
-    """Swap the face(s) of SOURCE into every frame of INPUT and write OUTPUT."""
+    """Swap the face(s) of SOURCE into every frame of INPUT and write OUTPUT.
+
+    Examples:
+
+    \b
+      ffbatch render in.mp4 -s face.jpg -o out.mp4
+      ffbatch render shots/*.mov -s face.jpg --output-dir out/ --encoder prores_ks
+      ffbatch render in.mp4 -s face.jpg -o out.mp4 --swapper-model inswapper_128
+      ffbatch render a.####.png -s face.jpg -o b.####.png --frame-range 1001-1100
+    """
     setup_logging(quiet, verbose)
     if facefusion_job is not None:  # read before parsing (main); here only through the app itself
         raise InputError("--facefusion-job runs through `ffbatch render --facefusion-job JOB`")
@@ -832,7 +1072,7 @@ def render(
         raise typer.Exit(code)
 
 
-@app.command()
+@app.command(cls=PanelledCommand)
 def concat(
     segments: Annotated[
         list[Path],
@@ -877,37 +1117,68 @@ def concat(
     typer.echo(str(output))
 
 
-@app.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@app.command(cls=PanelledCommand, context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
 def plan(
     inputs: Annotated[
         list[str],
         typer.Argument(
             help="Input video(s), and the `render` options for every chunk (--source ... --crf ...).",
+            metavar="INPUT",
             show_default=False,
         ),
     ],
-    chunk_frames: Annotated[int, typer.Option(help="Frames per chunk (one farm task each).")] = 1500,
+    chunk_frames: Annotated[
+        int, typer.Option(help="Frames per chunk (one farm task each).", rich_help_panel=PANEL_FARM)
+    ] = 1500,
     format: Annotated[
-        str, typer.Option("--format", help="json | shell | slurm | opencue | openjd (Open Job Description).")
+        str,
+        typer.Option(
+            "--format",
+            help="json | shell | slurm | opencue | openjd (Open Job Description).",
+            rich_help_panel=PANEL_FARM,
+        ),
     ] = "shell",
     output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="The joined video (one input).")
+        Path | None,
+        typer.Option("--output", "-o", help="The joined video (one input).", rich_help_panel=PANEL_IO),
     ] = None,
     output_dir: Annotated[
-        Path | None, typer.Option(help="Several inputs: one joined video per input in here.")
+        Path | None,
+        typer.Option(help="Several inputs: one joined video per input in here.", rich_help_panel=PANEL_IO),
     ] = None,
     output_pattern: Annotated[
-        str, typer.Option(help="File names in --output-dir: {stem}, {ext} (with its dot), {name}.")
+        str,
+        typer.Option(
+            help="File names in --output-dir: {stem}, {ext} (with its dot), {name}.", rich_help_panel=PANEL_IO
+        ),
     ] = "{stem}-swapped{ext}",
     ffbatch: Annotated[
-        str, typer.Option("--ffbatch", help="How the farm's hosts run ffbatch, e.g. '/opt/venv/bin/ffbatch'.")
+        str,
+        typer.Option(
+            "--ffbatch",
+            help="How the farm's hosts run ffbatch, e.g. '/opt/venv/bin/ffbatch'.",
+            rich_help_panel=PANEL_FARM,
+        ),
     ] = "ffbatch",
     sbatch: Annotated[
-        list[str] | None, typer.Option(help="slurm: an extra #SBATCH line, e.g. --sbatch=--gres=gpu:1.")
+        list[str] | None,
+        typer.Option(
+            help="slurm: an extra #SBATCH line, e.g. --sbatch=--gres=gpu:1.", rich_help_panel=PANEL_FARM
+        ),
     ] = None,
-    overwrite: Annotated[bool, typer.Option(help="The joins replace existing outputs.")] = False,
+    overwrite: Annotated[
+        bool, typer.Option(help="The joins replace existing outputs.", rich_help_panel=PANEL_IO)
+    ] = False,
 ) -> None:
-    """Print the commands that render INPUT(s) in chunks on a farm, and join them."""
+    """Print the commands that render INPUT(s) in chunks on a farm, and join them.
+
+    Examples:
+
+    \b
+      ffbatch plan in.mov -o out.mov -s face.jpg --chunk-frames 500 > jobs.sh
+      ffbatch plan in.mov -o out.mov -s face.jpg --format openjd > job.yaml
+      ffbatch plan shots/*.mov --output-dir out/ -s face.jpg --format slurm
+    """
     setup_logging(True, False)
     text = plan_command(
         list(inputs),
@@ -924,13 +1195,15 @@ def plan(
     typer.echo(text, nl=False)
 
 
-@app.command()
+@app.command(cls=PanelledCommand)
 def preview(
     ctx: typer.Context,
     input: Annotated[Path, typer.Argument(help="Input video.")],
-    output: Annotated[Path, typer.Option("--output", "-o", help="Contact sheet image (.png).")],
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="Contact sheet image (.png).", rich_help_panel=PANEL_IO)
+    ],
     source: SourceOpt = None,
-    frames: Annotated[int, typer.Option(help="How many frames to sample.")] = 4,
+    frames: Annotated[int, typer.Option(help="How many frames to sample.", rich_help_panel=PANEL_IO)] = 4,
     overwrite: Annotated[bool, typer.Option(help="Replace the sheet if it exists.")] = False,
     faces: FacesOpt = "many",
     blend: BlendOpt = "multiband",
@@ -981,14 +1254,22 @@ def preview(
             "--crops",
             help="Also show every swapped face at 1:1 (before | after) under its row: seams, lids "
             "and colour as a render writes them, not scaled to the sheet.",
+            rich_help_panel=PANEL_IO,
         ),
     ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
 ) -> None:
     """Write a before/after contact sheet of a few frames of INPUT.
 
-    The swap options are render's (same names, defaults and checks), so a preview shows
-    what `ffbatch render` with the same options would write.
+    The swap options are render's (same names, defaults and checks), and each frame is
+    rendered with the face tracks' history a render gives it: a preview shows what
+    `ffbatch render` with the same options writes at those times.
+
+    Examples:
+
+    \b
+      ffbatch preview in.mp4 -s face.jpg -o sheet.png --crops
+      ffbatch preview in.mp4 -s face.jpg -o sheet.png --frames 8 --faces one
     """
     setup_logging(quiet, False)
     if not 1 <= frames <= 32:
@@ -1001,14 +1282,14 @@ def preview(
     typer.echo(str(output))
 
 
-@models_app.command("list")
+@models_app.command("list", cls=PanelledCommand)
 def models_list() -> None:
     """Every model and asset ffbatch knows, with its state in the store."""
     for line in tools_models.list_lines():
         typer.echo(line)
 
 
-@models_app.command("fetch")
+@models_app.command("fetch", cls=PanelledCommand)
 def models_fetch(
     names: Annotated[list[str] | None, typer.Argument(help="Model names (default: the default set).")] = None,
     force: Annotated[bool, typer.Option(help="Fetch again even if present and valid.")] = False,
@@ -1019,7 +1300,7 @@ def models_fetch(
         typer.echo(line)
 
 
-@models_app.command("verify")
+@models_app.command("verify", cls=PanelledCommand)
 def models_verify(
     names: Annotated[
         list[str] | None, typer.Argument(help="Model names (default: all in the store).")
@@ -1033,7 +1314,7 @@ def models_verify(
         raise typer.Exit(EXIT_USAGE)
 
 
-@models_app.command("prepare")
+@models_app.command("prepare", cls=PanelledCommand)
 def models_prepare(
     name: Annotated[str, typer.Argument(help="A learned model, e.g. inswapper_128.")],
     fp16: Annotated[bool, typer.Option("--fp16", help="Also make a float16 variant (fp32 I/O).")] = False,
@@ -1057,7 +1338,7 @@ def models_prepare(
         typer.echo(line)
 
 
-@models_app.command("calibration-crops")
+@models_app.command("calibration-crops", cls=PanelledCommand)
 def models_calibration_crops(
     output: Annotated[Path, typer.Option("--output", "-o", help="Directory for the crops.")],
     sources: Annotated[
@@ -1074,7 +1355,7 @@ def models_calibration_crops(
     typer.echo(str(output))
 
 
-@app.command()
+@app.command(cls=PanelledCommand)
 def doctor() -> None:
     """What this machine offers: backends, GPUs, codecs, and what `auto` would choose."""
     for line in tools_doctor.report_lines():
@@ -1086,7 +1367,7 @@ EnginesDirOpt = Annotated[
 ]
 
 
-@engines_app.command("build")
+@engines_app.command("build", cls=PanelledCommand)
 def engines_build(
     names: Annotated[
         list[str] | None, typer.Argument(help="Models (default: the detector and the face mesh).")
@@ -1110,14 +1391,14 @@ def engines_build(
         typer.echo(line)
 
 
-@engines_app.command("list")
+@engines_app.command("list", cls=PanelledCommand)
 def engines_list(engines_dir: EnginesDirOpt = None) -> None:
     """Stored engines: model, precision, batch profile, GPU, TensorRT, and whether they fit here."""
     for line in tools_engines.list_engines(tools_engines.engine_device(engines_dir=engines_dir)):
         typer.echo(line)
 
 
-@engines_app.command("verify")
+@engines_app.command("verify", cls=PanelledCommand)
 def engines_verify(engines_dir: EnginesDirOpt = None) -> None:
     """Check every engine's bytes, its fit to this GPU/TensorRT and its outputs; exit 2 if any fails."""
     lines, ok = tools_engines.verify_engines(tools_engines.engine_device(engines_dir=engines_dir))
@@ -1191,6 +1472,44 @@ def _stdout_problem(exc: BaseException) -> str:
     return problem
 
 
+# ffmpeg's options typed out of habit (`ffbatch` is not a drop-in ffmpeg): what ffbatch calls them
+FFMPEG_HABITS = {
+    "-i": "the input is the first argument: ffbatch render IN.mp4 -s FACE.jpg -o OUT.mp4",
+    "-y": "--overwrite",
+    "-c": "--encoder (video), --audio-codec (audio)",
+    "-c:v": "--encoder",
+    "-codec:v": "--encoder",
+    "-vcodec": "--encoder",
+    "-c:a": "--audio-codec",
+    "-acodec": "--audio-codec",
+    "-an": "--no-audio",
+    "-crf": "--crf",
+    "-preset": "--preset",
+    "-profile:v": "--profile",
+    "-pix_fmt": "--pix-fmt",
+    "-b:v": "--bitrate",
+    "-b:a": "--audio-bitrate",
+    "-g": "--gop",
+    "-r": "--fps (an image sequence's rate; a video keeps its own timing)",
+    "-ss": "--frames START:END or --frame-range FIRST-LAST",
+    "-t": "--frames START:END or --frame-range FIRST-LAST",
+    "-to": "--frames START:END or --frame-range FIRST-LAST",
+    "-frames:v": "--frames START:END or --frame-range FIRST-LAST",
+    "-vframes": "--frames START:END or --frame-range FIRST-LAST",
+}
+
+
+def ffmpeg_hint(argv: list[str]) -> str:
+    """'; ffmpeg's -y is --overwrite here' for the first of ffmpeg's options in `argv`, or ''."""
+    for token in argv:
+        if token == "--":
+            break
+        if token in FFMPEG_HABITS:
+            said = FFMPEG_HABITS[token]
+            return f"; ffmpeg's {token} is {said} here" if said.startswith("--") else f"; {said}"
+    return ""
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: maps every failure to a message on stderr and an exit status."""
     debug = bool(os.environ.get("FFBATCH_DEBUG"))
@@ -1225,6 +1544,7 @@ def main(argv: list[str] | None = None) -> None:
         if ctx is not None:
             hint = f" (see '{ctx.command_path} --help')"
         message = exc.format_message()
+        message += ffmpeg_hint(sys.argv[1:] if argv is None else argv) if message else ""
         if message:  # empty when the help was shown for a bare command
             print(f"ffbatch: error: {message}{hint}", file=sys.stderr)
         code = exc.exit_code

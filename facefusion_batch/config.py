@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from facefusion_batch.errors import InputError
+from facefusion_batch.errors import InputError, did_you_mean
 from facefusion_batch.faces.classify import AGE_LIMIT, GENDERS, RACE_NAMES, FaceFilterSettings
 from facefusion_batch.faces.detect import DetectorSettings
 from facefusion_batch.faces.facefusion_detectors import facefusion_detector_settings
@@ -149,7 +149,9 @@ def _check_range(option: str, value: float, low: float, high: float) -> None:
 
 def validate_choices(option: str, value: str, choices: tuple[str, ...]) -> str:
     if value not in choices:
-        raise InputError(f"{option} must be one of {', '.join(choices)} (got {value!r})")
+        raise InputError(
+            f"{option} must be one of {', '.join(choices)} (got {value!r}){did_you_mean(value, choices)}"
+        )
     return value
 
 
@@ -409,7 +411,8 @@ def validate_swap(swap: ClassicalSettings | SwapSettings, faces: str) -> None:
         ("--parser-model", learned.masks.parser_model, PARSERS),
     ):
         if value is not None and value.split("@", 1)[0] not in known:
-            raise InputError(f"{option} must be one of {', '.join(known)} (got {value!r})")
+            hint = did_you_mean(value.split("@", 1)[0], known)
+            raise InputError(f"{option} must be one of {', '.join(known)} (got {value!r}){hint}")
     if swap.face_order is not None:
         validate_choices("--face-order", swap.face_order, tuple(FACE_ORDERS))
     if any(i < 0 for i in swap.face_indices):

@@ -7,10 +7,11 @@ and 138 (SIGUSR1, a scheduler's warning before its kill) are 128 + the signal to
 
 from __future__ import annotations
 
+import difflib
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -188,3 +189,11 @@ def raise_if_signalled() -> None:
     if noted.exit_code == EXIT_INTERRUPTED:
         raise KeyboardInterrupt
     raise noted
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """' (did you mean X?)' for the choice closest to a mistyped `word`, or '' when none is close."""
+    choices = list(choices)
+    # two letters swapped (libx246) first: difflib scores libx265 as close as libx264
+    close = [c for c in choices if sorted(c) == sorted(word)] or difflib.get_close_matches(word, choices, n=1)
+    return f" (did you mean {close[0]}?)" if close else ""

@@ -45,10 +45,12 @@ def test_auto_takes_the_present_model_and_a_named_absent_one_is_an_error(home, f
         choose_swapper(auto("hyperswap_1a_256"), ff)
     message = str(info.value)
     assert f"{ff / 'hyperswap_1a_256.onnx'}" in message and "ffbatch models fetch hyperswap_1a_256" in message
-    caplog.set_level("INFO", logger="ffbatch")
+    caplog.set_level("DEBUG", logger="ffbatch")
     assert choose_swapper(auto(), tmp_path) is None  # none named, none here: the classical swap, warned
     assert "absent: inswapper_128" in caplog.text and "using the classical swap" in caplog.text
-    assert any(r.levelname == "WARNING" and "classical swap" in r.getMessage() for r in caplog.records)
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    # one short line; the files each model lacks only in the debug log (-v)
+    assert len(warned) == 1 and "classical swap" in warned[0] and len(warned[0]) < 120, warned
 
 
 @pytest.mark.parametrize("mode", ["auto", "learned"])

@@ -540,10 +540,13 @@ def choose_swapper(settings: SwapSettings, models_dir: Path | None) -> str | Non
         if named:  # a model the user named is never silently replaced
             raise ModelError(absent_message(f"--swapper-model {named}", missing, models_dir))
         absent.append(f"{name} (absent: {', '.join(missing)})")
+    # one short line every run on a machine without them; the files each lacks only with -v
     log.warning(
-        "swapper auto: no learned swapper with its files present: %s; using the classical swap",
-        "; ".join(absent),
+        "swapper auto: no learned swapper model here, using the classical swap "
+        "(--swapper learned fetches %s)",
+        AUTO_ORDER[0],
     )
+    log.debug("swapper auto: absent: %s", "; ".join(absent))
     return None
 
 

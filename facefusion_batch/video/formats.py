@@ -17,7 +17,7 @@ from pathlib import Path
 import av
 import av.error
 
-from facefusion_batch.errors import InputError
+from facefusion_batch.errors import InputError, did_you_mean
 
 # Output extension -> FFmpeg muxer.
 CONTAINERS = {
@@ -183,7 +183,8 @@ def encoder_spec(name: str) -> EncoderSpec:
     spec = ENCODER_TABLE.get(name)
     if spec is None or not encoder_in_build(name):
         choices = ", ".join(available_encoders())
-        raise InputError(f"--encoder {name!r} is not supported; choose one of: {choices}")
+        hint = did_you_mean(name, available_encoders())
+        raise InputError(f"--encoder {name!r} is not supported{hint}; choose one of: {choices}")
     return spec
 
 
