@@ -426,6 +426,11 @@ def validate_swap(swap: ClassicalSettings | SwapSettings, faces: str) -> None:
         raise InputError(f"--swapper-model names a learned model, but --swapper is {swap.swapper}")
     if swap.swapper == "none" and not learned.enhancer_model:
         raise InputError("--swapper none renders the enhancer alone: give --enhancer-model")
+    if learned.pixel_boost is not None and swap.swapper in ("classical", "none"):
+        raise InputError(
+            f"--pixel-boost sizes a learned swapper's input, but --swapper is {swap.swapper}: it would "
+            "change nothing; leave it out or choose a learned swapper"
+        )
     _check_range("--swapper-weight", learned.weight, 0.0, 1.0)
     _check_range("--enhancer-blend", learned.enhancer_blend, 0, 100)
     _check_range("--enhancer-weight", learned.enhancer_weight, 0.0, 1.0)

@@ -110,3 +110,13 @@ def test_preview_refuses_a_video_name_and_an_existing_sheet_without_overwrite(cl
     replaced = run("preview", clip, "-s", astronaut_path, "-o", sheet, "--frames", "1", "--overwrite")
     assert replaced.returncode == 0, replaced.stderr
     assert sheet.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_pixel_boost_with_the_classical_swap_is_refused(clip, astronaut_path, tmp_path):
+    """An option that does nothing with the chosen swapper is refused, not silently ignored."""
+    out = tmp_path / "o.mp4"
+    proc = run(
+        "render", clip, "-s", astronaut_path, "-o", out, "--swapper", "classical", "--pixel-boost", "256"
+    )
+    assert proc.returncode == 2 and "--pixel-boost" in proc.stderr and "classical" in proc.stderr, proc.stderr
+    assert not out.exists()
