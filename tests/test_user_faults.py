@@ -120,3 +120,19 @@ def test_pixel_boost_with_the_classical_swap_is_refused(clip, astronaut_path, tm
     )
     assert proc.returncode == 2 and "--pixel-boost" in proc.stderr and "classical" in proc.stderr, proc.stderr
     assert not out.exists()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "deep"])
+def test_a_job_file_that_is_no_file_or_nests_too_deep_is_exit_2(kind, tmp_path):
+    """A FIFO as --facefusion-job hung; /dev/zero read until 6 GB; deep nesting was exit 1."""
+    if kind == "fifo":
+        job = tmp_path / "job.json"
+        os.mkfifo(job)
+    elif kind == "device":
+        job = Path("/dev/zero")
+    else:
+        job = tmp_path / "job.json"
+        job.write_text("[" * 100_000 + "]" * 100_000)
+    proc = run("render", "--facefusion-job", job, "-o", tmp_path / "o.mp4")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"--facefusion-job {job}" in proc.stderr

@@ -98,12 +98,22 @@ class Job:
         return out
 
 
+_MAX_JOB_BYTES = 16 << 20  # a FaceFusion job is a few KiB
+
+
 def read_job(path: Path) -> dict[str, Any]:
-    """The job's JSON, checked to be FaceFusion's job format (exit 2 saying what is wrong)."""
+    """The job's JSON, checked to be FaceFusion's job format (exit 2 saying what is wrong). Only
+    a regular file of at most 16 MiB is read: a FIFO would wait forever, /dev/zero never end."""
+    if Path(path).exists() and not Path(path).is_file():
+        raise InputError(f"--facefusion-job {path}: not a regular file (a FIFO, a device or a folder)")
+    if Path(path).is_file() and Path(path).stat().st_size > _MAX_JOB_BYTES:
+        raise InputError(f"--facefusion-job {path}: over {_MAX_JOB_BYTES >> 20} MiB, not a job file")
     try:
         job = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise InputError(f"--facefusion-job {path}: no such file") from None
+    except RecursionError:
+        raise InputError(f"--facefusion-job {path}: not a FaceFusion job file (nested too deep)") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputError(f"--facefusion-job {path}: not a FaceFusion job file ({exc})") from None
     if not isinstance(job, dict) or not {"version", "date_created", "steps"} <= set(job):
