@@ -279,6 +279,8 @@ def test_plan_over_a_sequence_writes_every_frame_at_its_name_without_a_join(
     assert all(a[a.index("-o") + 1] == str(out / "comp.%04d.png") for a in argv)
     slurm = ffbatch("plan", *args, "--format", "slurm").stdout
     assert "#SBATCH --array=0-2" in slurm and "no join" in slurm and "concat" not in slurm
+    template = json.loads(ffbatch("plan", *args, "--format", "openjd").stdout)
+    assert [step["name"] for step in template["steps"]] == ["Render"]  # no Join step to wait for
     run_plan_lines(ffbatch("plan", *args, "--format", "shell").stdout)
     assert sorted(p.name for p in out.iterdir()) == [f"comp.{n}.png" for n in range(1001, 1009)]
     for n in range(1001, 1009):
