@@ -367,6 +367,17 @@ DetectorAnglesOpt = Annotated[
         "FaceFusion's --face-detector-angles 0 90."
     ),
 ]
+FaceLandmarkerModelOpt = Annotated[
+    str,
+    typer.Option(
+        help="With --face-detector-model: FaceFusion's 68-point landmarker that refines the five points, "
+        "2dfan4 | peppa_wutz | many, run when its file and fan_68_5's are here."
+    ),
+]
+FaceLandmarkerScoreOpt = Annotated[
+    float,
+    typer.Option(help="With --face-detector-model: the landmarker's points kept above this score (0: none)."),
+]
 VerboseOpt = Annotated[
     bool,
     typer.Option(
@@ -530,6 +541,8 @@ FACEFUSION_SAME = frozenset(
     {
         "--face-detector-model",
         "--face-detector-size",
+        "--face-landmarker-model",
+        "--face-landmarker-score",
         "--face-selector-gender",
         "--face-selector-race",
         "--face-selector-age-start",
@@ -933,6 +946,8 @@ def render(
     face_detector_model: FaceDetectorModelOpt = None,
     face_detector_size: FaceDetectorSizeOpt = None,
     detector_angles: DetectorAnglesOpt = None,
+    face_landmarker_model: FaceLandmarkerModelOpt = "2dfan4",
+    face_landmarker_score: FaceLandmarkerScoreOpt = 0.5,
     mask: MaskOpt = "box",
     mask_blur: MaskBlurOpt = 0.3,
     mask_padding: MaskPaddingOpt = "0",
@@ -1221,6 +1236,8 @@ def preview(
     face_detector_model: FaceDetectorModelOpt = None,
     face_detector_size: FaceDetectorSizeOpt = None,
     detector_angles: DetectorAnglesOpt = None,
+    face_landmarker_model: FaceLandmarkerModelOpt = "2dfan4",
+    face_landmarker_score: FaceLandmarkerScoreOpt = 0.5,
     mask: MaskOpt = "box",
     mask_blur: MaskBlurOpt = 0.3,
     mask_padding: MaskPaddingOpt = "0",

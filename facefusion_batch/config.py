@@ -25,6 +25,7 @@ from facefusion_batch.errors import InputError, did_you_mean
 from facefusion_batch.faces.classify import AGE_LIMIT, GENDERS, RACE_NAMES, FaceFilterSettings
 from facefusion_batch.faces.detect import DetectorSettings
 from facefusion_batch.faces.facefusion_detectors import facefusion_detector_settings
+from facefusion_batch.faces.facefusion_landmarks import facefusion_landmarker_settings
 from facefusion_batch.faces.identity import CONVENTIONS
 from facefusion_batch.faces.mesh import MeshSettings
 from facefusion_batch.faces.persons import UNMATCHED
@@ -745,6 +746,9 @@ def render_settings(
             kw.pop("face_detector_size", None),
             kw.pop("detector_angles", None),
             score_threshold if "score_threshold" in given else None,
+        ),
+        facefusion_landmarker=facefusion_landmarker_settings(
+            kw.pop("face_landmarker_model", "2dfan4"), kw.pop("face_landmarker_score", 0.5)
         ),
     )
     smoothing = kw.pop("smoothing", TrackSettings().smoothing)

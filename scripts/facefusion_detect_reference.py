@@ -34,6 +34,9 @@ CASES = {
 }
 SOURCE_CASE = "yunet"
 KEPT = 24  # the best faces of each picture written (ffbatch keeps at most 64 a frame)
+# face_landmarker_model cases, on the faces of the yunet case (face_landmarker_score 0.5)
+LANDMARKERS = ("2dfan4", "peppa_wutz", "many")
+LANDMARKER_SCORE = 0.5
 FILES = {
     "retinaface": "retinaface_10g",
     "scrfd": "scrfd_2.5g",
@@ -53,8 +56,13 @@ def main() -> None:
     sys.argv = sys.argv[:1]
     import cv2
     import onnxruntime
-    from facefusion import face_detector, face_recognizer, state_manager
-    from facefusion.face_helper import apply_nms, get_nms_threshold
+    from facefusion import face_detector, face_landmarker, face_recognizer, state_manager
+    from facefusion.face_helper import (
+        apply_nms,
+        convert_to_face_landmark_5,
+        estimate_face_angle,
+        get_nms_threshold,
+    )
 
     def session(name: str) -> onnxruntime.InferenceSession:
         path = str(args.models / f"{name}.onnx")
@@ -64,6 +72,8 @@ def main() -> None:
     recogniser = {"face_recognizer": session("arcface_w600k_r50")}
     face_detector.get_inference_pool = lambda: detectors
     face_recognizer.get_inference_pool = lambda: recogniser
+    landmarkers = {name: session(name) for name in ("2dfan4", "peppa_wutz", "fan_68_5")}
+    face_landmarker.get_inference_pool = lambda: landmarkers
     state_manager.init_item("download_providers", ["github"])  # its model-set tables name the URLs
     images = [cv2.imread(str(p)) for p in args.images]
     out: dict = {"images": [p.name for p in args.images], "cases": {}}
@@ -97,8 +107,30 @@ def main() -> None:
             if case == SOURCE_CASE and len(keep):
                 embedding, _ = face_recognizer.calculate_face_embedding(image, points[keep[0]])
                 faces["embedding"] = [round(float(v), 6) for v in embedding]
+            if case == SOURCE_CASE:
+                faces["kept"] = [int(i) for i in keep]
+                faces["five_raw"] = [points[i] for i in keep]
+                faces["box_raw"] = [boxes[i] for i in keep]
             found.append(faces)
         out["cases"][case] = found
+    # create_faces' landmark steps on the yunet case's faces: 68/5, the angle, the landmarker, 5/68
+    out["landmarks"] = {}
+    for model in LANDMARKERS:
+        state_manager.init_item("face_landmarker_model", model)
+        per_image = []
+        for image, faces in zip(images, out["cases"][SOURCE_CASE], strict=True):
+            rows: dict = {"angle": [], "score": [], "five68": []}
+            for five, box in zip(faces["five_raw"], faces["box_raw"], strict=True):
+                angle = estimate_face_angle(face_landmarker.estimate_face_landmark_68_5(five))
+                points68, score = face_landmarker.detect_face_landmark(image, box, angle)
+                refined = convert_to_face_landmark_5(points68) if score > LANDMARKER_SCORE else five
+                rows["angle"].append(int(angle))
+                rows["score"].append(round(float(score), 6))
+                rows["five68"].append([[round(float(v), 4) for v in xy] for xy in refined])
+            per_image.append(rows)
+        out["landmarks"][model] = per_image
+    for faces in out["cases"][SOURCE_CASE]:
+        del faces["kept"], faces["five_raw"], faces["box_raw"]
     args.out.write_text(json.dumps(out, separators=(",", ":")) + "\n")
 
 

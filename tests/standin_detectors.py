@@ -117,3 +117,95 @@ def write_detectors(directory: Path, yunet: Path | None = None) -> Path:
         (directory / "yunet_2023_mar.onnx").write_bytes(data)
         (directory / "yunet_2023_mar.hash").write_text(standins.crc32_hex(data))
     return directory
+
+
+def fan_68_5(seed: int = 14) -> onnx.ModelProto:
+    """fan_68_5: five points [1,5,2] (double, as FaceFusion feeds them) → 68 points [1,68,2]: a fixed
+    random linear map near a spread of the five."""
+    rng = np.random.default_rng(seed)
+    weights = rng.normal(0, 0.05, (10, 136)) + np.tile(np.eye(10), (1, 14))[:, :136] * 0.8
+    nodes = [
+        helper.make_node("Reshape", ["input", "flat"], ["five"]),
+        helper.make_node("MatMul", ["five", "w"], ["many"]),
+        helper.make_node("Reshape", ["many", "points"], ["output"]),
+    ]
+    inits = [
+        standins._init("flat", np.array([-1, 10], np.int64)),
+        standins._init("points", np.array([-1, 68, 2], np.int64)),
+        standins._init("w", weights.astype(np.float64)),
+    ]
+    return standins._model(
+        nodes,
+        [standins._t("input", [1, 5, 2], onnx.TensorProto.DOUBLE)],
+        [standins._t("output", [1, 68, 2], onnx.TensorProto.DOUBLE)],
+        inits,
+        "fan_68_5",
+    )
+
+
+def _points(nodes: list, inits: list, rng, tag: str, columns: int) -> str:
+    """The crop's mean colour → 68 × `columns` values in 0-1: [N,68·columns]."""
+    nodes += [
+        helper.make_node("GlobalAveragePool", ["input"], [f"mean_{tag}"]),
+        helper.make_node("Conv", [f"mean_{tag}", f"w_{tag}"], [f"conv_{tag}"]),
+        helper.make_node("Sigmoid", [f"conv_{tag}"], [f"sig_{tag}"]),
+        helper.make_node("Reshape", [f"sig_{tag}", f"shape_{tag}"], [f"flat_{tag}"]),
+    ]
+    inits += [
+        standins._init(f"w_{tag}", rng.normal(0, 3.0, (68 * columns, 3, 1, 1)).astype(np.float32)),
+        standins._init(f"shape_{tag}", np.array([-1, 68 * columns], np.int64)),
+    ]
+    return f"flat_{tag}"
+
+
+def fan2d4(seed: int = 15) -> onnx.ModelProto:
+    """2dfan4: crop [1,3,256,256] RGB 0-1 → points [1,68,3] (x, y on the 64² heatmap grid, and a
+    third value) and heatmaps [1,68,64,64]."""
+    rng = np.random.default_rng(seed)
+    nodes: list = []
+    inits: list = [
+        standins._init("scale", np.array([64.0, 64.0, 1.0], np.float32)),
+        standins._init("shape3", np.array([-1, 68, 3], np.int64)),
+        standins._init("w_heat", rng.normal(0, 2.0, (68, 3, 1, 1)).astype(np.float32)),
+        standins._init("b_heat", rng.normal(-1.0, 1.0, 68).astype(np.float32)),
+    ]
+    flat = _points(nodes, inits, rng, "pts", 3)
+    nodes += [
+        helper.make_node("Reshape", [flat, "shape3"], ["unit"]),
+        helper.make_node("Mul", ["unit", "scale"], ["points"]),
+        helper.make_node("AveragePool", ["input"], ["small"], kernel_shape=[4, 4], strides=[4, 4]),
+        helper.make_node("Conv", ["small", "w_heat", "b_heat"], ["logits"]),
+        helper.make_node("Sigmoid", ["logits"], ["heatmaps"]),
+    ]
+    return standins._model(
+        nodes,
+        [standins._t("input", [1, 3, 256, 256])],
+        [standins._t("points", [1, 68, 3]), standins._t("heatmaps", [1, 68, 64, 64])],
+        inits,
+        "2dfan4",
+    )
+
+
+def peppa_wutz(seed: int = 16) -> onnx.ModelProto:
+    """peppa_wutz: crop [1,3,256,256] RGB 0-1 → [1,204]: 68 × (x, y on a 64 grid, confidence)."""
+    rng = np.random.default_rng(seed)
+    nodes: list = []
+    inits: list = [standins._init("scale", np.tile(np.array([64.0, 64.0, 1.0], np.float32), 68))]
+    flat = _points(nodes, inits, rng, "pts", 3)
+    nodes.append(helper.make_node("Mul", [flat, "scale"], ["output"]))
+    return standins._model(
+        nodes,
+        [standins._t("input", [1, 3, 256, 256])],
+        [standins._t("output", [1, 204])],
+        inits,
+        "peppa_wutz",
+    )
+
+
+LANDMARKER_STANDINS = {"fan_68_5": fan_68_5, "2dfan4": fan2d4, "peppa_wutz": peppa_wutz}
+
+
+def write_landmarkers(directory: Path) -> Path:
+    for name, make in LANDMARKER_STANDINS.items():
+        standins.write_standin(directory, name, make())
+    return directory

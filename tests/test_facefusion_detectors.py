@@ -38,11 +38,22 @@ from facefusion_batch.faces.facefusion_detectors import (
     FaceFusionDetectorSettings,
     facefusion_detector_settings,
 )
+from facefusion_batch.faces.facefusion_landmarks import (
+    FaceFusionLandmarker,
+    FaceFusionLandmarkerSettings,
+    facefusion_landmarker_settings,
+)
 from facefusion_batch.faces.identity import Recogniser
 from facefusion_batch.kernels.host import HostKernels
 from facefusion_batch.models import store
 from facefusion_batch.models.facefusion import FACE_DETECTORS, MODELS
-from facefusion_batch.pipeline.build import Models, detect_sources, facefusion_detector, load_learned
+from facefusion_batch.pipeline.build import (
+    Models,
+    detect_sources,
+    facefusion_detector,
+    facefusion_landmarker,
+    load_learned,
+)
 from facefusion_batch.runtime.onnxruntime_backend import OnnxRuntimeCpuBackend
 from facefusion_batch.video.stills import read_image
 
@@ -62,6 +73,7 @@ K = HostKernels()
 
 def write_models(directory: Path) -> Path:
     standin_detectors.write_detectors(directory, store.model_path("yunet_2023mar"))
+    standin_detectors.write_landmarkers(directory)
     standins.write_standin(directory, "arcface_w600k_r50")
     return directory
 
@@ -123,6 +135,9 @@ def test_the_committed_reference_is_what_facefusion_gives(reference):
     for case in reference["cases"]:
         for mine, theirs in zip(committed["cases"][case], reference["cases"][case], strict=True):
             assert mine["score"] == pytest.approx(theirs["score"], abs=1e-6)
+    for model, per_image in reference["landmarks"].items():
+        for mine, theirs in zip(committed["landmarks"][model], per_image, strict=True):
+            assert mine["score"] == pytest.approx(theirs["score"], abs=1e-6)
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -142,6 +157,28 @@ def test_faces_are_facefusions(case, ff_models, reference, pictures):
         np.testing.assert_allclose(table.score[mine], theirs["score"], atol=1e-6)
         np.testing.assert_allclose(table.box[mine], theirs["box"], atol=2e-3)
         np.testing.assert_allclose(table.landmarks5[mine], theirs["five"], atol=2e-3)
+
+
+@pytest.mark.parametrize("model", ff_reference.LANDMARKERS)
+def test_landmarkers_refine_the_five_points_as_facefusion(model, ff_models, reference, pictures):
+    """fan_68_5's angle, then 2dfan4 / peppa_wutz / both on the upright crop: where the landmarker
+    scores above 0.5 the five points become the 68's, else they stay the detector's (FaceFusion's
+    create_faces); every face of both pictures in one call per model."""
+    images = [read_image(p) for p in pictures]
+    table = FaceFusionDetector(sessions(ff_models, "yunet"), FaceFusionDetectorSettings("yunet")).detect(
+        K, images
+    )
+    names = ["fan_68_5", *(["2dfan4", "peppa_wutz"] if model == "many" else [model])]
+    counted = {n: Counting(load_learned(ff_models, n)[0]) for n in names}
+    settings = FaceFusionLandmarkerSettings(model, ff_reference.LANDMARKER_SCORE)
+    refined = FaceFusionLandmarker(counted, settings).refine(K, images, table)
+    assert all(c.runs == 1 for c in counted.values())
+    for i, theirs in enumerate(reference["landmarks"][model]):
+        mine = np.flatnonzero(refined.frame_index == i)
+        np.testing.assert_allclose(refined.landmarks5[mine], theirs["five68"], atol=0.01)
+    scores = np.concatenate([r["score"] for r in reference["landmarks"][model]])
+    moved = np.abs(refined.landmarks5 - table.landmarks5).max(axis=(1, 2)) > 0
+    assert (moved == (scores > 0.5)).all()
 
 
 class Counting:
@@ -192,6 +229,16 @@ def test_an_absent_detector_file_warns_and_yunet_detects(ff_models, tmp_path, ca
     assert "yoloface_8n.onnx" in caplog.text and "ffbatch models fetch yoloface_8n" in caplog.text
 
 
+def test_the_landmarker_runs_when_its_files_are_here(ff_models, tmp_path, caplog):
+    with caplog.at_level(logging.INFO, logger="ffbatch"):
+        here = facefusion_landmarker(ff_models, FaceFusionLandmarkerSettings("many"))
+        absent = Models(backend=ff_models.backend, detector=ff_models.detector, models_dir=tmp_path)
+        assert facefusion_landmarker(absent, FaceFusionLandmarkerSettings("2dfan4")) is None
+    assert isinstance(here, FaceFusionLandmarker) and here.models == ["2dfan4", "peppa_wutz"]
+    assert "fan_68_5.onnx, 2dfan4.onnx is not here; the faces keep the detector's five points" in caplog.text
+    assert facefusion_landmarker(ff_models, FaceFusionLandmarkerSettings("2dfan4", 0.0)) is None
+
+
 def test_options_take_facefusions_values():
     s = facefusion_detector_settings("retinaface", "320x320", "0,90", float(f"{math.sqrt(0.5):.6g}"))
     assert s == FaceFusionDetectorSettings("retinaface", 320, (0, 90), 0.5)
@@ -202,6 +249,10 @@ def test_options_take_facefusions_values():
             facefusion_detector_settings(*bad, None)
     with pytest.raises(InputError):
         facefusion_detector_settings(None, "640x640", None, None)
+    assert facefusion_landmarker_settings("many", 0.3) == FaceFusionLandmarkerSettings("many", 0.3)
+    for model, score in (("fan_68_5", 0.5), ("2dfan4", 1.5)):
+        with pytest.raises(InputError):
+            facefusion_landmarker_settings(model, score)
 
 
 def test_facefusion_command_line_names_reach_render():
@@ -234,11 +285,12 @@ def test_render_detects_with_facefusions_yunet(model_dir, home, t1_path, astrona
     common += ["--models-dir", model_dir]
     proc = ffbatch_here(
         *common, "--face-detector-model", "yunet", "--face-detector-score", "0.5",
-        "-o", tmp_path / "out.png", "--report", report,
+        "--face-landmarker-score", "0", "-o", tmp_path / "out.png", "--report", report,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     said = "face detector: FaceFusion's yunet (yunet_2023_mar.onnx), 640x640, angles 0, score 0.5"
     assert said in proc.stderr
+    assert "face landmarker" not in proc.stderr  # --face-landmarker-score 0: FaceFusion runs none
     assert json.loads(report.read_text())["faces_found"] == 6  # FaceFusion's yunet finds 6 (reference)
     bad = ffbatch_here(*common, "--face-detector-model", "yolo_face", "--face-detector-size", "320x320",
                        "-o", tmp_path / "bad.png")  # fmt: skip

@@ -13,6 +13,7 @@ import cv2
 import numpy as np
 
 from facefusion_batch.faces.facefusion_detectors import FaceFusionDetector, FaceFusionDetectorSettings
+from facefusion_batch.faces.facefusion_landmarks import FaceFusionLandmarkerSettings
 from facefusion_batch.faces.table import FaceTable
 from facefusion_batch.kernels.base import Frames, Kernels
 from facefusion_batch.runtime.session import Session
@@ -28,6 +29,8 @@ class DetectorSettings:
     max_faces_per_frame: int = 64
     # FaceFusion's --face-detector-model and its options (faces/facefusion_detectors.py); None: YuNet
     facefusion: FaceFusionDetectorSettings | None = None
+    # FaceFusion's landmarker, run with a FaceFusion detector when its files are here
+    facefusion_landmarker: FaceFusionLandmarkerSettings = FaceFusionLandmarkerSettings()
 
 
 def decode(outputs: dict[str, np.ndarray], batch: int, height: int, width: int) -> tuple[np.ndarray, ...]:

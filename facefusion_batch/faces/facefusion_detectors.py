@@ -8,12 +8,13 @@ size; the candidates of every model and angle are kept on FaceFusion's score sca
 cls·obj, where ffbatch's own YuNet stage uses √(cls·obj)) and suppressed together with
 cv2.dnn.NMSBoxes at FaceFusion's IoU. Unlike FaceFusion, the canvases of the whole batch (every
 frame at every angle) go through each model in one call. The five points are the detector's
-(FaceFusion's '5').
+(FaceFusion's '5'), refined by FaceFusion's landmarker where one is given (facefusion_landmarks.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import cv2
 import numpy as np
@@ -22,6 +23,9 @@ from facefusion_batch.faces.table import FaceTable
 from facefusion_batch.kernels.base import Frames, Kernels
 from facefusion_batch.models.facefusion import FACE_DETECTOR_SIZES, FACE_DETECTORS, MODELS
 from facefusion_batch.runtime.session import Session
+
+if TYPE_CHECKING:
+    from facefusion_batch.faces.facefusion_landmarks import FaceFusionLandmarker
 
 STRIDES = (8, 16, 32)
 ANGLES = (0, 90, 180, 270)  # FaceFusion's --face-detector-angles choices
@@ -189,12 +193,19 @@ class FaceFusionDetector:
     """A stage: a batch of frames → FaceTable of every face FaceFusion's detector keeps.
 
     `sessions`: the model file's session per FaceFusion model name (`many`: all three). Each
-    model runs once per batch over every frame at every angle."""
+    model runs once per batch over every frame at every angle. `landmarker`: FaceFusion's 68-point
+    refinement of the five points (faces/facefusion_landmarks.py), None for the detector's."""
 
     name = "detect"
 
-    def __init__(self, sessions: dict[str, Session], settings: FaceFusionDetectorSettings) -> None:
+    def __init__(
+        self,
+        sessions: dict[str, Session],
+        settings: FaceFusionDetectorSettings,
+        landmarker: FaceFusionLandmarker | None = None,
+    ) -> None:
         self.settings = settings
+        self.landmarker = landmarker
         self.models = [MODELS[f].family for f in FACE_DETECTORS[settings.model]]
         missing = [m for m in self.models if m not in sessions]
         if missing:
@@ -251,12 +262,13 @@ class FaceFusionDetector:
                 rows.append((i, boxes[r], points[r], scores[r]))
         if not rows:
             return FaceTable.empty()
-        return FaceTable(
+        table = FaceTable(
             frame_index=np.array([r[0] for r in rows], np.int32),
             box=np.array([r[1] for r in rows], np.float32),
             landmarks5=np.array([r[2] for r in rows], np.float32),
             score=np.array([r[3] for r in rows], np.float32),
         )
+        return table if self.landmarker is None else self.landmarker.refine(k, images, table)
 
 
 def facefusion_detector_settings(

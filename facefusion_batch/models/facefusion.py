@@ -349,6 +349,25 @@ MODELS: dict[str, LearnedModel] = {
             )
         ),
         *(
+            LearnedModel(name, "landmarker", "models-3.0.0", licence, name, None, size, note=note)
+            for name, licence, size, note in (
+                (
+                    "2dfan4",
+                    "MIT (breadbread1984)",
+                    256,
+                    "68 points: crop [1,3,256,256] RGB 0-1 → points [1,68,3] on a 64 grid, "
+                    "heatmaps [1,68,64,64]",
+                ),
+                ("peppa_wutz", "Apache-2.0 (vendor unknown)", 256, "68 points: crop [1,3,256,256] → [1,204]"),
+                (
+                    "fan_68_5",
+                    "OpenRAIL-M (FaceFusion)",
+                    0,
+                    "68 points from 5 (ffhq_512 space), double",
+                ),
+            )
+        ),
+        *(
             LearnedModel(
                 f"bisenet_resnet_{v}",
                 "parser",

@@ -20,6 +20,7 @@ from facefusion_batch.faces.classify import FaceClassifier, FaceFilter, FaceFilt
 from facefusion_batch.faces.detect import DetectorSettings, YuNetDetector
 from facefusion_batch.faces.dlib_resnet import DLIB_INSTALL, DlibRecogniser, dlib_available
 from facefusion_batch.faces.facefusion_detectors import FaceFusionDetector, FaceFusionDetectorSettings
+from facefusion_batch.faces.facefusion_landmarks import FaceFusionLandmarker, FaceFusionLandmarkerSettings
 from facefusion_batch.faces.identity import (
     EMBEDDING_FAMILIES,
     IdentityEncoder,
@@ -161,15 +162,18 @@ def load_models(
         policy=policy or BatchPolicy(on_gpu=device.on_gpu, max_batch=device.max_batch),
     )
     if detector.facefusion is not None:
-        models.detector = facefusion_detector(models, detector.facefusion)
+        models.detector = facefusion_detector(models, detector.facefusion, detector.facefusion_landmarker)
     return models
 
 
 def facefusion_detector(
-    models: Models, settings: FaceFusionDetectorSettings
+    models: Models,
+    settings: FaceFusionDetectorSettings,
+    landmarker: FaceFusionLandmarkerSettings | None = None,
 ) -> YuNetDetector | FaceFusionDetector:
     """FaceFusion's --face-detector-model when its files are here (never fetched: FaceFusion's
-    default yolo_face is named by every job file); else ffbatch's own YuNet, saying so."""
+    default yolo_face is named by every job file); else ffbatch's own YuNet, saying so. Its
+    `landmarker` refines the five points when its files and fan_68_5's are here."""
     files = FACE_DETECTORS[settings.model]
     missing = [f for f in files if model_state(f, models.models_dir) == "missing"]
     if missing:
@@ -189,7 +193,27 @@ def facefusion_detector(
         " ".join(map(str, settings.angles)),
         settings.score,
     )
-    return FaceFusionDetector(sessions, settings)
+    return FaceFusionDetector(sessions, settings, facefusion_landmarker(models, landmarker))
+
+
+def facefusion_landmarker(
+    models: Models, settings: FaceFusionLandmarkerSettings | None
+) -> FaceFusionLandmarker | None:
+    """FaceFusion's --face-landmarker-model when its files are here (FaceFusion's default 2dfan4 is
+    named by every job file); else the detector's five points, saying so."""
+    if settings is None or settings.score <= 0:
+        return None
+    files = ["fan_68_5", *(["2dfan4", "peppa_wutz"] if settings.model == "many" else [settings.model])]
+    missing = [f for f in files if model_state(f, models.models_dir) == "missing"]
+    if missing:
+        log.info(
+            "--face-landmarker-model %s: %s is not here; the faces keep the detector's five points",
+            settings.model,
+            ", ".join(f"{f}.onnx" for f in missing),
+        )
+        return None
+    log.info("face landmarker: FaceFusion's %s (and fan_68_5), score %g", settings.model, settings.score)
+    return FaceFusionLandmarker({f: load_learned(models, f)[0] for f in files}, settings)
 
 
 def facefusion_yunet(models: Models) -> YuNetDetector | FaceFusionDetector:
