@@ -13,6 +13,7 @@ import cv2
 import numpy as np
 
 from facefusion_batch.kernels import host_ops as H
+from facefusion_batch.kernels import host_paint
 from facefusion_batch.kernels.base import FaceRegion, Frames, PaintSettings
 from facefusion_batch.kernels.geometry import footprint, join_tiles_nchw, split_tiles_nchw
 from facefusion_batch.runtime.session import run_chunked
@@ -135,7 +136,7 @@ class HostKernels:
         self, frames: Frames, regions: list[FaceRegion], textures: list[np.ndarray], settings: PaintSettings
     ) -> None:
         for r in regions:
-            used = H.paint_region(
+            used = host_paint.paint_region(
                 self._writable(frames, r.frame),
                 textures[r.source],
                 r.map_x,
@@ -165,7 +166,7 @@ class HostKernels:
         self, frames: Frames, regions: list[FaceRegion], textures: list[np.ndarray]
     ) -> np.ndarray:
         stats = [
-            H.region_colour_stats(
+            host_paint.region_colour_stats(
                 frames.pixels[r.frame], textures[r.source], r.map_x, r.map_y, r.x0, r.y0, r.visible
             )
             for r in regions

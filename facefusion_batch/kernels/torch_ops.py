@@ -14,8 +14,9 @@ against it on the CPU (tests/test_kernels_torch_ops.py states each tolerance):
 - `gaussian_blur`, `pyr_down`, `pyr_up`: cv2.GaussianBlur, cv2.pyrDown,
   cv2.pyrUp, with OpenCV's kernels and borders.
 - `bgr_to_lab8`, `lab8_to_bgr`: OpenCV's 8-bit LAB (sRGB gamma, D65).
-- `masked_blur`, `transfer_colour`, `feather`, `multiband`: the classical paint's colour
-  transfer and blends on device tensors.
+- `masked_blur`, `transfer_colour`, `feather`, `multiband`, `match_sharpness`, `match_grain`,
+  `inset_ramp`: the classical paint on device tensors, its formulas kernels/formulas.py's run on
+  this set's primitives (`PRIMITIVES`: channel-first images, statistics [..., C, 1, 1]).
 
 Images are float tensors [..., C, H, W] unless said otherwise; uint8 frames
 are [B, H, W, 3] as the decoder gives them. Imports torch at module level:

@@ -126,7 +126,7 @@ STATS_CHUNK = 64  # regions per colour statistics call (bounds the sampled textu
 def colour_stats(
     frames: torch.Tensor, regions: list[FaceRegion], textures: list[torch.Tensor], step: int = 2
 ) -> torch.Tensor:
-    """host_ops.region_colour_stats for every region: [R, 4, 3] (NaN rows: too little skin), on
+    """host_paint.region_colour_stats for every region: [R, 4, 3] (NaN rows: too little skin), on
     every `step`-th pixel of each region from its own top-left, as the host takes them."""
     if not regions:
         return torch.zeros((0, 4, 3), dtype=torch.float32, device=frames.device)
