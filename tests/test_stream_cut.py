@@ -47,3 +47,36 @@ def test_an_image_sequence_with_an_empty_frame_file_is_exit_2_naming_it(tmp_path
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert "f.0003.png (0 bytes), frame 3 of 12, gives no picture" in proc.stderr
     assert not out.exists()
+
+
+def test_a_complete_asf_file_gets_no_truncation_warning(tmp_path, astronaut_path):
+    """ASF gives every stream the file's play time (here the audio's, longer than the video), so
+    a whole WMV was told it "may be truncated"; its File Properties Object says how big it is."""
+    import numpy as np
+    from media import synthetic_frame
+
+    from facefusion_batch.video.stream_end import declared_size
+
+    wmv = tmp_path / "whole.wmv"
+    with av.open(str(wmv), "w", format="asf") as out:
+        video = out.add_stream("wmv2", rate=25)
+        video.width, video.height, video.pix_fmt = 128, 96, "yuv420p"
+        audio = out.add_stream("wmav2", rate=44100, layout="stereo")
+        audio.codec_context.bit_rate = 128000
+        for i in range(25):
+            frame = av.VideoFrame.from_ndarray(synthetic_frame(i, (128, 96)), format="bgr24")
+            frame.pts = i
+            out.mux(video.encode(frame))
+        out.mux(video.encode(None))
+        step = audio.codec_context.frame_size or 2048
+        for start in range(0, 44100, step):
+            sound = av.AudioFrame.from_ndarray(
+                np.zeros((2, step), np.float32), format="fltp", layout="stereo"
+            )
+            sound.sample_rate, sound.pts = 44100, start
+            out.mux(audio.encode(sound))
+        out.mux(audio.encode(None))
+    assert declared_size(wmv) == wmv.stat().st_size
+    proc = ffbatch("render", wmv, "-s", astronaut_path, "-o", tmp_path / "out.mkv", "--backend", "cpu")
+    assert proc.returncode == 0, proc.stderr
+    assert "truncated" not in proc.stderr and "damaged" not in proc.stderr

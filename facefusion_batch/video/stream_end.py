@@ -104,6 +104,8 @@ def judge_end(
     size = path.stat().st_size if path.is_file() else 0
     remaining = size - seen.last_byte if seen.last_byte else 0
     declared_bytes = declared_size(path) if path.is_file() else None
+    if declared_bytes is not None and not size < declared_bytes and _asf_header(path):
+        return  # ASF gives every stream the file's play time, not its own end: a whole file is whole
     if declared_bytes is not None:  # exact: the bytes end before the container's own size fields say
         cut_short = size < declared_bytes
     else:  # no size declared: a file cut short ends inside (or just after) a packet
@@ -148,8 +150,9 @@ def transport_cut(path: str | Path) -> int | None:
 
 
 def declared_size(path: str | Path) -> int | None:
-    """The bytes the container of `path` declares, or None where it does not say (MPEG-TS, a
-    Matroska file written as a stream with an unknown size, an unknown format)."""
+    """The bytes the container of `path` declares (Matroska, AVI, MP4 / MOV, ASF), or None where
+    it does not say (MPEG-TS, a Matroska file written as a stream with an unknown size, an unknown
+    format)."""
     try:
         with open(path, "rb") as fh:
             head = fh.read(12)
@@ -159,8 +162,47 @@ def declared_size(path: str | Path) -> int | None:
                 return _chunks(fh, riff=True)
             if head[4:8] in _ISO_TYPES:
                 return _chunks(fh, riff=False)
+            if head[:12] == _ASF_HEADER[:12]:
+                return _asf(fh)
     except OSError:
         return None
+    return None
+
+
+_ASF_HEADER = bytes.fromhex("3026b2758e66cf11a6d900aa0062ce6c")  # ASF_Header_Object
+_ASF_FILE_PROPERTIES = bytes.fromhex("a1dcab8c47a9cf118ee400c00c205365")  # ASF_File_Properties_Object
+
+
+def _asf_header(path: str | Path) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(16) == _ASF_HEADER
+    except OSError:
+        return False
+
+
+def _asf(fh) -> int | None:
+    """The File Size an ASF (WMV, WMA) file's File Properties Object declares: its header object
+    (GUID, size, object count, 2 reserved bytes) holds that object (GUID, size, file ID, file size)."""
+    fh.seek(0)
+    header = fh.read(30)
+    if len(header) < 30 or header[:16] != _ASF_HEADER:
+        return None
+    end = struct.unpack("<Q", header[16:24])[0]
+    offset = 30
+    for _ in range(_MAX_BOXES):
+        if offset + 24 > end:
+            return None
+        fh.seek(offset)
+        obj = fh.read(48)
+        if len(obj) < 24:
+            return None
+        size = struct.unpack("<Q", obj[16:24])[0]
+        if obj[:16] == _ASF_FILE_PROPERTIES:
+            return struct.unpack("<Q", obj[40:48])[0] if len(obj) >= 48 else None
+        if size < 24:
+            return None
+        offset += size
     return None
 
 
