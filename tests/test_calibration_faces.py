@@ -23,7 +23,7 @@ from media import make_clip
 from facefusion_batch.config import resolve_device
 from facefusion_batch.faces.identity import Recogniser, inswapper_latent, normalise, read_emap
 from facefusion_batch.kernels.host import HostKernels
-from facefusion_batch.models import prepare, store
+from facefusion_batch.models import convert, prepare, store
 from facefusion_batch.models.calibration import feeds_for, identity_for, load_crops, load_embeddings
 from facefusion_batch.models.facefusion import MODELS, RECOGNISER
 from facefusion_batch.pipeline.build import Models, load_learned
@@ -124,10 +124,13 @@ def test_identity_inputs_are_real_faces_embeddings(crops_dir, standin_dir, model
 @pytest.fixture(scope="module")
 def prepared(crops_dir, standin_dir, tmp_path_factory) -> tuple[Path, list[str]]:
     """A store (FFBATCH_HOME) holding the inswapper stand-in's batch, fp16 and INT8 variants, made by
-    `ffbatch models prepare` with the calibration set; and prepare's lines."""
+    `ffbatch models prepare` with the calibration set; and prepare's lines. The built-in converters
+    (float32 outside the Q/DQ pairs, what the CPU runs as integer kernels); test_convert and
+    test_learned_models run ModelOpt's where it is at hand."""
     home = tmp_path_factory.mktemp("home")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("FFBATCH_HOME", str(home))
+        mp.setattr(convert, "modelopt_python", lambda: (None, "left out by this test"))
         lines = list(
             tools_models.prepare(
                 "inswapper_128",
@@ -182,6 +185,18 @@ def test_cpu_int8_runs_the_int8_variant_only_where_it_holds(
     # fp32 asked: the INT8 variant is not used
     fp32 = Models(backend=OnnxRuntimeCpuBackend(2), detector=models.detector, models_dir=standin_dir)
     assert load_learned(fp32, "inswapper_128")[0].label == "inswapper_128@batch"
+
+
+def test_int8_refusal_reasons():
+    held = {
+        "high_precision": "fp32",
+        "deviation_from_fp32": {"real_faces": True, "max_levels": 9.0, "mean_levels": 1.0},
+    }
+    assert prepare.int8_refusal(held) is None
+    beyond = {**held, "deviation_from_fp32": {**held["deviation_from_fp32"], "mean_levels": 3.5}}
+    assert "3.50 on average" in prepare.int8_refusal(beyond)
+    assert "real face crops" in prepare.int8_refusal({**held, "deviation_from_fp32": {"real_faces": False}})
+    assert "slower than fp32" in prepare.int8_refusal({**held, "high_precision": "fp16"})
 
 
 def test_cpu_keeps_int8_when_asked_and_fp32_otherwise():

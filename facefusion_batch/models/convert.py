@@ -757,4 +757,5 @@ def _ort_quantize(src: Path, dst: Path, calibration: Mapping[str, np.ndarray]) -
     return {
         "made": "onnxruntime quantize_static, QuantFormat.QDQ, symmetric QInt8 activations (MinMax) "
         "and per-channel QInt8 weights, float32 outside the Q/DQ pairs",
+        "high_precision": "fp32",
     }

@@ -65,7 +65,12 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
         how = "ModelOpt ONNX quantize (int8 Q/DQ, entropy calibration, fp16 high precision)"
     else:
         raise ValueError(f"unknown mode {mode!r}")
-    return {"made": how, "fp32_ops": fp32_ops, "tool": f"nvidia-modelopt {version()}"}
+    return {
+        "made": how,
+        "fp32_ops": fp32_ops,
+        "high_precision": "fp16",
+        "tool": f"nvidia-modelopt {version()}",
+    }
 
 
 def main(argv: list[str]) -> int:

@@ -305,9 +305,13 @@ def derive_int8(ctx: DeriveContext) -> dict[str, Any]:
 
 
 def int8_refusal(record: Mapping[str, Any]) -> str | None:
-    """Why an INT8 variant (its sidecar `record`) must not run in place of float32, or None: its
-    deviation must have been measured on real face crops, in levels, within the INT8 bounds."""
+    """Why an INT8 variant (its sidecar `record`) must not run in place of float32 on the CPU, or
+    None: float32 outside its Q/DQ pairs, and its deviation measured on real face crops, in levels,
+    within the INT8 bounds."""
     deviation = record.get("deviation_from_fp32") or {}
+    if record.get("high_precision") == "fp16":
+        # onnxruntime's CPU provider computes float16 in float32 behind casts: slower than fp32 there
+        return "its file is float16 outside the Q/DQ pairs (made for TensorRT), slower than fp32 on the CPU"
     if not deviation.get("real_faces"):
         return "its deviation from float32 was not measured on real face crops"
     if "max_levels" not in deviation:
