@@ -125,7 +125,7 @@ class PanelledCommand(typer.core.TyperCommand):
         pieces = [self.options_metavar] if self.options_metavar else []
         for param in self.get_params(ctx):
             if param.param_type_name == "argument":
-                name = param.metavar if param.required else f"[{param.metavar}]"
+                name = f"{param.metavar}" if param.required else f"[{param.metavar}]"
                 pieces.append(name + ("..." if param.nargs != 1 else ""))
         return pieces
 
