@@ -127,6 +127,9 @@ def main() -> None:
                 rows["angle"].append(int(angle))
                 rows["score"].append(round(float(score), 6))
                 rows["five68"].append([[round(float(v), 4) for v in xy] for xy in refined])
+                if model == "2dfan4" and "embedding" not in rows:  # the best face's, from its 5/68
+                    embedding, _ = face_recognizer.calculate_face_embedding(image, refined)
+                    rows["embedding"] = [round(float(v), 6) for v in embedding]
             per_image.append(rows)
         out["landmarks"][model] = per_image
     for faces in out["cases"][SOURCE_CASE]:

@@ -204,19 +204,34 @@ def test_one_model_call_per_batch(ff_models, pictures):
     assert set(table.frame_index.tolist()) == {0, 1, 2, 3}
 
 
-def test_the_source_photo_is_detected_as_facefusion_does(ff_models, reference, astronaut_path):
-    """--embedding-convention facefusion: the 512×512 source photo is not enlarged before YuNet
-    (FaceFusion's yunet reading, cls·obj ≥ 0.5): its five points and embedding are FaceFusion's;
-    ffbatch's own letterbox (enlarged to 640) puts them elsewhere."""
-    theirs = reference["cases"]["yunet"][1]
-    _, frames, table = detect_sources(ff_models, (astronaut_path,), facefusion=True)
-    np.testing.assert_allclose(table.landmarks5[0], theirs["five"][0], atol=2e-3)
-    recogniser = Recogniser(load_learned(ff_models, "arcface_w600k_r50")[0])
+@pytest.mark.parametrize("landmarker", [0.0, 0.5])
+def test_the_source_photo_is_detected_as_facefusion_does(ff_models, reference, astronaut_path, landmarker):
+    """--embedding-convention facefusion: the 512x512 source photo is not enlarged before YuNet
+    (FaceFusion's yunet reading, cls*obj >= 0.5), then refined by 2dfan4 (FaceFusion's default;
+    --face-landmarker-score 0: not): its five points and embedding are FaceFusion's; ffbatch's own
+    letterbox (enlarged to 640) puts them elsewhere."""
+    settings = DetectorSettings(
+        score_threshold=ff_models.detector.settings.score_threshold,
+        facefusion_landmarker=FaceFusionLandmarkerSettings("2dfan4", landmarker),
+    )
+    models = Models(
+        backend=ff_models.backend,
+        detector=YuNetDetector(ff_models.detector.session, settings),
+        models_dir=ff_models.models_dir,
+    )
+    if landmarker:
+        theirs = reference["landmarks"]["2dfan4"][1]
+        five, expected = theirs["five68"][0], np.array(theirs["embedding"])
+    else:
+        theirs = reference["cases"]["yunet"][1]
+        five, expected = theirs["five"][0], np.array(theirs["embedding"])
+    _, frames, table = detect_sources(models, (astronaut_path,), facefusion=True)
+    np.testing.assert_allclose(table.landmarks5[0], five, atol=0.01)
+    recogniser = Recogniser(load_learned(models, "arcface_w600k_r50")[0])
     embedding = recogniser.embed(K, frames, table)[0]
-    expected = np.array(theirs["embedding"])
     cos = embedding @ expected / np.linalg.norm(embedding) / np.linalg.norm(expected)
     assert cos > 0.99999
-    _, _, own = detect_sources(ff_models, (astronaut_path,))
+    _, _, own = detect_sources(models, (astronaut_path,))
     assert np.abs(own.landmarks5[0] - table.landmarks5[0]).max() > 0.5
 
 

@@ -218,12 +218,16 @@ def facefusion_landmarker(
 
 def facefusion_yunet(models: Models) -> YuNetDetector | FaceFusionDetector:
     """The source photos' detector of `--embedding-convention facefusion`: the render's if it is
-    FaceFusion's, else ffbatch's YuNet file read as FaceFusion reads it (not enlarged, cls·obj)."""
+    FaceFusion's, else ffbatch's YuNet file read as FaceFusion reads it (not enlarged, cls·obj),
+    with FaceFusion's landmarker when its files are here."""
     detector = models.detector
     if not isinstance(detector, YuNetDetector):
         return detector
     score = round(detector.settings.score_threshold**2, 6)  # ffbatch's √(cls·obj) → FaceFusion's
-    return FaceFusionDetector({"yunet": detector.session}, FaceFusionDetectorSettings("yunet", score=score))
+    landmarker = facefusion_landmarker(models, detector.settings.facefusion_landmarker)
+    return FaceFusionDetector(
+        {"yunet": detector.session}, FaceFusionDetectorSettings("yunet", score=score), landmarker
+    )
 
 
 def pick_source_faces(table: FaceTable, paths: list[str], face_index: int = 0) -> FaceTable:
