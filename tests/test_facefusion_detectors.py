@@ -235,6 +235,23 @@ def test_the_source_photo_is_detected_as_facefusion_does(ff_models, reference, a
     assert np.abs(own.landmarks5[0] - table.landmarks5[0]).max() > 0.5
 
 
+def test_a_device_kernel_set_detects_the_same_faces(ff_models, t1_path):
+    """On the torch kernel set (CPU here) the frames come down as BGR, not as the output's planes."""
+    pytest.importorskip("torch")
+    from facefusion_batch.kernels.torch_kernels import TorchKernels
+
+    detector = FaceFusionDetector(
+        sessions(ff_models, "yunet"), FaceFusionDetectorSettings("yunet", angles=(0, 90))
+    )
+    frames = [read_image(t1_path)] * 2
+    host = detector(K, K.upload(frames))
+    device = TorchKernels("cpu")
+    with device.scope():
+        table = detector(device, device.upload(frames))
+    assert len(table) == len(host) == 12
+    np.testing.assert_allclose(table.landmarks5, host.landmarks5, atol=1e-3)
+
+
 def test_an_absent_detector_file_warns_and_yunet_detects(ff_models, tmp_path, caplog):
     models = Models(backend=ff_models.backend, detector=ff_models.detector, models_dir=tmp_path)
     standins.write_standin(tmp_path, "arcface_w600k_r50")  # a models dir with files, not the detector's

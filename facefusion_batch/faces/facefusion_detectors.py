@@ -215,7 +215,10 @@ class FaceFusionDetector:
     def __call__(self, k: Kernels, frames: Frames) -> FaceTable:
         if not frames.count:
             return FaceTable.empty()
-        return self.detect(k, k.download(frames))
+        # FaceFusion's shrinking and canvases are cv2's, on the host: a device batch comes down
+        # as its BGR frames [B,H,W,3] (not `download`, which gives the output's planes)
+        pixels = frames.pixels if isinstance(frames.pixels, list) else list(k.to_host(frames.pixels))
+        return self.detect(k, pixels)
 
     def detect(self, k: Kernels, images: list[np.ndarray]) -> FaceTable:
         s = self.settings
