@@ -132,6 +132,16 @@ def main() -> None:
                     rows["embedding"] = [round(float(v), 6) for v in embedding]
             per_image.append(rows)
         out["landmarks"][model] = per_image
+        # the landmarker on a face turned by each angle (detect_face_landmark's rotation), the
+        # second picture's best face
+        box = out["cases"][SOURCE_CASE][1]["box_raw"][0]
+        out.setdefault("turned", {})[model] = {}
+        for angle in (90, 180, 270):
+            points68, score = face_landmarker.detect_face_landmark(images[1], box, angle)
+            out["turned"][model][str(angle)] = {
+                "points68": [[round(float(v), 4) for v in xy] for xy in points68],
+                "score": round(float(score), 6),
+            }
     for faces in out["cases"][SOURCE_CASE]:
         del faces["kept"], faces["five_raw"], faces["box_raw"]
     args.out.write_text(json.dumps(out, separators=(",", ":")) + "\n")

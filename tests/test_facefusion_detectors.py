@@ -181,6 +181,24 @@ def test_landmarkers_refine_the_five_points_as_facefusion(model, ff_models, refe
     assert (moved == (scores > 0.5)).all()
 
 
+@pytest.mark.parametrize("model", ff_reference.LANDMARKERS)
+def test_landmarkers_read_a_turned_face_as_facefusion(model, ff_models, reference, astronaut_path):
+    """detect_face_landmark at 90, 180 and 270 degrees (the crop turned upright, the points
+    turned back): the 68 points within 0.01 px and the score of FaceFusion's."""
+    image = read_image(astronaut_path)
+    detector = FaceFusionDetector(sessions(ff_models, "yunet"), FaceFusionDetectorSettings("yunet"))
+    face = detector.detect(K, [image]).select(np.array([0, 0, 0]))
+    names = ["fan_68_5", *(["2dfan4", "peppa_wutz"] if model == "many" else [model])]
+    landmarker = FaceFusionLandmarker(
+        {n: load_learned(ff_models, n)[0] for n in names}, FaceFusionLandmarkerSettings(model)
+    )
+    points68, score = landmarker.landmarks(K, [image], face, np.array([90, 180, 270]))
+    for i, angle in enumerate(("90", "180", "270")):
+        theirs = reference["turned"][model][angle]
+        np.testing.assert_allclose(points68[i], theirs["points68"], atol=0.01)
+        assert score[i] == pytest.approx(theirs["score"], abs=1e-5)
+
+
 class Counting:
     """A session that counts its runs."""
 
