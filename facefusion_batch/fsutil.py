@@ -79,11 +79,12 @@ def temp_prefix(path: Path) -> tuple[str, str]:
     """(prefix, suffix) of `path`'s temporary names: the stem is shortened so that the whole
     name stays within NAME_MAX bytes (a legal 254-byte output name must not fail at the end);
     the suffix is kept, so a container or image format is still told by its extension."""
-    suffix = path.suffix if len(path.suffix.encode()) <= 32 else ""
-    room = NAME_MAX - len(b".") - len(PARTIAL) - 8 - len(suffix.encode())
+    # file-system bytes (os.fsencode): a name that is not UTF-8 (café in Latin-1) keeps its bytes
+    suffix = path.suffix if len(os.fsencode(path.suffix)) <= 32 else ""
+    room = NAME_MAX - len(b".") - len(PARTIAL) - 8 - len(os.fsencode(suffix))
     stem = path.name[: len(path.name) - len(path.suffix)] if suffix else path.name
-    encoded = stem.encode()[:room]
-    return f".{encoded.decode(errors='ignore')}{PARTIAL}", suffix
+    encoded = os.fsencode(stem)[:room]
+    return f".{os.fsdecode(encoded)}{PARTIAL}", suffix
 
 
 class AtomicFile:

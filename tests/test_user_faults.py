@@ -22,6 +22,7 @@ def run(*args, **env: str) -> subprocess.CompletedProcess:
         [sys.executable, "-m", "facefusion_batch", *map(str, args)],
         capture_output=True,
         text=True,
+        errors="replace",  # a file name that is not UTF-8 comes back in messages as its bytes
         timeout=300,
         env={**os.environ, **env},
     )
@@ -136,3 +137,18 @@ def test_a_job_file_that_is_no_file_or_nests_too_deep_is_exit_2(kind, tmp_path):
     proc = run("render", "--facefusion-job", job, "-o", tmp_path / "o.mp4")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert f"--facefusion-job {job}" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "extra", [(), ("--frames", "0:2"), ("--chunk-frames", "2")], ids=["whole", "range", "chunks"]
+)
+def test_file_names_that_are_not_utf8_render(extra, clip, astronaut_path, tmp_path):
+    """café in Latin-1 (b"caf\\xe9"): its temporary name and the tags that name the input were
+    exit 1 (UnicodeEncodeError: surrogates not allowed)."""
+    name = os.fsdecode(b"caf\xe9")
+    src = tmp_path / f"{name}.mp4"
+    src.write_bytes(clip.read_bytes())
+    out = tmp_path / f"{name}-out.mp4"
+    proc = run("render", src, "-s", astronaut_path, "-o", out, "-q", *extra)
+    assert proc.returncode == 0, proc.stderr
+    assert out.is_file()

@@ -22,7 +22,7 @@ from facefusion_batch.config import (
 )
 from facefusion_batch.errors import InputError
 from facefusion_batch.farm.manifest import settings_digest
-from facefusion_batch.farm.reuse import code_tags, drop_stale, intact, made_here, ours
+from facefusion_batch.farm.reuse import code_tags, drop_stale, input_tag, intact, made_here, ours
 from facefusion_batch.video.compositing import sequence_complete
 from facefusion_batch.video.segments import (
     TAG_INPUT,
@@ -104,7 +104,7 @@ def compositing_complete(settings: RenderSettings, frames: int) -> bool | None:
 def output_tags(settings: RenderSettings) -> dict[str, str]:
     return {
         TAG_SETTINGS: settings_digest(settings),
-        TAG_INPUT: Path(settings.input).name,
+        TAG_INPUT: input_tag(settings),
         **code_tags(settings),
     }
 

@@ -11,6 +11,7 @@ another version with the same settings is rendered again with a warning saying s
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 from facefusion_batch import RENDER_REVISION, __version__
@@ -24,6 +25,12 @@ log = logging.getLogger("ffbatch")
 TAG_RENDERED_BY = "ffbatch_rendered_by"
 TAG_SETTINGS_ALONE = "ffbatch_settings_alone"
 RENDERED_BY = f"ffbatch {__version__}, render revision {RENDER_REVISION}"
+
+
+def input_tag(settings: RenderSettings) -> str:
+    """The input's file name as a container tag holds it: UTF-8 text (a name in another encoding,
+    café in Latin-1, keeps a replacement character where its bytes are not UTF-8)."""
+    return os.fsencode(Path(settings.input).name).decode("utf-8", "replace")
 
 
 def code_tags(settings: RenderSettings) -> dict[str, str]:

@@ -15,7 +15,7 @@ from pathlib import Path
 from facefusion_batch.config import RenderSettings, compositing_outputs, compositing_start_number
 from facefusion_batch.errors import FfbatchError, InputError, OutputError
 from facefusion_batch.farm.manifest import settings_digest
-from facefusion_batch.farm.reuse import code_tags, drop_stale, intact, made_here
+from facefusion_batch.farm.reuse import code_tags, drop_stale, input_tag, intact, made_here
 from facefusion_batch.pipeline.run import JobReport, log_start, pixel_format_of, read_ranges, render_into
 from facefusion_batch.video.compositing import open_compositing_writers, sequence_complete
 from facefusion_batch.video.segments import (
@@ -39,7 +39,7 @@ def segment_tags(settings: RenderSettings, start: int, end: int, frame_count: in
         TAG_FRAMES: format_range(start, end),
         TAG_FRAME_COUNT: str(frame_count),
         TAG_SETTINGS: digest,
-        TAG_INPUT: Path(settings.input).name,
+        TAG_INPUT: input_tag(settings),
         **code_tags(settings),
     }
 
