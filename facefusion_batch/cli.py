@@ -364,7 +364,8 @@ DetectorAnglesOpt = Annotated[
     str | None,
     typer.Option(
         help="With --face-detector-model: the frame turned by these angles too, e.g. 0,90 (default 0); "
-        "FaceFusion's --face-detector-angles 0 90."
+        "FaceFusion's --face-detector-angles 0 90.",
+        rich_help_panel=PANEL_FACES,
     ),
 ]
 FaceLandmarkerModelOpt = Annotated[
@@ -1219,7 +1220,9 @@ def preview(
     ],
     source: SourceOpt = None,
     frames: Annotated[int, typer.Option(help="How many frames to sample.", rich_help_panel=PANEL_IO)] = 4,
-    overwrite: Annotated[bool, typer.Option(help="Replace the sheet if it exists.")] = False,
+    overwrite: Annotated[
+        bool, typer.Option(help="Replace the sheet if it exists.", rich_help_panel=PANEL_IO)
+    ] = False,
     faces: FacesOpt = "many",
     blend: BlendOpt = "multiband",
     eyes_mouth: EyesMouthOpt = "eyes",
@@ -1468,27 +1471,6 @@ def _check_home(given: list[str]) -> None:
         raise InputError(f"FFBATCH_HOME {home} is a file, not a directory; point it at a folder or unset it")
 
 
-def _stdout_problem(exc: BaseException) -> str:
-    """Why standard output did not take what ffbatch wrote to it, or '': a reader that went away
-    (`| true`: click then swaps stdout for a wrapper and exits 1) or a full disk (`> /dev/full`:
-    the OSError comes out of click's echo). Standard output then becomes /dev/null, so that
-    Python's own flush at exit does not fail again."""
-    if type(sys.stdout).__name__.endswith("PacifyFlushWrapper"):
-        problem = "the reader went away (broken pipe)"
-    elif isinstance(exc, OSError) and any(
-        frame.f_code.co_name == "echo" and "click" in frame.f_code.co_filename
-        for frame, _ in traceback.walk_tb(exc.__traceback__)
-    ):
-        problem = exc.strerror or str(exc)
-    else:
-        return ""
-    with contextlib.suppress(OSError, ValueError):
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, 1)
-        os.close(devnull)
-    return problem
-
-
 # ffmpeg's options typed out of habit (`ffbatch` is not a drop-in ffmpeg): what ffbatch calls them
 FFMPEG_HABITS = {
     "-i": "the input is the first argument: ffbatch render IN.mp4 -s FACE.jpg -o OUT.mp4",
@@ -1525,6 +1507,27 @@ def ffmpeg_hint(argv: list[str]) -> str:
             said = FFMPEG_HABITS[token]
             return f"; ffmpeg's {token} is {said} here" if said.startswith("--") else f"; {said}"
     return ""
+
+
+def _stdout_problem(exc: BaseException) -> str:
+    """Why standard output did not take what ffbatch wrote to it, or '': a reader that went away
+    (`| true`: click then swaps stdout for a wrapper and exits 1) or a full disk (`> /dev/full`:
+    the OSError comes out of click's echo). Standard output then becomes /dev/null, so that
+    Python's own flush at exit does not fail again."""
+    if type(sys.stdout).__name__.endswith("PacifyFlushWrapper"):
+        problem = "the reader went away (broken pipe)"
+    elif isinstance(exc, OSError) and any(
+        frame.f_code.co_name == "echo" and "click" in frame.f_code.co_filename
+        for frame, _ in traceback.walk_tb(exc.__traceback__)
+    ):
+        problem = exc.strerror or str(exc)
+    else:
+        return ""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.close(devnull)
+    return problem
 
 
 def main(argv: list[str] | None = None) -> None:

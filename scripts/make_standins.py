@@ -73,37 +73,39 @@ class Graph:
         )
 
 
-def inswapper(seed: int = 0) -> onnx.ModelProto:
+def inswapper(seed: int = 0, width: int = 1024) -> onnx.ModelProto:
+    """inswapper_128's structure; `width` < 1024 narrows every layer (a small copy for dry runs)."""
+    c1, c2, c3, c4 = width // 8, width // 4, width // 2, width
     g = Graph(seed)
-    x = g.lrelu(g.conv(g.reflect("target", 3), 3, 128, 7, pad=0))
-    x = g.lrelu(g.conv(x, 128, 256, 3))
-    x = g.lrelu(g.conv(x, 256, 512, 3, stride=2))
-    x = g.lrelu(g.conv(x, 512, 1024, 3, stride=2))  # 32x32x1024
-    style_shape = g.const(np.array([1, 2048, 1, 1], np.int64), "style_shape")  # batch pinned, as exported
+    x = g.lrelu(g.conv(g.reflect("target", 3), 3, c1, 7, pad=0))
+    x = g.lrelu(g.conv(x, c1, c2, 3))
+    x = g.lrelu(g.conv(x, c2, c3, 3, stride=2))
+    x = g.lrelu(g.conv(x, c3, c4, 3, stride=2))  # 32x32xwidth
+    style_shape = g.const(np.array([1, 2 * c4, 1, 1], np.int64), "style_shape")  # batch pinned, as exported
     for _ in range(6):
         h = x
         for second in (False, True):
-            h = g.conv(h, 1024, 1024, 3)
+            h = g.conv(h, c4, c4, 3)
             h = g.op(
                 "InstanceNormalization",
-                [h, g.const(np.ones(1024, np.float32)), g.const(np.zeros(1024, np.float32))],
+                [h, g.const(np.ones(c4, np.float32)), g.const(np.zeros(c4, np.float32))],
             )
-            style = g.op("Reshape", [g.linear("source", 512, 2048), style_shape])
+            style = g.op("Reshape", [g.linear("source", 512, 2 * c4), style_shape])
             gamma = g.op(
-                "Slice", [style, g.const(np.array([0])), g.const(np.array([1024])), g.const(np.array([1]))]
+                "Slice", [style, g.const(np.array([0])), g.const(np.array([c4])), g.const(np.array([1]))]
             )
             beta = g.op(
-                "Slice", [style, g.const(np.array([1024])), g.const(np.array([2048])), g.const(np.array([1]))]
+                "Slice", [style, g.const(np.array([c4])), g.const(np.array([2 * c4])), g.const(np.array([1]))]
             )
             h = g.op("Add", [g.op("Mul", [h, gamma]), beta])
             if not second:
                 h = g.op("Relu", [h])
         x = g.op("Add", [x, h])
     up = g.const(np.array([1, 1, 2, 2], np.float32), "scales")
-    x = g.lrelu(g.conv(g.op("Resize", [x, "", up], mode="linear"), 1024, 512, 3))
-    x = g.lrelu(g.conv(g.op("Resize", [x, "", up], mode="linear"), 512, 256, 3))
-    x = g.lrelu(g.conv(x, 256, 128, 3))
-    x = g.op("Tanh", [g.conv(g.reflect(x, 3), 128, 3, 7, pad=0)])
+    x = g.lrelu(g.conv(g.op("Resize", [x, "", up], mode="linear"), c4, c3, 3))
+    x = g.lrelu(g.conv(g.op("Resize", [x, "", up], mode="linear"), c3, c2, 3))
+    x = g.lrelu(g.conv(x, c2, c1, 3))
+    x = g.op("Tanh", [g.conv(g.reflect(x, 3), c1, 3, 7, pad=0)])
     half = g.const(np.float32(0.5), "half")
     g.nodes.append(helper.make_node("Mul", [g.op("Add", [x, g.const(np.float32(1.0))]), half], ["output"]))
     emap = g.rng.standard_normal((512, 512), dtype=np.float32) / np.float32(np.sqrt(512))

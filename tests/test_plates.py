@@ -166,3 +166,42 @@ def test_concat_says_when_the_audio_is_another_files(work, source):
     assert joined.returncode == 0
     assert "other.mp4 is not the input the segments were rendered from (short.mp4)" in joined.stderr
     assert "(3.00 s) is muxed as it is under 0.40 s of video" in joined.stderr
+
+
+def write_exr(path: Path, bgr: np.ndarray) -> None:
+    """A float EXR frame as FFmpeg's EXR encoder writes it (gbrpf32le from RGB), values code / 255."""
+    rgb = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB).astype(np.float32) / 255
+    frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb), format="gbrpf32le")
+    ctx = av.CodecContext.create("exr", "w")
+    ctx.width, ctx.height, ctx.pix_fmt, ctx.time_base = (
+        bgr.shape[1],
+        bgr.shape[0],
+        "gbrpf32le",
+        Fraction(1, 24),
+    )
+    path.write_bytes(b"".join(bytes(p) for p in ctx.encode(frame) + ctx.encode(None)))
+
+
+def test_single_dpx_and_exr_frames_render_as_stills(work, source, faces):
+    dpx, exr = work / "hero.1001.dpx", work / "hero.exr"
+    write_dpx10(dpx, faces)
+    write_exr(exr, faces)
+    out = work / "hero comp.dpx"
+    report = work / "hero.json"
+    proc = ffbatch("render", dpx, "-s", source, "-o", out, "--report", report)
+    assert proc.returncode == 0, proc.stderr
+    got, want = decode_one(out), decode_one(dpx)
+    assert got.format.name == "gbrp10le"
+    same = (got.to_ndarray(format="rgb48le") == want.to_ndarray(format="rgb48le")).all(axis=2)
+    assert 0.8 < same.mean() < 1.0
+    data = json.loads(report.read_text())
+    assert (data["input"], data["output"], data["frames_out"]) == (str(dpx), str(out), 1)
+    assert data["faces_swapped"] > 0
+    assert [p.name for p in work.iterdir() if p.name.startswith(".hero")] == []  # its folder removed
+    exr_out = work / "hero comp.exr"
+    proc = ffbatch("render", exr, "-s", source, "-o", exr_out, "--allow-reduce", "-q")
+    assert proc.returncode == 0, proc.stderr
+    picture = decode_one(exr_out)
+    assert picture.format.name.startswith("gbrpf32") and (picture.width, picture.height) == SIZE
+    refused = ffbatch("render", dpx, "-s", source, "-o", work / "hero.mp4")
+    assert refused.returncode == 2 and "is one frame" in refused.stderr

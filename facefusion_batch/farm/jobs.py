@@ -48,6 +48,7 @@ from facefusion_batch.farm.outputs import is_done, job_for, output_tags, outputs
 from facefusion_batch.farm.ray_runner import render_with_ray
 from facefusion_batch.farm.resume import render_chunked
 from facefusion_batch.farm.segment import prepare_segment_job, render_segment
+from facefusion_batch.farm.single_frame import is_single_frame, render_single_frame
 from facefusion_batch.fsutil import claim_output, write_json_atomically
 from facefusion_batch.pipeline.report import WarningLog, peak_rss_mb
 from facefusion_batch.pipeline.run import (
@@ -108,6 +109,9 @@ def render(
     `output_tags`: container tags for the output (batch runs mark finished outputs with them).
     """
     started = time.perf_counter()
+    if is_single_frame(settings.input):  # one DPX/EXR frame: a one-frame sequence
+        kwargs = {"on_progress": on_progress, "on_start": on_start, "renderer": renderer}
+        return render_single_frame(settings, render, **kwargs)
     if settings.frames is not None:
         skipped = prepare_segment_job(settings)
         if skipped is not None:
