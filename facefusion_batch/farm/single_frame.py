@@ -17,11 +17,15 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from facefusion_batch.config import RenderSettings
 from facefusion_batch.errors import InputError, OutputError
 from facefusion_batch.fsutil import write_json_atomically
 from facefusion_batch.video.sequence import SEQUENCE_CODECS, is_sequence_pattern
+
+if TYPE_CHECKING:
+    from facefusion_batch.pipeline.run import JobReport
 
 SINGLE_FRAME_SUFFIXES = (".dpx", ".exr")
 
@@ -31,7 +35,9 @@ def is_single_frame(path: Path) -> bool:
     return Path(path).suffix.lower() in SINGLE_FRAME_SUFFIXES and not is_sequence_pattern(path)
 
 
-def render_single_frame(settings: RenderSettings, render: Callable[..., object], **kwargs):
+def render_single_frame(
+    settings: RenderSettings, render: Callable[..., JobReport], **kwargs: Any
+) -> JobReport:
     """`render` (farm/jobs.render) of the one frame as a sequence; its report names the user's
     input and output."""
     output = Path(settings.output)
