@@ -66,7 +66,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "examples")]
 
 from make_inputs import camera_path, render_frame  # noqa: E402
-from quality_harm import CONFIDENCE_LIMIT, OPENING_LIMIT, face_harm, match  # noqa: E402
+from quality_harm import CONFIDENCE_LIMIT, GAZE_FLAG, OPENING_LIMIT, face_harm, match  # noqa: E402
 from quality_set import FRAME, SPLIT_RULE, clip_plan, photo_half, render_clip, set_photos  # noqa: E402
 
 from facefusion_batch.config import SwapSettings  # noqa: E402
@@ -627,7 +627,12 @@ def wider_set(models, embed, swap: SwapSettings, args, t1: np.ndarray, t1_boxes:
                 blocks = skin_blocks(t_in.mesh[r], models.regions, clip[f].shape[:2])
                 record["worst_block_dE76"] = round(colour_errors(clip[f], out[f], blocks)[0], 2)
             rows.append(record)
-            badness = max(np.nan_to_num(harm["opening_change"]), 1 - record["confidence_ratio"])
+            # each harm against its limit: the largest says how near this face is to a broken one
+            badness = max(
+                np.nan_to_num(harm["opening_change"]) / OPENING_LIMIT,
+                np.nan_to_num(harm["gaze_change"]) / GAZE_FLAG,
+                (1 - record["confidence_ratio"]) / (1 - CONFIDENCE_LIMIT),
+            )
             if half == "judging" and swapped:
                 pad = 0.15 * (x1 - x0)
                 ys = slice(int(max(0, y0 - pad)), int(y1 + pad))
@@ -648,6 +653,8 @@ def wider_set(models, embed, swap: SwapSettings, args, t1: np.ndarray, t1_boxes:
             flush=True,
         )
     worst.sort(key=lambda w: -w[0])
+    seen = set()  # one face per clip: its worst frame
+    worst = [w for w in worst if not (w[1].rsplit(" ", 1)[0] in seen or seen.add(w[1].rsplit(" ", 1)[0]))]
     summary = {
         "split_rule": SPLIT_RULE,
         "photos": {
@@ -686,6 +693,7 @@ def half_summary(rows: list[dict], clips: list[dict]) -> dict:
         "swapped": len(swapped),
         "faces_opening_change_over_20pct": len(over),
         "faces_confidence_under_half": len(weak),
+        "faces_gaze_change_over_25pct": int(np.sum(gaze > GAZE_FLAG)),
         "opening_change_median": round(float(np.nanmedian(opening)), 3)
         if np.isfinite(opening).any()
         else None,
@@ -713,7 +721,8 @@ def draw_wide(wide: dict, worst: list) -> np.ndarray:
         lines.append(
             f"{half}: {s['faces']} faces in {s['clips']} clips; "
             f"opening > 20%: {s['faces_opening_change_over_20pct']}, "
-            f"confidence < half: {s['faces_confidence_under_half']}; "
+            f"confidence < half: {s['faces_confidence_under_half']}, "
+            f"gaze > 25%: {s['faces_gaze_change_over_25pct']}; "
             f"closer to source {s['transferred_pct_mean']}% "
             f"(min {min(s['transferred_pct_by_source'].values(), default=None)}%); "
             f"worst block <= 8: {s['faces_worst_block_le8_pct']}%; toggles {s['swap_toggles']}"
