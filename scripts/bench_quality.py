@@ -66,7 +66,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "examples")]
 
 from make_inputs import camera_path, render_frame  # noqa: E402
-from quality_harm import CONFIDENCE_LIMIT, GAZE_FLAG, OPENING_LIMIT, face_harm, match  # noqa: E402
+from quality_harm import CONFIDENCE_LIMIT, GAZE_FLAG, LID_FLAG, OPENING_LIMIT, face_harm, match  # noqa: E402
 from quality_set import FRAME, SPLIT_RULE, clip_plan, photo_half, render_clip, set_photos  # noqa: E402
 
 from facefusion_batch.config import SwapSettings  # noqa: E402
@@ -77,6 +77,7 @@ from facefusion_batch.models.assets import asset_path  # noqa: E402
 from facefusion_batch.pipeline.build import build_pipeline, load_models  # noqa: E402
 from facefusion_batch.swap.classical import ClassicalSettings  # noqa: E402
 from facefusion_batch.swap.learned import LearnedSettings  # noqa: E402
+from facefusion_batch.swap.lids import shut_lids  # noqa: E402
 from facefusion_batch.swap.masks import MaskSettings  # noqa: E402
 
 SIZE, DURATION, FPS = (960, 540), 10.0, 25
@@ -584,6 +585,9 @@ def wider_set(models, embed, swap: SwapSettings, args, t1: np.ndarray, t1_boxes:
             out += pipeline(HOST, clip[start : start + 8], seq=start // 8).frames
         t_in = models.mesh(HOST, HOST.upload(clip), models.detector(HOST, HOST.upload(clip)))
         t_out = models.mesh(HOST, HOST.upload(out), models.detector(HOST, HOST.upload(out)))
+        # how shut each eye is, told from the picture (the mesh keeps its eye loops open over lids)
+        lids_in = shut_lids(HOST, HOST.upload(clip), t_in, models.regions)
+        lids_out = shut_lids(HOST, HOST.upload(out), t_out, models.regions)
         states = []
         for f in range(len(clip)):
             here = np.flatnonzero(t_in.frame_index == f)
@@ -611,8 +615,11 @@ def wider_set(models, embed, swap: SwapSettings, args, t1: np.ndarray, t1_boxes:
                 "frame": f,
                 "face_px": round(float(fbox[2] - fbox[0]), 1),
                 "swapped": swapped,
-                "opening_change": round(harm["opening_change"], 3),
-                "gaze_change": round(harm["gaze_change"], 3),
+                "opening_change": finite(harm["opening_change"]),
+                "gaze_change": finite(harm["gaze_change"]),
+                "lid_change": finite(np.abs(lids_out[found] - lids_in[r]).max())
+                if found is not None
+                else None,
                 "confidence_ratio": round(float(t_out.score[found] / max(t_in.score[r], 1e-6)), 3)
                 if found is not None
                 else 0.0,
@@ -631,6 +638,7 @@ def wider_set(models, embed, swap: SwapSettings, args, t1: np.ndarray, t1_boxes:
             badness = max(
                 np.nan_to_num(harm["opening_change"]) / OPENING_LIMIT,
                 np.nan_to_num(harm["gaze_change"]) / GAZE_FLAG,
+                (record["lid_change"] or 0.0) / LID_FLAG,
                 (1 - record["confidence_ratio"]) / (1 - CONFIDENCE_LIMIT),
             )
             if half == "judging" and swapped:
@@ -673,6 +681,11 @@ def wider_set(models, embed, swap: SwapSettings, args, t1: np.ndarray, t1_boxes:
     return summary, worst[:6]
 
 
+def finite(value: float) -> float | None:
+    """`value` to 3 decimals, or None (JSON's null) where it is NaN: nothing to measure."""
+    return round(float(value), 3) if np.isfinite(value) else None
+
+
 def half_summary(rows: list[dict], clips: list[dict]) -> dict:
     """One half's numbers against the issue's targets."""
     swapped = [r for r in rows if r["swapped"]]
@@ -685,7 +698,7 @@ def half_summary(rows: list[dict], clips: list[dict]) -> dict:
     de = de[np.isfinite(de)]
     opening = np.array([r["opening_change"] for r in rows], float)
     gaze = np.array([r["gaze_change"] for r in rows], float)
-    over = [r for r in rows if r["opening_change"] > OPENING_LIMIT]
+    over = [r for r in rows if (r["opening_change"] or 0.0) > OPENING_LIMIT]
     weak = [r for r in rows if r["confidence_ratio"] < CONFIDENCE_LIMIT]
     return {
         "clips": len(clips),
@@ -694,6 +707,8 @@ def half_summary(rows: list[dict], clips: list[dict]) -> dict:
         "faces_opening_change_over_20pct": len(over),
         "faces_confidence_under_half": len(weak),
         "faces_gaze_change_over_25pct": int(np.sum(gaze > GAZE_FLAG)),
+        # an eye read shut by its lid on one side and open on the other (swap/lids.py's reading)
+        "faces_lid_change_over_half": sum((r["lid_change"] or 0.0) > LID_FLAG for r in rows),
         "opening_change_median": round(float(np.nanmedian(opening)), 3)
         if np.isfinite(opening).any()
         else None,
@@ -722,7 +737,8 @@ def draw_wide(wide: dict, worst: list) -> np.ndarray:
             f"{half}: {s['faces']} faces in {s['clips']} clips; "
             f"opening > 20%: {s['faces_opening_change_over_20pct']}, "
             f"confidence < half: {s['faces_confidence_under_half']}, "
-            f"gaze > 25%: {s['faces_gaze_change_over_25pct']}; "
+            f"gaze > 25%: {s['faces_gaze_change_over_25pct']}, "
+            f"lid > half: {s['faces_lid_change_over_half']}; "
             f"closer to source {s['transferred_pct_mean']}% "
             f"(min {min(s['transferred_pct_by_source'].values(), default=None)}%); "
             f"worst block <= 8: {s['faces_worst_block_le8_pct']}%; toggles {s['swap_toggles']}"
