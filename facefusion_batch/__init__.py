@@ -9,10 +9,13 @@ from __future__ import annotations
 from importlib import metadata as _metadata
 from typing import TYPE_CHECKING, Any
 
-try:  # from the git tags at install time (setuptools-scm, pyproject.toml)
-    __version__ = _metadata.version("facefusion-batch")
-except _metadata.PackageNotFoundError:  # a source tree that was never installed
-    __version__ = "0.0.0+unknown"
+try:  # from the git tags, written at install time (setuptools-scm's version_file, pyproject.toml)
+    from facefusion_batch._version import __version__
+except ImportError:  # a source tree that was never installed
+    try:
+        __version__ = _metadata.version("facefusion-batch")
+    except _metadata.PackageNotFoundError:
+        __version__ = "0.0.0+unknown"
 
 # The revision of what a render outputs: bumped by every change of output pixels or timestamps
 # (with a CHANGELOG.md line); tests/test_golden_cpu.py fails when the golden checksums change

@@ -41,7 +41,7 @@ from facefusion_batch.errors import (
     signal_behind,
     signal_handlers,
 )
-from facefusion_batch.farm.jobs import run_render_command
+from facefusion_batch.farm.jobs import farm_paths_and_range, run_render_command
 from facefusion_batch.farm.multi_gpu import render_on_several_gpus
 from facefusion_batch.farm.plan import plan_command
 from facefusion_batch.farm.task_reports import concat_with_report
@@ -59,8 +59,6 @@ from facefusion_batch.tools.facefusion_job import (
     run_job,
 )
 from facefusion_batch.tools.preview import preview_command
-from facefusion_batch.video.segments import format_range, frames_of_range
-from facefusion_batch.video.sequence import printf_pattern
 
 app = typer.Typer(
     add_completion=False,
@@ -1059,14 +1057,8 @@ def render(
     setup_logging(quiet, verbose)
     if facefusion_job is not None:  # read before parsing (main); here only through the app itself
         raise InputError("--facefusion-job runs through `ffbatch render --facefusion-job JOB`")
-    inputs, output = [printf_pattern(p) for p in inputs], output and printf_pattern(output)
+    inputs, output, frames = farm_paths_and_range(inputs, output, frames, frame_range)
     ctx.params.update(inputs=inputs, output=output)  # shot.####.exr is shot.%04d.exr from here on
-    if frame_range is not None:
-        if frames is not None:
-            raise InputError("give --frames (0-based, END exclusive) or --frame-range, not both")
-        if len(inputs) != 1:
-            raise InputError("--frame-range renders one range of one input: give one input and -o")
-        frames = format_range(*frames_of_range(frame_range, inputs[0]))
     settings, gpus_of_run = render_settings(ctx.params, given=given_options(ctx))
     check_matte_run(settings, len(inputs))
     if gpus_of_run:

@@ -622,7 +622,10 @@ def test_several_inputs_sharing_a_compositing_file_are_exit_2_up_front(tmp_path,
     shots, out = tmp_path / "shots", tmp_path / "out"
     shots.mkdir()
     out.mkdir()
-    a, b = shots / "x.mkv", shots / "x.mov"  # one stem, two outputs (x-swapped.mkv, x-swapped.mov)
+    a, b = (
+        shots / "x.mkv",
+        shots / "x.avi",
+    )  # one stem, two outputs (x-swapped.mkv, x-swapped.avi): ffv1 fits both
     for path in (a, b):
         path.write_bytes(clip.read_bytes())
     for command in ("render", "plan"):
@@ -650,4 +653,4 @@ def test_several_inputs_sharing_a_compositing_file_are_exit_2_up_front(tmp_path,
     assert proc.returncode == 2 and f"the directory {out / 'x.mkv'} does not exist" in proc.stderr, (
         proc.stderr
     )
-    assert list(out.iterdir()) == [] and sorted(p.name for p in shots.iterdir()) == ["x.mkv", "x.mov"]
+    assert list(out.iterdir()) == [] and sorted(p.name for p in shots.iterdir()) == ["x.avi", "x.mkv"]

@@ -86,3 +86,12 @@ __all__ = [
     "template_to_template",
     "transform_points",
 ]
+
+
+def rotation(angle: int, width: int, height: int) -> tuple[np.ndarray, tuple[int, int]]:
+    """face_helper.create_rotation_matrix_and_size: the frame turned by `angle` about its centre on
+    a canvas that holds all of it."""
+    matrix = cv2.getRotationMatrix2D((width / 2, height / 2), angle, 1)
+    turned = np.dot(np.abs(matrix[:, :2]), (width, height))
+    matrix[:, -1] += (turned - (width, height)) * 0.5
+    return matrix, (int(turned[0]), int(turned[1]))

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING
 import cv2
 import numpy as np
 
+from facefusion_batch.errors import InputError
+from facefusion_batch.faces.align import rotation
 from facefusion_batch.faces.table import FaceTable
 from facefusion_batch.kernels.base import Frames, Kernels
 from facefusion_batch.models.facefusion import FACE_DETECTOR_SIZES, FACE_DETECTORS, MODELS
@@ -168,15 +170,6 @@ def decode(
     return decode_distances(outputs, size, score, ratio)
 
 
-def rotation(angle: int, width: int, height: int) -> tuple[np.ndarray, tuple[int, int]]:
-    """face_helper.create_rotation_matrix_and_size: the frame turned by `angle` about its centre on
-    a canvas that holds all of it."""
-    matrix = cv2.getRotationMatrix2D((width / 2, height / 2), angle, 1)
-    turned = np.dot(np.abs(matrix[:, :2]), (width, height))
-    matrix[:, -1] += (turned - (width, height)) * 0.5
-    return matrix, (int(turned[0]), int(turned[1]))
-
-
 def _transform(points: np.ndarray, matrix: np.ndarray) -> np.ndarray:
     return cv2.transform(points.reshape(-1, 1, 2), matrix).reshape(-1, 2)
 
@@ -280,8 +273,6 @@ def facefusion_detector_settings(
     """The render's --face-detector-* options (None without --face-detector-model; exit 2 for a
     value FaceFusion does not take). `score_threshold`: --score-threshold when given, on ffbatch's
     √ scale (FaceFusion's --face-detector-score S arrives as √S); else FaceFusion's default 0.5."""
-    from facefusion_batch.errors import InputError
-
     if model is None:
         if size is not None or angles is not None:
             raise InputError("--face-detector-size and --detector-angles need --face-detector-model")

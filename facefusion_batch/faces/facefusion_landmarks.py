@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
-from facefusion_batch.faces.facefusion_detectors import rotation
+from facefusion_batch.errors import InputError
+from facefusion_batch.faces.align import rotation
 from facefusion_batch.faces.table import FaceTable
 from facefusion_batch.kernels.base import Kernels
 from facefusion_batch.runtime.session import Session
@@ -152,8 +153,6 @@ class FaceFusionLandmarker:
 
 def facefusion_landmarker_settings(model: str, score: float) -> FaceFusionLandmarkerSettings:
     """--face-landmarker-model / --face-landmarker-score (exit 2 for a value FaceFusion does not take)."""
-    from facefusion_batch.errors import InputError
-
     if model not in LANDMARKERS:
         raise InputError(f"--face-landmarker-model {model}: not one of {', '.join(LANDMARKERS)}")
     if not 0 <= score <= 1:

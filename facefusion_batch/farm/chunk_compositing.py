@@ -40,6 +40,7 @@ from facefusion_batch.video.formats import segment_suffix
 from facefusion_batch.video.probe import VideoInfo
 from facefusion_batch.video.sequence import is_sequence_pattern
 from facefusion_batch.video.writer import VideoWriter
+from facefusion_batch.video.written import record_written
 
 
 def staged(work: Path, option: str, path: Path) -> Path:
@@ -183,3 +184,4 @@ def publish_staged(settings: RenderSettings, work: Path, ranges: list[tuple[int,
         else:
             segments = [chunk_segment(work, option, path, a, b) for a, b in sorted(ranges)]
             join_segments(segments, path, overwrite=True)  # validated up front (--overwrite or new)
+            record_written(path)  # its segments' tags are its own: reused later while its bytes match

@@ -68,12 +68,13 @@ from facefusion_batch.video.formats import CONTAINERS, check_fits
 from facefusion_batch.video.hwaccel import hwaccel_problem
 from facefusion_batch.video.probe import probe
 from facefusion_batch.video.reader import FrameReader
-from facefusion_batch.video.segments import check_complete, parse_range
+from facefusion_batch.video.segments import check_complete, format_range, frames_of_range, parse_range
 from facefusion_batch.video.sequence import (
     SequenceWriter,
     check_sequence_output,
     default_start_number,
     is_sequence_pattern,
+    printf_pattern,
 )
 from facefusion_batch.video.stills import (
     DEEP_IMAGE_SUFFIXES,
@@ -629,3 +630,19 @@ def _failed(entries: list, counts: dict, job: RenderSettings, message: str) -> N
         {"input": str(job.input), "output": str(job.output), "status": "failed", "message": message}
     )
     counts["failed"] += 1
+
+
+def farm_paths_and_range(
+    inputs: list[Path], output: Path | None, frames: str | None, frame_range: str | None
+) -> tuple[list[Path], Path | None, str | None]:
+    """The inputs and output with `####`/`@` padding spelt as printf patterns, and `--frame-range`
+    (inclusive, in the input's own numbers) as the equivalent `--frames` range."""
+    inputs = [Path(printf_pattern(p)) for p in inputs]
+    output = Path(printf_pattern(output)) if output else output
+    if frame_range is not None:
+        if frames is not None:
+            raise InputError("give --frames (0-based, END exclusive) or --frame-range, not both")
+        if len(inputs) != 1:
+            raise InputError("--frame-range renders one range of one input: give one input and -o")
+        frames = format_range(*frames_of_range(frame_range, inputs[0]))
+    return inputs, output, frames

@@ -29,9 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from facefusion_batch import RENDER_REVISION, __version__, fsutil
-from facefusion_batch.config import RenderSettings
+from facefusion_batch.config import DeviceSettings, RenderSettings
 from facefusion_batch.errors import InputError, OutputError
-from facefusion_batch.runtime.device import DeviceSettings
 from facefusion_batch.video.probe import sequence_numbers
 from facefusion_batch.video.sequence import is_sequence_pattern
 
