@@ -76,6 +76,13 @@ venv-modelopt: $(MVENV)/.installed-stamp
 bench: $(TEST_STAMP) models
 	$(BIN)/python scripts/bench.py
 
+# side by side with FaceFusion's own headless-run; its source tree and venv are yours to give
+# (scripts/bench_facefusion.py says how to get them): make bench-facefusion FACEFUSION=DIR FACEFUSION_PYTHON=PY
+BENCH_FF_ARGS ?= --profile
+.PHONY: bench-facefusion
+bench-facefusion: $(TEST_STAMP) models
+	$(BIN)/python scripts/bench_facefusion.py --facefusion "$(FACEFUSION)" --facefusion-python "$(FACEFUSION_PYTHON)" $(BENCH_FF_ARGS)
+
 # the swap-quality benchmark: its independent face recogniser (dlib) lives in its own venv only
 QVENV := .venv-quality
 $(QVENV)/.installed-stamp: pyproject.toml

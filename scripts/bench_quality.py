@@ -28,10 +28,24 @@ astronaut.png and each of t1's six faces as the source (a face is never swapped 
   landmark slip of the tracked mesh against the known camera path (px RMS), for the faces
   always fully in the frame and, apart, for those the frame's edge cuts.
 
+And on a wider set (scripts/quality_set.py): every face photo the project fetches (t1's six,
+the astronaut, Tom Hanks, scikit-image's cameraman), split into a tuning and a judging half by
+a fixed rule on each photo's sha256, each source on each other target of its half as a short
+clip under one seeded camera condition (roll, 50-80 or 380-500 px faces, motion blur, noise,
+low-bitrate H.264, dim or coloured light, side light, a hand, hair or glasses, a nod); per half:
+harm without the recogniser (scripts/quality_harm.py: faces whose eye or mouth opening on the
+output's mesh moved by over 20 % of its width, faces the detector finds with under half the
+input's confidence, gaze change), % closer to the source per source, the share of faces whose
+worst skin block is within 8 ΔE76, and swap toggles. A change is kept when the judging half
+agrees.
+
     .venv-quality/bin/python scripts/bench_quality.py [--frames 40] [--out out/bench/quality]
         [--mask skin] [--set FIELD=VALUE ...] [--sources astronaut,t1-face2]
+        [--wide-frames 6] [--wide-per-pair 1] [--seed 0] [--wide-only]
 
-Writes quality.json and quality.png (per source: 1:1 before/after crops, and the table);
+Writes quality.json ("wide": the split, per half numbers, every clip and face) and quality.png
+(per source: 1:1 before/after crops, and the table; then each half's line and the judging half's
+worst faces before|after);
 with --crops also crops/<source>.png (every face of the middle frame before|after, 3x).
 """
 
@@ -52,6 +66,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "examples")]
 
 from make_inputs import camera_path, render_frame  # noqa: E402
+from quality_harm import CONFIDENCE_LIMIT, GAZE_FLAG, LID_FLAG, OPENING_LIMIT, face_harm, match  # noqa: E402
+from quality_set import FRAME, SPLIT_RULE, clip_plan, photo_half, render_clip, set_photos  # noqa: E402
 
 from facefusion_batch.config import SwapSettings  # noqa: E402
 from facefusion_batch.faces.mesh import LEFT_EYE_OUTER, RIGHT_EYE_OUTER  # noqa: E402
@@ -61,6 +77,7 @@ from facefusion_batch.models.assets import asset_path  # noqa: E402
 from facefusion_batch.pipeline.build import build_pipeline, load_models  # noqa: E402
 from facefusion_batch.swap.classical import ClassicalSettings  # noqa: E402
 from facefusion_batch.swap.learned import LearnedSettings  # noqa: E402
+from facefusion_batch.swap.lids import shut_lids  # noqa: E402
 from facefusion_batch.swap.masks import MaskSettings  # noqa: E402
 
 SIZE, DURATION, FPS = (960, 540), 10.0, 25
@@ -303,6 +320,16 @@ def main() -> None:
     parser.add_argument(
         "--mask", default="box", help="render's --mask for the classical swap: box (default) or skin"
     )
+    parser.add_argument(
+        "--wide-frames",
+        type=int,
+        default=6,
+        help="frames per clip of the wider set (quality_set.py: every photo under camera conditions, "
+        "tuning and judging halves); 0 leaves it out",
+    )
+    parser.add_argument("--wide-per-pair", type=int, default=1, help="conditions per source/target pair")
+    parser.add_argument("--seed", type=int, default=0, help="the condition generator's seed")
+    parser.add_argument("--wide-only", action="store_true", help="only the wider set, not the pan over t1")
     args = parser.parse_args()
     settings = classical_settings(args.set)
     masks = MaskSettings(types=tuple(args.mask.split(",")))
@@ -314,6 +341,19 @@ def main() -> None:
     models = load_models("cpu", threads=None, models_dir=None)
     t1 = cv2.imread(str(asset_path("t1.jpg")))
     t1_faces = models.mesh(HOST, HOST.upload([t1]), models.detector(HOST, HOST.upload([t1])))
+    wide, worst = (None, [])
+    if args.wide_frames > 0:
+        wide, worst = wider_set(models, embed, swap, args, t1, t1_faces.box)
+        for half, numbers in wide["halves"].items():
+            print(f"wider set, {half} half:", json.dumps(numbers), flush=True)
+    if args.wide_only:
+        if wide is None:
+            sys.exit("bench_quality: --wide-only needs --wide-frames above 0")
+        summary = {"wide": wide, "wall_s": round(time.perf_counter() - started, 1), "mask": list(masks.types)}
+        (args.out / "quality.json").write_text(json.dumps(summary, indent=2) + "\n")
+        cv2.imwrite(str(args.out / "quality.png"), draw_wide(wide, worst))
+        print(f"wrote {args.out / 'quality.json'} and {args.out / 'quality.png'}")
+        return
     sources = source_photos(args.out, t1, t1_faces)
     if args.sources:
         sources = {k: v for k, v in sources.items() if k in args.sources.split(",")}
@@ -504,10 +544,231 @@ def main() -> None:
         "settings": {f.name: getattr(settings, f.name) for f in fields(settings)},
         "mask": list(masks.types),
     }
+    if wide is not None:
+        summary["wide"] = wide
     (args.out / "quality.json").write_text(json.dumps(summary, indent=2) + "\n")
-    draw(sheet_rows, results, args.out / "quality.png")
+    draw(sheet_rows, results, args.out / "quality.png", None if wide is None else draw_wide(wide, worst))
     print(json.dumps({k: v for k, v in summary.items() if k != "sources"}))
     print(f"wrote {args.out / 'quality.json'} and {args.out / 'quality.png'}")
+
+
+def wider_set(models, embed, swap: SwapSettings, args, t1: np.ndarray, t1_boxes: np.ndarray):
+    """The wider set (quality_set.py): every photo's face as a short clip under one camera
+    condition per source/target pair of the same half, swapped; per face of every frame its
+    harm (quality_harm.py), identity and worst skin block. Returns (per half summary, the
+    judging half's worst faces as before|after crops)."""
+    photos = set_photos(
+        args.out / "set", t1, t1_boxes, asset_path("astronaut.png"), asset_path("Tom_Hanks_54745.png")
+    )
+    faces = {}
+    for name, (path, _) in photos.items():
+        image = cv2.imread(str(path))
+        table = models.detector(HOST, HOST.upload([image]))
+        if not len(table):
+            print(f"wider set: no face found in {name}; left out")
+            continue
+        row = int(np.argmax(table.areas()))
+        faces[name] = (path, image, table.box[row], table.landmarks5[row], embed(image, table.box[row]))
+    halves = {name: photo_half(sha) for name, (_, sha) in photos.items() if name in faces}
+    plan = clip_plan(halves, args.seed, args.wide_per_pair)
+    rows, clips, worst = [], [], []
+    pipelines = {}
+    for half, source, target, cond in plan:
+        _, image, box, landmarks, _ = faces[target]
+        clip = render_clip(image, box, landmarks, cond, args.wide_frames, seed=args.seed)
+        if source not in pipelines:
+            pipelines[source] = build_pipeline(models, (faces[source][0],), swap, "many")
+        pipeline = pipelines[source]
+        pipeline.start_job()
+        out = []
+        for start in range(0, len(clip), 8):
+            out += pipeline(HOST, clip[start : start + 8], seq=start // 8).frames
+        t_in = models.mesh(HOST, HOST.upload(clip), models.detector(HOST, HOST.upload(clip)))
+        t_out = models.mesh(HOST, HOST.upload(out), models.detector(HOST, HOST.upload(out)))
+        # how shut each eye is, told from the picture (the mesh keeps its eye loops open over lids)
+        lids_in = shut_lids(HOST, HOST.upload(clip), t_in, models.regions)
+        lids_out = shut_lids(HOST, HOST.upload(out), t_out, models.regions)
+        states = []
+        for f in range(len(clip)):
+            here = np.flatnonzero(t_in.frame_index == f)
+            if not len(here):
+                continue  # the detector misses the input face: nothing to harm
+            centre = np.array([FRAME[0] / 2 + 4.0 * f, FRAME[1] / 2])  # where render_clip puts it
+            r = here[
+                int(np.argmin(np.linalg.norm((t_in.box[here, :2] + t_in.box[here, 2:]) / 2 - centre, axis=1)))
+            ]
+            fbox = t_in.box[r]
+            x0, y0, x1, y1 = (int(max(0, v)) for v in fbox)
+            swapped = bool(np.abs(out[f].astype(int) - clip[f].astype(int))[y0:y1, x0:x1].mean() > 1.0)
+            states.append(swapped)
+            there = np.flatnonzero(t_out.frame_index == f)
+            j = match(fbox, t_out.box[there])
+            found = there[j] if j >= 0 else None
+            harm = face_harm(
+                clip[f], out[f], t_in.mesh[r], None if found is None else t_out.mesh[found], models.regions
+            )
+            record = {
+                "half": half,
+                "source": source,
+                "target": target,
+                "kind": cond.kind,
+                "frame": f,
+                "face_px": round(float(fbox[2] - fbox[0]), 1),
+                "swapped": swapped,
+                "opening_change": finite(harm["opening_change"]),
+                "gaze_change": finite(harm["gaze_change"]),
+                "lid_change": finite(np.abs(lids_out[found] - lids_in[r]).max())
+                if found is not None
+                else None,
+                "confidence_ratio": round(float(t_out.score[found] / max(t_in.score[r], 1e-6)), 3)
+                if found is not None
+                else 0.0,
+                "closer_to_source": None,
+                "worst_block_dE76": None,
+            }
+            if swapped:
+                e_out = embed(out[f], fbox)
+                record["closer_to_source"] = bool(
+                    np.linalg.norm(e_out - faces[source][4]) < np.linalg.norm(e_out - embed(clip[f], fbox))
+                )
+                blocks = skin_blocks(t_in.mesh[r], models.regions, clip[f].shape[:2])
+                record["worst_block_dE76"] = round(colour_errors(clip[f], out[f], blocks)[0], 2)
+            rows.append(record)
+            # each harm against its limit: the largest says how near this face is to a broken one
+            badness = max(
+                np.nan_to_num(harm["opening_change"]) / OPENING_LIMIT,
+                np.nan_to_num(harm["gaze_change"]) / GAZE_FLAG,
+                (record["lid_change"] or 0.0) / LID_FLAG,
+                (1 - record["confidence_ratio"]) / (1 - CONFIDENCE_LIMIT),
+            )
+            if half == "judging" and swapped:
+                pad = 0.15 * (x1 - x0)
+                ys = slice(int(max(0, y0 - pad)), int(y1 + pad))
+                xs = slice(int(max(0, x0 - pad)), int(x1 + pad))
+                worst.append(
+                    (
+                        badness,
+                        f"{source}>{target} {cond.kind} f{f}",
+                        np.hstack([clip[f][ys, xs], out[f][ys, xs]]),
+                    )
+                )
+        flips = sum(a != b for a, b in zip(states, states[1:], strict=False))
+        clips.append(
+            {"half": half, "source": source, "target": target, "toggles": int(flips), **cond.describe()}
+        )
+        print(
+            f"wider set {half} {source}>{target} {cond.kind}: {len(states)} faces, {flips} toggles",
+            flush=True,
+        )
+    worst.sort(key=lambda w: -w[0])
+    seen = set()  # one face per clip: its worst frame
+    worst = [w for w in worst if not (w[1].rsplit(" ", 1)[0] in seen or seen.add(w[1].rsplit(" ", 1)[0]))]
+    summary = {
+        "split_rule": SPLIT_RULE,
+        "photos": {
+            name: {"sha256": sha, "half": photo_half(sha), "used": name in faces}
+            for name, (_, sha) in photos.items()
+        },
+        "frames_per_clip": args.wide_frames,
+        "seed": args.seed,
+        "halves": {
+            h: half_summary([r for r in rows if r["half"] == h], [c for c in clips if c["half"] == h])
+            for h in ("tuning", "judging")
+        },
+        "clips": clips,
+        "faces": rows,
+    }
+    return summary, worst[:6]
+
+
+def finite(value: float) -> float | None:
+    """`value` to 3 decimals, or None (JSON's null) where it is NaN: nothing to measure."""
+    return round(float(value), 3) if np.isfinite(value) else None
+
+
+def half_summary(rows: list[dict], clips: list[dict]) -> dict:
+    """One half's numbers against the issue's targets."""
+    swapped = [r for r in rows if r["swapped"]]
+    by_source: dict[str, list[bool]] = {}
+    for r in swapped:
+        if r["closer_to_source"] is not None:
+            by_source.setdefault(r["source"], []).append(r["closer_to_source"])
+    per_source = {s: round(100 * float(np.mean(v)), 1) for s, v in sorted(by_source.items())}
+    de = np.array([r["worst_block_dE76"] for r in swapped if r["worst_block_dE76"] is not None], float)
+    de = de[np.isfinite(de)]
+    opening = np.array([r["opening_change"] for r in rows], float)
+    gaze = np.array([r["gaze_change"] for r in rows], float)
+    over = [r for r in rows if (r["opening_change"] or 0.0) > OPENING_LIMIT]
+    weak = [r for r in rows if r["confidence_ratio"] < CONFIDENCE_LIMIT]
+    return {
+        "clips": len(clips),
+        "faces": len(rows),
+        "swapped": len(swapped),
+        "faces_opening_change_over_20pct": len(over),
+        "faces_confidence_under_half": len(weak),
+        "faces_gaze_change_over_25pct": int(np.sum(gaze > GAZE_FLAG)),
+        # an eye read shut by its lid on one side and open on the other (swap/lids.py's reading)
+        "faces_lid_change_over_half": sum((r["lid_change"] or 0.0) > LID_FLAG for r in rows),
+        "opening_change_median": round(float(np.nanmedian(opening)), 3)
+        if np.isfinite(opening).any()
+        else None,
+        "opening_change_max": round(float(np.nanmax(opening)), 3) if np.isfinite(opening).any() else None,
+        "gaze_change_median": round(float(np.nanmedian(gaze)), 3) if np.isfinite(gaze).any() else None,
+        "gaze_change_max": round(float(np.nanmax(gaze)), 3) if np.isfinite(gaze).any() else None,
+        # per condition kind: faces over the opening limit, under half the confidence
+        "harm_by_kind": {
+            k: [sum(r["kind"] == k for r in over), sum(r["kind"] == k for r in weak)]
+            for k in sorted({r["kind"] for r in rows})
+        },
+        "transferred_pct_by_source": per_source,
+        "transferred_pct_mean": round(float(np.mean(list(per_source.values()))), 1) if per_source else None,
+        "faces_worst_block_le8_pct": round(100 * float(np.mean(de <= 8)), 1) if len(de) else None,
+        "swap_toggles": int(sum(c["toggles"] for c in clips)),
+    }
+
+
+def draw_wide(wide: dict, worst: list) -> np.ndarray:
+    """The wider set's tile of the chart: each half's line of numbers, then the judging half's
+    worst faces before|after at 1:1 (scaled to 200 px high where larger)."""
+    lines = []
+    for half in ("judging", "tuning"):
+        s = wide["halves"][half]
+        lines.append(
+            f"{half}: {s['faces']} faces in {s['clips']} clips; "
+            f"opening > 20%: {s['faces_opening_change_over_20pct']}, "
+            f"confidence < half: {s['faces_confidence_under_half']}, "
+            f"gaze > 25%: {s['faces_gaze_change_over_25pct']}, "
+            f"lid > half: {s['faces_lid_change_over_half']}; "
+            f"closer to source {s['transferred_pct_mean']}% "
+            f"(min {min(s['transferred_pct_by_source'].values(), default=None)}%); "
+            f"worst block <= 8: {s['faces_worst_block_le8_pct']}%; toggles {s['swap_toggles']}"
+        )
+    crops = []
+    for _, label, pair in worst:
+        if pair.shape[0] > 200:
+            pair = cv2.resize(
+                pair, (int(pair.shape[1] * 200 / pair.shape[0]), 200), interpolation=cv2.INTER_AREA
+            )
+        bar = np.full((22, max(pair.shape[1], 260), 3), 255, np.uint8)
+        cv2.putText(bar, label, (4, 16), cv2.FONT_HERSHEY_SIMPLEX, 0.45, (0, 0, 0), 1, cv2.LINE_AA)
+        pair = np.hstack([pair, np.full((pair.shape[0], bar.shape[1] - pair.shape[1], 3), 255, np.uint8)])
+        crops.append(np.vstack([bar, pair]))
+    height = max((c.shape[0] for c in crops), default=0)
+    row = (
+        np.hstack(
+            [np.vstack([c, np.full((height - c.shape[0], c.shape[1], 3), 255, np.uint8)]) for c in crops]
+        )
+        if crops
+        else None
+    )
+    width = max(1100, row.shape[1] if row is not None else 0)
+    text = np.full((28 * len(lines) + 8, width, 3), 255, np.uint8)
+    for i, line in enumerate(lines):
+        cv2.putText(text, line, (6, 22 + 28 * i), cv2.FONT_HERSHEY_SIMPLEX, 0.5, (0, 0, 0), 1, cv2.LINE_AA)
+    if row is None:
+        return text
+    row = np.hstack([row, np.full((row.shape[0], width - row.shape[1], 3), 255, np.uint8)])
+    return np.vstack([text, row])
 
 
 def write_crops(before: np.ndarray, after: np.ndarray, boxes: np.ndarray, path: Path) -> None:
@@ -526,8 +787,9 @@ def write_crops(before: np.ndarray, after: np.ndarray, boxes: np.ndarray, path: 
     cv2.imwrite(str(path), np.vstack(tiles))
 
 
-def draw(rows, results, path: Path) -> None:
-    """Per source: its photo, then a 1:1 crop of the frame's faces before and after."""
+def draw(rows, results, path: Path, wide: np.ndarray | None = None) -> None:
+    """Per source: its photo, then a 1:1 crop of the frame's faces before and after; then the
+    wider set's tile (draw_wide) when given."""
     tiles = []
     for name, before, after, source in rows:
         h = 220
@@ -544,6 +806,8 @@ def draw(rows, results, path: Path) -> None:
         bar = np.full((28, row.shape[1], 3), 255, np.uint8)
         cv2.putText(bar, label, (6, 20), cv2.FONT_HERSHEY_SIMPLEX, 0.55, (0, 0, 0), 1, cv2.LINE_AA)
         tiles.append(np.vstack([bar, row]))
+    if wide is not None:
+        tiles.append(wide)
     width = max(t.shape[1] for t in tiles)
     tiles = [np.hstack([t, np.full((t.shape[0], width - t.shape[1], 3), 255, np.uint8)]) for t in tiles]
     cv2.imwrite(str(path), np.vstack(tiles))

@@ -1,0 +1,90 @@
+"""Harm to a face that needs no recogniser: the face mesh run on the output against the input
+(eye and mouth openings and gaze, each as a share of that eye's or the mouth's width) and the
+detector's confidence on the output face against the input's."""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+
+from facefusion_batch.faces.mesh import eye_frame
+
+OPENING_LIMIT = 0.20  # the issue's target: openings within 20 % of the eye/mouth width
+CONFIDENCE_LIMIT = 0.5  # the output face found with under half the input's confidence
+GAZE_FLAG = 0.25  # a gaze moved by a quarter of the eye's width: counted, no target of the issue's
+LID_FLAG = 0.5  # an eye's lid read (swap/lids.py, 0 open to 1 shut) moved by half: counted likewise
+
+
+def loop_opening(points: np.ndarray, angle: float) -> float:
+    """Gap across the middle third of a closed loop (an eye's lids, the inner lips) over its width
+    along the face's eye line (`angle`, radians)."""
+    u = np.array([np.cos(angle), np.sin(angle)])
+    v = np.array([-u[1], u[0]])
+    pu, pv = points @ u, points @ v
+    width = float(np.ptp(pu))
+    middle = np.abs(pu - (pu.min() + pu.max()) / 2) <= width / 6
+    if width < 1e-6 or middle.sum() < 2:
+        return 0.0
+    return float(np.ptp(pv[middle]) / width)
+
+
+def openings(mesh: np.ndarray, regions) -> np.ndarray:
+    """[3]: the image-left eye's, the image-right eye's and the mouth's opening (loop_opening)."""
+    angle = eye_frame(mesh)[0]
+    loops = (regions.right_eye, regions.left_eye, regions.lips_inner)  # right_eye is image-left
+    return np.array([loop_opening(mesh[loop, :2], angle) for loop in loops])
+
+
+def gazes(image: np.ndarray, mesh: np.ndarray, regions) -> np.ndarray:
+    """[2, 2]: per eye (image-left first), where its darkest quarter (iris and pupil) lies from
+    the eye's centre, along and across the eye line, as a share of the eye's width; NaN for an
+    eye too shut or too small to hold one."""
+    angle = eye_frame(mesh)[0]
+    u = np.array([np.cos(angle), np.sin(angle)])
+    v = np.array([-u[1], u[0]])
+    grey = cv2.cvtColor(image, cv2.COLOR_BGR2GRAY)
+    out = np.full((2, 2), np.nan)
+    for i, loop in enumerate((regions.right_eye, regions.left_eye)):
+        pts = mesh[loop, :2]
+        width = float(np.ptp(pts @ u))
+        if width < 8 or loop_opening(pts, angle) < 0.12:
+            continue
+        mask = np.zeros(grey.shape, np.uint8)
+        cv2.fillPoly(mask, [np.round(pts).astype(np.int32)], 1)
+        ys, xs = np.nonzero(mask)
+        if len(ys) < 12:
+            continue
+        values = grey[ys, xs]
+        dark = values <= np.percentile(values, 25)
+        spot = np.array([xs[dark].mean(), ys[dark].mean()]) - pts.mean(axis=0)
+        out[i] = [spot @ u / width, spot @ v / width]
+    return out
+
+
+def face_harm(
+    before: np.ndarray, after: np.ndarray, mesh_in: np.ndarray, mesh_out: np.ndarray | None, regions
+) -> dict[str, float]:
+    """The largest opening change and gaze change of one face (NaN where the output has no mesh)."""
+    if mesh_out is None:
+        return {"opening_change": float("nan"), "gaze_change": float("nan")}
+    change = np.abs(openings(mesh_out, regions) - openings(mesh_in, regions))
+    gaze = np.linalg.norm(gazes(after, mesh_out, regions) - gazes(before, mesh_in, regions), axis=1)
+    return {
+        "opening_change": float(change.max()),
+        "gaze_change": float(np.nanmax(gaze)) if np.isfinite(gaze).any() else float("nan"),
+    }
+
+
+def match(box: np.ndarray, boxes: np.ndarray) -> int:
+    """The row of `boxes` that overlaps `box` most (IoU over 0.3), or -1."""
+    if not len(boxes):
+        return -1
+    x0 = np.maximum(box[0], boxes[:, 0])
+    y0 = np.maximum(box[1], boxes[:, 1])
+    x1 = np.minimum(box[2], boxes[:, 2])
+    y1 = np.minimum(box[3], boxes[:, 3])
+    inter = np.clip(x1 - x0, 0, None) * np.clip(y1 - y0, 0, None)
+    area = lambda b: (b[..., 2] - b[..., 0]) * (b[..., 3] - b[..., 1])  # noqa: E731
+    iou = inter / (area(box) + area(boxes) - inter + 1e-6)
+    best = int(np.argmax(iou))
+    return best if iou[best] > 0.3 else -1
