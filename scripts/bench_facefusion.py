@@ -331,9 +331,20 @@ def py_spy(ff_python: Path) -> str | None:
     return str(beside) if beside.is_file() else shutil.which("py-spy")
 
 
-def profiled(spy: str, command: list[str], cwd: Path, raw: Path) -> str:
-    subprocess.run([spy, "record", "--rate", "50", "--format", "raw", "-o", str(raw), "--",
-                    *command], cwd=cwd, capture_output=True, check=True)  # fmt: skip
+def profiled(spy: str, command: list[str], cwd: Path, out: Path, raw: Path) -> str:
+    """py-spy's collapsed stacks of one more run (the output removed first: ffbatch keeps an
+    existing one and stops)."""
+    out.unlink(missing_ok=True)
+    done = subprocess.run(
+        [spy, "record", "--rate", "50", "--format", "raw", "-o", str(raw), "--", *command],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0 or not out.is_file():
+        sys.exit(
+            f"py-spy record -- {' '.join(command)}\nexit {done.returncode}, no {out}:\n{done.stderr[-3000:]}"
+        )
     return raw.read_text()
 
 
@@ -423,7 +434,9 @@ def main(argv: list[str] | None = None) -> None:
             }
             if spy:
                 row["profile"] = {
-                    tool: split_profile(profiled(spy, *jobs[tool], work / f"{case}-{tool}.spy"), tool)
+                    tool: split_profile(
+                        profiled(spy, *jobs[tool], outs[tool], work / f"{case}-{tool}.spy"), tool
+                    )
                     for tool in jobs
                 }
             results["cases"].append(row)
