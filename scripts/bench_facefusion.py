@@ -214,7 +214,7 @@ def draw_chart(results: dict, path: Path) -> None:
         ax2.set_title("where each spends its time")
         ax2.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1, 1))
     fig.suptitle(
-        f"ffbatch vs FaceFusion {results.get('facefusion_version', '')} — {results['machine']}", fontsize=10
+        f"ffbatch vs {results.get('facefusion_version', 'FaceFusion')} — {results['machine']}", fontsize=10
     )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
