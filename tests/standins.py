@@ -319,5 +319,8 @@ def copy_store(real_home: Path, new_home: Path) -> Path:
     for sub in ("models", "assets"):
         src = real_home / sub
         if src.is_dir():
-            shutil.copytree(src, new_home / sub, copy_function=shutil.copy2, dirs_exist_ok=True)
+            # another test process may be writing a temporary file there (a prepared copy's
+            # .partial): it is no model and may be gone before it is copied
+            temps = shutil.ignore_patterns("*.partial*", "*.lock")
+            shutil.copytree(src, new_home / sub, copy_function=shutil.copy2, dirs_exist_ok=True, ignore=temps)
     return new_home
