@@ -18,15 +18,15 @@ import numpy as np
 from facefusion_batch.errors import BackendUnavailableError, Interrupted, ModelError
 from facefusion_batch.runtime.batching import BatchPolicy
 from facefusion_batch.runtime.device import DeviceSettings
+from facefusion_batch.runtime.device_session import DeviceSession
 from facefusion_batch.runtime.memory import (
     DeviceOutOfMemory,
     MemoryGuard,
     batch_of,
-    merge_outputs,
     split_feeds,
 )
 from facefusion_batch.runtime.session import TensorInfo
-from facefusion_batch.runtime.streams import DeviceTimer, download, is_cuda, on_thread_stream, upload
+from facefusion_batch.runtime.streams import DeviceTimer, is_cuda, on_thread_stream
 from facefusion_batch.runtime.torch_backend import output_batch_axes, pad_feeds, trim_outputs
 
 log = logging.getLogger("ffbatch")
@@ -120,13 +120,7 @@ def cuda_provider_problem() -> str:
     )
 
 
-def _cat(parts: list[Any], axis: int) -> Any:
-    import torch
-
-    return torch.cat(parts, dim=axis)
-
-
-class OrtDeviceSession:
+class OrtDeviceSession(DeviceSession):
     """One model on onnxruntime with I/O binding: the cuda backend's session contract.
 
     `run(numpy) -> numpy` (one upload, one download) and `run_device(tensors) -> tensors`: each
@@ -165,14 +159,6 @@ class OrtDeviceSession:
         self._output_dtypes = {o.name: _TORCH_OF_ONNX.get(o.dtype, "float32") for o in self.outputs}
         self.guard = MemoryGuard(backend.options.max_batch, label=label, on_oom=backend.release_cached)
 
-    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """numpy in, numpy out (the onnxruntime contract): one upload, one download."""
-        import torch
-
-        with torch.inference_mode(), on_thread_stream(self.device):
-            dev = {k: upload(v, self.device) for k, v in feeds.items()}
-            return download(self.run_device(dev))
-
     def run_device(self, feeds: dict[str, Any]) -> dict[str, Any]:
         """Device tensors in, device tensors out; float32 outputs (as the torch runtime's)."""
         import torch
@@ -190,7 +176,7 @@ class OrtDeviceSession:
             return out if padded == rows else trim_outputs(out, self.output_axes, rows, padded)
 
         with torch.inference_mode(), on_thread_stream(self.device):
-            out = self.guard.run(n, call, lambda parts: merge_outputs(parts, self.output_axes, _cat))
+            out = self.guard.run(n, call, self.merge)
         return {k: v.float() for k, v in out.items()}
 
     def _bound_run(self, feeds: dict[str, Any]) -> dict[str, Any]:

@@ -44,8 +44,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import numpy as np
-
 from facefusion_batch.errors import BackendUnavailableError, ModelError
 from facefusion_batch.models import store
 from facefusion_batch.models.convert import to_float16, write_model_atomically
@@ -53,6 +51,7 @@ from facefusion_batch.models.prepare import variant_catalog, variant_name
 from facefusion_batch.models.records import trusted_sha256
 from facefusion_batch.runtime.batching import BatchPolicy
 from facefusion_batch.runtime.device import DeviceSettings
+from facefusion_batch.runtime.device_session import DeviceSession
 from facefusion_batch.runtime.engine_cache import (
     EngineCache,
     EngineKey,
@@ -62,16 +61,14 @@ from facefusion_batch.runtime.engine_cache import (
     slug,
 )
 from facefusion_batch.runtime.engine_precision import count_layers, precision_problem
-from facefusion_batch.runtime.memory import MemoryGuard, batch_of, merge_outputs, split_feeds
+from facefusion_batch.runtime.memory import MemoryGuard, batch_of, split_feeds
 from facefusion_batch.runtime.nvml import NvmlSampler
 from facefusion_batch.runtime.session import TensorInfo
 from facefusion_batch.runtime.streams import (
     DeviceTimer,
     ExclusiveGate,
-    download,
     is_cuda,
     on_thread_stream,
-    upload,
 )
 from facefusion_batch.runtime.torch_backend import (
     graph_signature,
@@ -313,11 +310,12 @@ def _torch_dtype(trt: ModuleType, dtype: Any):
     return table[dtype]
 
 
-class TensorRTSession:
+class TensorRTSession(DeviceSession):
     """One engine. Each thread that runs it gets its own execution context (one per stream)."""
 
     def __init__(self, backend: TensorRTBackend, engine_path: Path, *, label: str, outputs, inputs) -> None:
         self.backend = backend
+        self.device = backend.device
         self.label = label
         self.engine_path = engine_path
         trt = backend.trt
@@ -398,20 +396,7 @@ class TensorRTSession:
                 return self._execute(part)
 
         with torch.inference_mode(), on_thread_stream(self.backend.device):
-            return self.guard.run(n, call, lambda parts: merge_outputs(parts, self.output_axes, _cat))
-
-    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        import torch
-
-        with torch.inference_mode(), on_thread_stream(self.backend.device):
-            dev = {k: upload(v, self.backend.device) for k, v in feeds.items()}
-            return download(self.run_device(dev))
-
-
-def _cat(parts: list[Any], axis: int):
-    import torch
-
-    return torch.cat(parts, dim=axis)
+            return self.guard.run(n, call, self.merge)
 
 
 class TensorRTBackend:

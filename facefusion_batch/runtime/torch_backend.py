@@ -25,12 +25,12 @@ from facefusion_batch.models.records import trusted_sha256
 from facefusion_batch.paths import ffbatch_home
 from facefusion_batch.runtime.batching import BatchPolicy
 from facefusion_batch.runtime.device import DeviceSettings
+from facefusion_batch.runtime.device_session import DeviceSession
 from facefusion_batch.runtime.memory import (
     CostCache,
     MemoryGuard,
     batch_of,
     measure_cost,
-    merge_outputs,
     split_feeds,
 )
 from facefusion_batch.runtime.nvml import NvmlSampler
@@ -127,7 +127,7 @@ def relative_deviation(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> fl
     return worst
 
 
-class TorchSession:
+class TorchSession(DeviceSession):
     """One ONNX model as a torch module on one device. Thread-safe: each thread uses its own stream."""
 
     def __init__(self, backend: TorchBackend, model_path: Path, *, label: str) -> None:
@@ -193,14 +193,6 @@ class TorchSession:
 
     # -- running ------------------------------------------------------------------------------------
 
-    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """numpy in, numpy out (the onnxruntime contract): one upload, one download."""
-        import torch
-
-        with torch.inference_mode(), on_thread_stream(self.device):
-            dev = {k: upload(v, self.device) for k, v in feeds.items()}
-            return download(self.run_device(dev))
-
     def run_device(self, feeds: dict[str, Any]) -> dict[str, Any]:
         """Device tensors in, device tensors out, on this thread's stream; float32 outputs."""
         import torch
@@ -219,7 +211,7 @@ class TorchSession:
             return out if padded == rows else trim_outputs(out, self.output_axes, rows, padded)
 
         with torch.inference_mode(), on_thread_stream(self.device):
-            return self.guard.run(n, call, lambda parts: merge_outputs(parts, self.output_axes, _cat))
+            return self.guard.run(n, call, self.merge)
 
     def _plan(self, feeds: dict[str, Any], n: int) -> None:
         """Once per per-item input shape on a GPU: measure the cost, set the batch limit from free memory."""
@@ -257,12 +249,6 @@ def trim_outputs(outputs: dict[str, Any], axes: dict[str, int], rows: int, padde
         size = v.shape[axis] if v.dim() > axis else 0
         out[name] = v.narrow(axis, 0, size // padded * rows) if size and size % padded == 0 else v
     return out
-
-
-def _cat(parts: list[Any], axis: int):
-    import torch
-
-    return torch.cat(parts, dim=axis)
 
 
 def keep_fp32(torch) -> None:
