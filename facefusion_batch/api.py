@@ -17,22 +17,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from facefusion_batch.config import ClassicalSettings, DeviceSettings, EncoderSettings, RenderSettings
-from facefusion_batch.errors import FfbatchError, InputError
+# the library face's names are listed once, as the package's __all__ (facefusion_batch/__init__.py);
+# `X as X` marks each import here as one of them
+from facefusion_batch.config import ClassicalSettings as ClassicalSettings
+from facefusion_batch.config import DeviceSettings as DeviceSettings
+from facefusion_batch.config import EncoderSettings as EncoderSettings
+from facefusion_batch.config import RenderSettings as RenderSettings
+from facefusion_batch.errors import FfbatchError as FfbatchError
+from facefusion_batch.errors import InputError as InputError
 from facefusion_batch.farm.jobs import render as _render_job
-from facefusion_batch.pipeline.run import JobReport, Renderer
-
-__all__ = [
-    "ClassicalSettings",
-    "DeviceSettings",
-    "EncoderSettings",
-    "FfbatchError",
-    "InputError",
-    "JobReport",
-    "RenderSettings",
-    "Renderer",
-    "render",
-]
+from facefusion_batch.pipeline.run import JobReport as JobReport
+from facefusion_batch.pipeline.run import Renderer as Renderer
 
 
 def render(

@@ -71,3 +71,11 @@ def test_importing_the_package_does_not_load_the_pipeline():
     assert facefusion_batch.render is render and facefusion_batch.__version__
     with pytest.raises(AttributeError):
         facefusion_batch.not_a_name  # noqa: B018
+
+
+def test_every_name_of_the_library_face_is_the_one_defined_in_the_api_module():
+    from facefusion_batch import api
+
+    names = [n for n in facefusion_batch.__all__ if n != "__version__"]
+    assert "Renderer" in names and "render" in names
+    assert all(getattr(facefusion_batch, n) is getattr(api, n) for n in names)
