@@ -83,6 +83,12 @@ BENCH_FF_ARGS ?= --profile
 bench-facefusion: $(TEST_STAMP) models
 	$(BIN)/python scripts/bench_facefusion.py --facefusion "$(FACEFUSION)" --facefusion-python "$(FACEFUSION_PYTHON)" $(BENCH_FF_ARGS)
 
+# the same faces and pixels as FaceFusion's own headless-run (scripts/compare_facefusion.py): JSON + PNG in out/compare
+COMPARE_FF_ARGS ?=
+.PHONY: compare-facefusion
+compare-facefusion: $(TEST_STAMP) models
+	$(BIN)/python scripts/compare_facefusion.py --facefusion "$(FACEFUSION)" --facefusion-python "$(FACEFUSION_PYTHON)" $(COMPARE_FF_ARGS)
+
 # the swap-quality benchmark: its independent face recogniser (dlib) lives in its own venv only
 QVENV := .venv-quality
 $(QVENV)/.installed-stamp: pyproject.toml
