@@ -52,7 +52,7 @@ from facefusion_batch.video.compositing import check_face_only_output
 from facefusion_batch.video.formats import CONTAINERS, check_fits
 from facefusion_batch.video.hwaccel import HWACCELS
 from facefusion_batch.video.matte import check_matte_output
-from facefusion_batch.video.probe import sequence_numbers
+from facefusion_batch.video.probe import check_sequence_fps, sequence_numbers
 from facefusion_batch.video.reader import DECODE_ERROR_MODES
 from facefusion_batch.video.sequence import (
     check_start_number,
@@ -206,8 +206,7 @@ def validate_options(settings: RenderSettings) -> RenderSettings:
             "an image sequence input is rendered whole or by --frame-range (`ffbatch plan` cuts it into "
             "farm tasks): leave out --chunk-frames"
         )
-    if settings.input_fps is not None and not settings.input_fps > 0:
-        raise InputError(f"--fps must be more than 0 (got {settings.input_fps:g})")
+    check_sequence_fps(settings.input_fps)
     if is_sequence_pattern(settings.output):
         if settings.chunk_frames:
             raise InputError(

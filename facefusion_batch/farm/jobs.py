@@ -218,8 +218,11 @@ def _render_claimed(
     if start_number is None:
         start_number = default_start_number(settings.input)
     if is_sequence_pattern(settings.output):
-        first = start_number + (settings.frames[0] if settings.frames else 0)  # a range's own first frame
-        check_sequence_output(settings.output, settings.encoder.pix_fmt, first, settings.overwrite)
+        begin, end = settings.frames or (0, None)
+        count = min(info.frame_count, end if end is not None else info.frame_count) - begin
+        check_sequence_output(  # a range's own frames
+            settings.output, settings.encoder.pix_fmt, start_number + begin, settings.overwrite, count
+        )
         settings = replace(settings, encoder=replace(settings.encoder, start_number=start_number))
     reduced = check_output(settings.encoder, info, settings.output)  # exit 2 before any decoding
     for what in reduced:

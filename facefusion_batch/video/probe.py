@@ -213,6 +213,21 @@ def _with_clock(info: VideoInfo) -> VideoInfo:
     return dataclasses.replace(info, clock=clock, duration_s=duration, frame_count=count, declared_end_s=None)
 
 
+# --fps bounds: Matroska keeps milliseconds, so over 1000 fps two frames share a timestamp (1e9 into
+# .mp4 lost a frame); under 0.01 (a frame per 100 s) the rate's 1001 denominator rounds it away.
+SEQUENCE_FPS_RANGE = (0.01, 1000.0)
+
+
+def check_sequence_fps(fps: float | Fraction | None) -> None:
+    """Exit 2 for an --fps no output container can time exactly (nan and inf included)."""
+    low, high = SEQUENCE_FPS_RANGE
+    if fps is not None and not low <= float(fps) <= high:
+        raise InputError(
+            f"--fps must be from {low:g} to {high:g} frames a second (got {float(fps):g}): outside it "
+            "frames would share a timestamp or their times round away"
+        )
+
+
 def sequence_rate(fps: float | Fraction | None) -> Fraction:
     """--fps as a rate: 23.976 / 29.97 / 59.94 mean the NTSC rates 24000/1001 & co., as editors do."""
     if not fps:
@@ -220,7 +235,7 @@ def sequence_rate(fps: float | Fraction | None) -> Fraction:
     if isinstance(fps, Fraction):
         return fps
     ntsc = round(float(fps) * 1.001)
-    if float(fps) != int(fps) and abs(float(fps) - ntsc / 1.001) < 0.0015:
+    if ntsc > 0 and float(fps) != int(fps) and abs(float(fps) - ntsc / 1.001) < 0.0015:
         return Fraction(ntsc * 1000, 1001)
     return Fraction(float(fps)).limit_denominator(1001)
 
@@ -235,9 +250,8 @@ def _probe_sequence(pattern: Path, fps: float | Fraction | None) -> VideoInfo:
             f"input {pattern}: {missing} frame(s) missing between {numbers[0]} and {numbers[-1]}; "
             "a sequence must be complete"
         )
+    check_sequence_fps(fps)
     rate = sequence_rate(fps)
-    if rate <= 0:
-        raise InputError(f"--fps must be more than 0 (got {fps})")
     options = (("framerate", f"{rate.numerator}/{rate.denominator}"), ("start_number", str(numbers[0])))
     try:
         container = av.open(str(pattern), mode="r", format="image2", options=dict(options))

@@ -105,8 +105,25 @@ def sequence_codec(pattern: Path, pix_fmt: str | None, bits: int = 8) -> tuple[s
     return codec, chosen
 
 
-def check_sequence_output(pattern: Path, pix_fmt: str | None, start_number: int, overwrite: bool) -> None:
-    """Exit 2 up front unless the sequence can be written where asked."""
+def first_existing_frame(pattern: Path, first: int, count: int) -> Path | None:
+    """The lowest-numbered file among frames first .. first + count - 1 that exists already."""
+    parent = pattern.parent if str(pattern.parent) else Path(".")
+    try:
+        names = set(os.listdir(parent))
+    except OSError:
+        return None
+    for number in range(first, first + count):
+        path = frame_path(pattern, number)
+        if path.name in names:
+            return path
+    return None
+
+
+def check_sequence_output(
+    pattern: Path, pix_fmt: str | None, start_number: int, overwrite: bool, count: int = 1
+) -> None:
+    """Exit 2 up front unless the sequence can be written where asked: without --overwrite, none of
+    the `count` frames this job writes may exist (a later one, f.1010.png, was silently replaced)."""
     sequence_codec(pattern, pix_fmt)
     check_start_number(start_number)
     parent = pattern.parent if str(pattern.parent) else Path(".")
@@ -114,9 +131,9 @@ def check_sequence_output(pattern: Path, pix_fmt: str | None, start_number: int,
         raise InputError(f"output directory {parent} does not exist")
     if not os.access(parent, os.W_OK):
         raise InputError(f"output directory {parent} is not writable")
-    first = frame_path(pattern, start_number)
-    if first.exists() and not overwrite:
-        raise InputError(f"output {first} already exists; pass --overwrite to replace the sequence")
+    existing = None if overwrite else first_existing_frame(pattern, start_number, max(1, count))
+    if existing is not None:
+        raise InputError(f"output {existing} already exists; pass --overwrite to replace the sequence")
 
 
 def check_start_number(start_number: int | None) -> None:

@@ -1,0 +1,92 @@
+"""Issue 38's last cases: each a user-side edge that was silent damage, a hang or an abort, now exit 2
+with a plain message (or exact output), tested on real outputs and exit statuses."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import av
+import cv2
+import numpy as np
+import pytest
+from media import make_clip
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory) -> Path:
+    return make_clip(tmp_path_factory.mktemp("edges") / "in.mp4", frames=3, size=(128, 96))
+
+
+@pytest.fixture(scope="module")
+def sequence(tmp_path_factory) -> Path:
+    """Five 64x48 PNG frames numbered 1001-1005."""
+    folder = tmp_path_factory.mktemp("seq")
+    for i in range(5):
+        cv2.imwrite(str(folder / f"f.{1001 + i}.png"), np.full((48, 64, 3), 40 * i, np.uint8))
+    return folder / "f.%04d.png"
+
+
+def run(*args, cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "facefusion_batch", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+        env={**os.environ, **env},
+    )
+
+
+def frame_times(path: Path) -> list[float]:
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        return [float(f.pts * stream.time_base) for f in container.decode(stream)]
+
+
+@pytest.mark.parametrize("suffix", [".mkv", ".mp4"])
+def test_sequence_fps_at_the_top_of_its_range_keeps_every_frame_exactly(
+    suffix, sequence, astronaut_path, tmp_path
+):
+    out = tmp_path / f"o{suffix}"
+    proc = run("render", sequence, "--fps", "1000", "-s", astronaut_path, "-o", out, "-q")
+    assert proc.returncode == 0, proc.stderr
+    assert frame_times(out) == pytest.approx([0.0, 0.001, 0.002, 0.003, 0.004], abs=1e-9)
+
+
+@pytest.mark.parametrize("fps", ["1e9", "1000.5", "0.001", "nan", "inf"])
+def test_sequence_fps_no_container_times_exactly_is_exit_2(fps, sequence, astronaut_path, tmp_path):
+    """`--fps 1e9` wrote 4 of 5 frames into .mp4 and five frames at pts 0 into .mkv; 0.001 was
+    'must be more than 0 (got 0.001)'."""
+    out = tmp_path / "o.mkv"
+    proc = run("render", sequence, "--fps", fps, "-s", astronaut_path, "-o", out, "-q")
+    assert proc.returncode == 2 and "--fps must be from 0.01 to 1000" in proc.stderr, proc.stderr
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("extra", [(), ("--frames", "0:2")], ids=["whole", "range"])
+def test_a_sequence_output_refuses_any_existing_frame_it_would_write(extra, clip, astronaut_path, tmp_path):
+    """Frames 1001-1003 of a 3-frame clip (1001-1002 for 0:2); f.1002.png, not the first, was silently
+    replaced."""
+    (tmp_path / "f.1002.png").write_bytes(b"someone's frame")
+    (tmp_path / "f.1004.png").write_bytes(b"past the end: never written")
+    pattern = tmp_path / "f.%04d.png"
+    proc = run("render", clip, "-s", astronaut_path, "-o", pattern, "-q", *extra)
+    assert proc.returncode == 2, proc.stderr
+    assert f"output {tmp_path / 'f.1002.png'} already exists; pass --overwrite" in proc.stderr
+    assert sorted(os.listdir(tmp_path)) == ["f.1002.png", "f.1004.png"]  # nothing written
+    assert (tmp_path / "f.1002.png").read_bytes() == b"someone's frame"
+    proc = run("render", clip, "-s", astronaut_path, "-o", pattern, "-q", "--overwrite", *extra)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "f.1002.png").read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "f.1004.png").read_bytes() == b"past the end: never written"
+
+
+def test_a_sequence_output_past_the_range_is_no_conflict(clip, astronaut_path, tmp_path):
+    (tmp_path / "f.1003.png").write_bytes(b"another task's frame")
+    proc = run("render", clip, "-s", astronaut_path, "-o", tmp_path / "f.%04d.png", "-q", "--frames", "0:2")
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(os.listdir(tmp_path)) == ["f.1001.png", "f.1002.png", "f.1003.png"]
+    assert (tmp_path / "f.1003.png").read_bytes() == b"another task's frame"
