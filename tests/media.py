@@ -209,6 +209,19 @@ def _write_tone(out, stream, duration_s: float) -> None:
     out.mux(stream.encode(None))
 
 
+def encode_image(frame: av.VideoFrame, codec: str) -> bytes:
+    """One still image file (png, dpx, tiff, exr) as FFmpeg's `codec` encoder writes it, in the
+    frame's own pixel format (the time base does not reach the bytes)."""
+    ctx = av.CodecContext.create(codec, "w")
+    ctx.width, ctx.height, ctx.pix_fmt, ctx.time_base = (
+        frame.width,
+        frame.height,
+        frame.format.name,
+        Fraction(1, 25),
+    )
+    return b"".join(bytes(p) for p in ctx.encode(frame) + ctx.encode(None))
+
+
 def decode_all(path: str | Path) -> tuple[list[tuple[int | None, np.ndarray]], Fraction]:
     """(pts, BGR image) of every frame of the first video stream, *not* rotated; and its time base."""
     with av.open(str(path)) as container:

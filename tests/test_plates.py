@@ -11,14 +11,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from fractions import Fraction
 from pathlib import Path
 
 import av
 import cv2
 import numpy as np
 import pytest
-from media import make_clip
+from media import encode_image, make_clip
 
 from facefusion_batch.config import RenderSettings
 from facefusion_batch.models.assets import asset_path
@@ -53,14 +52,7 @@ def write_dpx10(path: Path, bgr: np.ndarray) -> None:
     """A 10-bit DPX frame as FFmpeg's DPX encoder writes it (gbrp10le), every low bit set to 01."""
     rgb = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB).astype(np.uint16) * 4 + 1
     frame = av.VideoFrame.from_ndarray(rgb * 64, format="rgb48le").reformat(format="gbrp10le")
-    ctx = av.CodecContext.create("dpx", "w")
-    ctx.width, ctx.height, ctx.pix_fmt, ctx.time_base = (
-        bgr.shape[1],
-        bgr.shape[0],
-        "gbrp10le",
-        Fraction(1, 24),
-    )
-    path.write_bytes(b"".join(bytes(p) for p in ctx.encode(frame) + ctx.encode(None)))
+    path.write_bytes(encode_image(frame, "dpx"))
 
 
 def decode_one(path: Path) -> av.VideoFrame:
@@ -172,14 +164,7 @@ def write_exr(path: Path, bgr: np.ndarray) -> None:
     """A float EXR frame as FFmpeg's EXR encoder writes it (gbrpf32le from RGB), values code / 255."""
     rgb = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB).astype(np.float32) / 255
     frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb), format="gbrpf32le")
-    ctx = av.CodecContext.create("exr", "w")
-    ctx.width, ctx.height, ctx.pix_fmt, ctx.time_base = (
-        bgr.shape[1],
-        bgr.shape[0],
-        "gbrpf32le",
-        Fraction(1, 24),
-    )
-    path.write_bytes(b"".join(bytes(p) for p in ctx.encode(frame) + ctx.encode(None)))
+    path.write_bytes(encode_image(frame, "exr"))
 
 
 def test_single_dpx_and_exr_frames_render_as_stills(work, source, faces):

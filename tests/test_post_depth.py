@@ -6,14 +6,13 @@ precision. Clips are made here with PyAV; the checks decode the outputs plane by
 from __future__ import annotations
 
 import json
-from fractions import Fraction
 from pathlib import Path
 
 import av
 import cv2
 import numpy as np
 import pytest
-from media import synthetic_frame
+from media import encode_image, synthetic_frame
 from test_cli import ffbatch
 
 from facefusion_batch.video.native import NativePicture, compose, native_format, rgb_box
@@ -279,10 +278,7 @@ def test_sixteen_bit_png_sequence_keeps_sixteen_bits(tmp_path, astronaut_path):
     folder = tmp_path / "plate"
     folder.mkdir()
     for i in range(3):
-        ctx = av.CodecContext.create("png", "w")
-        ctx.width, ctx.height, ctx.pix_fmt, ctx.time_base = *SIZE, "rgb48be", Fraction(1, 25)
-        packets = ctx.encode(deep_picture("rgb48be", i)) + ctx.encode(None)
-        (folder / f"p.{i + 1:04d}.png").write_bytes(b"".join(bytes(p) for p in packets))
+        (folder / f"p.{i + 1:04d}.png").write_bytes(encode_image(deep_picture("rgb48be", i), "png"))
     out = tmp_path / "out.%04d.png"
     proc = ffbatch(
         "render", folder / "p.%04d.png", "-s", astronaut_path, "-o", out, "--fps", "25",

@@ -17,7 +17,7 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
-from media import AUDIO_RATE, _write_tone, audio_packets, synthetic_frame
+from media import AUDIO_RATE, _write_tone, audio_packets, encode_image, synthetic_frame
 from test_cli import ffbatch
 
 from facefusion_batch.config import encoder_options
@@ -704,15 +704,7 @@ def write_sequence(pattern: Path, images, *, first: int, pix_fmt: str = "rgb24")
     codec = {".png": "png", ".dpx": "dpx", ".tiff": "tiff", ".exr": "exr"}[pattern.suffix]
     for number, image in enumerate(images, first):
         frame = av.VideoFrame.from_ndarray(image, format="bgr24").reformat(format=pix_fmt)
-        ctx = av.CodecContext.create(codec, "w")
-        ctx.width, ctx.height, ctx.pix_fmt, ctx.time_base = (
-            frame.width,
-            frame.height,
-            pix_fmt,
-            Fraction(1, 25),
-        )
-        data = b"".join(bytes(p) for p in ctx.encode(frame) + ctx.encode(None))
-        (pattern.parent / (pattern.name % number)).write_bytes(data)
+        (pattern.parent / (pattern.name % number)).write_bytes(encode_image(frame, codec))
     return pattern
 
 

@@ -108,6 +108,8 @@ def make_batch_dynamic(
     dim_name: str = "batch",
     inputs: Iterable[str] | None = None,
     outputs: Iterable[str] | None = None,
+    *,
+    check: bool = True,
 ) -> onnx.ModelProto:
     """A copy of `model` whose dim 0 is the symbol `dim_name` on the named inputs/outputs.
 
@@ -116,7 +118,8 @@ def make_batch_dynamic(
     carry the old fixed batch and would mislead runtimes. This only relabels
     the declared shapes; graphs whose nodes hard-code the batch (Reshape
     constants, as in YuNet) need those rewritten as well. The result passes
-    `onnx.checker`.
+    `onnx.checker` (checked unless `check` is False: a graph whose weights are
+    placeholders, see `onnx_stream`, is checked as the file written).
     """
 
     out = onnx.ModelProto()
@@ -137,7 +140,8 @@ def make_batch_dynamic(
             dims[0].Clear()
             dims[0].dim_param = dim_name
     del graph.value_info[:]
-    onnx.checker.check_model(out)
+    if check:
+        onnx.checker.check_model(out)
     return out
 
 

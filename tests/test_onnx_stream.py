@@ -1,0 +1,71 @@
+"""The streamed graph rewrite (models/onnx_stream.py): the batch copy written without parsing the
+weights equals the one made in memory, and a damaged file is refused by name."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import standins
+from onnx import numpy_helper
+
+from facefusion_batch.models import onnx_stream, prepare
+
+
+def _initializers(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    return {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+
+
+def _dynamic(model: onnx.ModelProto) -> onnx.ModelProto:
+    return prepare.make_dynamic_batch(model, check=False)[0]
+
+
+@pytest.fixture
+def swapper_file(tmp_path: Path) -> Path:
+    path = tmp_path / "inswapper_128.onnx"
+    onnx.save(standins.inswapper(), str(path))
+    return path
+
+
+def test_the_streamed_copy_equals_the_copy_made_in_memory(swapper_file: Path, tmp_path: Path) -> None:
+    original = onnx.load(str(swapper_file))
+    sizes = [len(t.SerializeToString()) for t in original.graph.initializer]
+    assert max(sizes) > onnx_stream.LARGE > min(sizes)  # both paths: copied records and parsed ones
+    expected, _ = prepare.make_dynamic_batch(original)
+    out = tmp_path / "streamed.onnx"
+    sha = onnx_stream.rewrite_graph(swapper_file, out, _dynamic)
+    assert sha == hashlib.sha256(out.read_bytes()).hexdigest()
+    onnx.checker.check_model(str(out))
+    got = onnx.load(str(out))
+    assert got.graph.input == expected.graph.input
+    assert got.graph.output == expected.graph.output
+    assert got.graph.node == expected.graph.node
+    assert got.opset_import == expected.opset_import
+    assert got.graph.initializer[-1].name == original.graph.initializer[-1].name  # emap stays last
+    want, have = _initializers(expected), _initializers(got)
+    assert sorted(have) == sorted(want)
+    for name, value in want.items():
+        np.testing.assert_array_equal(have[name], value, err_msg=name)
+    # the batch-pinning Reshape target was rewritten in a parsed (small) initializer
+    assert have["style_shape"].tolist() == [0, 3, 1, 1]
+
+
+def test_a_change_that_drops_a_large_initializer_is_refused(swapper_file: Path, tmp_path: Path) -> None:
+    def drop_last(model: onnx.ModelProto) -> onnx.ModelProto:
+        del model.graph.initializer[-1]
+        return model
+
+    with pytest.raises(onnx_stream.WireError, match="large initializer"):
+        onnx_stream.rewrite_graph(swapper_file, tmp_path / "out.onnx", drop_last)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "not protobuf"])
+def test_a_damaged_file_is_refused_by_name(swapper_file: Path, tmp_path: Path, damage: str) -> None:
+    data = swapper_file.read_bytes()
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(data[: len(data) // 2] if damage == "truncated" else bytes(range(256)) * 64)
+    with pytest.raises(onnx_stream.WireError, match="bad.onnx is not an ONNX model"):
+        onnx_stream.rewrite_graph(bad, tmp_path / "out.onnx", _dynamic)
