@@ -3,6 +3,7 @@ with a plain message (or exact output), tested on real outputs and exit statuses
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -13,6 +14,8 @@ import cv2
 import numpy as np
 import pytest
 from media import make_clip
+
+JOBS = Path(__file__).parent / "data" / "facefusion_jobs"
 
 
 @pytest.fixture(scope="module")
@@ -90,3 +93,18 @@ def test_a_sequence_output_past_the_range_is_no_conflict(clip, astronaut_path, t
     assert proc.returncode == 0, proc.stderr
     assert sorted(os.listdir(tmp_path)) == ["f.1001.png", "f.1002.png", "f.1003.png"]
     assert (tmp_path / "f.1003.png").read_bytes() == b"another task's frame"
+
+
+@pytest.mark.parametrize("output", ["../escaped.mp4", "sub/../../escaped.mp4"])
+def test_a_job_output_path_that_climbs_with_dotdot_is_exit_2(output, tmp_path):
+    """A FaceFusion job (FaceFusion 3.8.1's own swap-default.json, output_path changed) wrote
+    outside its folder without a word."""
+    job = json.loads((JOBS / "swap-default.json").read_text())
+    job["steps"][0]["args"]["output_path"] = output
+    folder = tmp_path / "queue"
+    folder.mkdir()
+    (folder / "job.json").write_text(json.dumps(job))
+    proc = run("render", "--facefusion-job", "job.json", "-q", cwd=folder)
+    assert proc.returncode == 2 and "climbs out of its folder with '..'" in proc.stderr, proc.stderr
+    assert f"output_path {output}" in proc.stderr
+    assert sorted(os.listdir(tmp_path)) == ["queue"] and sorted(os.listdir(folder)) == ["job.json"]

@@ -152,6 +152,7 @@ def read_facefusion_job(path: Path, accepted: frozenset[str]) -> Job:
         if not target or not output:
             raise InputError(f"{what}: needs target_path and output_path")
         target, output = Path(target), Path(output)
+        check_output_path(what, output)
         processors = args.pop("processors", None) or ["face_swapper"]
         lacking = [p for p in processors if p not in PROCESSORS]
         if lacking:
@@ -188,6 +189,18 @@ def read_facefusion_job(path: Path, accepted: frozenset[str]) -> Job:
             argv += [option, *(str(v) for v in values)]
         job.steps.append(JobStep(index, target, step_output_name(output, job_id, index), output, argv))
     return job
+
+
+def check_output_path(what: str, output: Path) -> None:
+    """A job file comes from elsewhere (a queue, another user): an output_path that climbs with `..`
+    would write outside the folders it names without a word, so it is refused; a path written
+    out plainly (absolute, or relative to the working directory as FaceFusion reads it) runs."""
+    if ".." in output.parts:
+        raise InputError(
+            f"{what}: output_path {output} climbs out of its folder with '..'; ffbatch writes a job's "
+            "outputs only where they are named plainly: write the path without '..' (an absolute path "
+            "is fine)"
+        )
 
 
 def check_fps(what: str, target: Path, fps: Any) -> None:
