@@ -93,3 +93,27 @@ def test_a_named_enhancer_that_is_absent_is_exit_2(tmp_path, private_home, clip,
     )  # fmt: skip
     assert proc.returncode == 2, proc.stderr
     assert f"{store / 'codeformer.onnx'}" in proc.stderr and "ffbatch models fetch codeformer" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("options", "name"),
+    [
+        (["--face-mask-types", "box", "occlusion", "--face-occluder-model", "xseg_2"], "xseg_2"),
+        (["--mask", "region", "--parser-model", "bisenet_resnet_18"], "bisenet_resnet_18"),
+        (["--mask", "occlusion"], "xseg_1"),  # the default occluder, asked for by the mask
+    ],
+    ids=["occluder", "parser", "default-occluder"],
+)
+def test_a_mask_model_that_is_absent_is_exit_2(tmp_path, private_home, clip, astronaut_path, options, name):
+    store = standins.write_standins(tmp_path / "models", ["inswapper_128", "arcface_w600k_r50"])
+    out = tmp_path / "o.mp4"
+    proc = ffbatch(
+        "render", clip, "-s", astronaut_path, "--face-swapper-model", "inswapper_128", *options,
+        "--models-dir", store, "-o", out, home=private_home,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert f"{store / (name + '.onnx')}" in proc.stderr and f"ffbatch models fetch {name}" in proc.stderr
+    assert "--swapper learned fetches it" in proc.stderr and not out.exists()
+    assert "Traceback" not in proc.stderr and not list(
+        Path(private_home).rglob(f"{name}.onnx*")
+    )  # not fetched

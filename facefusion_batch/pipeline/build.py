@@ -398,10 +398,12 @@ def build_pipeline(
     masks = learned.masks
     occluder = parser = None
     if "occlusion" in masks.types:  # the learned swap's masks, the enhancer's, the classical paint's
+        require_mask_model(settings, "--mask occlusion", "--occluder-model", masks.occluder_model, models)
         occluder = Occluder(
             load_learned(models, masks.occluder_model)[0], MODELS[masks.occluder_model].size, models.policy
         )
     if "region" in masks.types and swapper_name:
+        require_mask_model(settings, "--mask region", "--parser-model", masks.parser_model, models)
         model = MODELS[masks.parser_model]
         parser = RegionParser(
             load_learned(models, masks.parser_model)[0],
@@ -576,6 +578,16 @@ def choose_swapper(settings: SwapSettings, models_dir: Path | None) -> str | Non
     )
     log.debug("swapper auto: absent: %s", "; ".join(absent))
     return None
+
+
+def require_mask_model(settings: SwapSettings, mask: str, option: str, name: str, models: Models) -> None:
+    """A mask's model that is not here is exit 2 naming it, as a named swapper's is; only
+    --swapper learned (fetched if missing) fetches what the run needs."""
+    if settings.swapper != "learned" and model_state(name, models.models_dir) == "missing":
+        message = absent_message(f"{mask} ({option} {name})", [name], models.models_dir)
+        raise ModelError(
+            message.replace("only --swapper auto", "--swapper learned fetches it; only --swapper auto")
+        )
 
 
 def absent_message(what: str, missing: list[str], models_dir: Path | None) -> str:
