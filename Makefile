@@ -76,6 +76,11 @@ venv-modelopt: $(MVENV)/.installed-stamp
 bench: $(TEST_STAMP) models
 	$(BIN)/python scripts/bench.py
 
+# the CPU's ceiling for the learned swapper: MatMul peak and a batch x threads sweep (about 2 min)
+.PHONY: bench-cpu-rate
+bench-cpu-rate: $(TEST_STAMP)
+	$(BIN)/python scripts/bench_cpu_rate.py
+
 # side by side with FaceFusion's own headless-run; its source tree and venv are yours to give
 # (scripts/bench_facefusion.py says how to get them): make bench-facefusion FACEFUSION=DIR FACEFUSION_PYTHON=PY
 BENCH_FF_ARGS ?= --profile
