@@ -8,6 +8,7 @@ what a script may want to read (the output path, model lists, JSON).
 from __future__ import annotations
 
 import contextlib
+import inspect
 import io
 import logging
 import math
@@ -17,20 +18,16 @@ import sys
 import tempfile
 import traceback
 import typing
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
 import typer.core
 import typer.main
 
 from facefusion_batch import RENDER_REVISION, __version__, paths
-from facefusion_batch.config import (
-    DEFAULT_FACE_PRESENCE,
-    DEFAULT_LIP_SHADOW,
-    check_matte_run,
-    render_settings,
-)
+from facefusion_batch.config import check_matte_run
 from facefusion_batch.errors import (
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
@@ -46,6 +43,16 @@ from facefusion_batch.farm.multi_gpu import render_on_several_gpus
 from facefusion_batch.farm.plan import plan_command
 from facefusion_batch.farm.task_reports import concat_with_report
 from facefusion_batch.fsutil import remove_live_temps
+from facefusion_batch.settings.options import (
+    PANELS,
+    PLAN,
+    PREVIEW,
+    RENDER,
+    RENDER_OPTIONS,
+    REQUIRED,
+    Option,
+    render_settings,
+)
 from facefusion_batch.tools import doctor as tools_doctor
 from facefusion_batch.tools import engines as tools_engines
 from facefusion_batch.tools import models as tools_models
@@ -81,16 +88,9 @@ log = logging.getLogger("ffbatch")
 
 # --- help a person reads --------------------------------------------------------------------
 
-# the panels render, preview and plan list their options in (typer's rich_help_panel, drawn as
-# plain sections by PanelledCommand: rich tables cut long option names at 80 columns)
-PANEL_IO = "Input and output"
-PANEL_SWAP = "Swap"
-PANEL_FACES = "Faces"
-PANEL_QUALITY = "Encoding and quality"
-PANEL_FARM = "Farm: ranges, chunks, resume"
-PANEL_GPU = "Device and GPU"
-PANEL_FACEFUSION = "FaceFusion names"
-PANELS = (PANEL_IO, PANEL_SWAP, PANEL_FACES, PANEL_QUALITY, PANEL_FARM, PANEL_GPU, PANEL_FACEFUSION)
+# the panels render, preview and plan list their options in (settings/options.py: PANELS, as
+# typer's rich_help_panel) are drawn as plain sections by PanelledCommand: rich tables cut long
+# option names at 80 columns
 # what a value is, in the help, instead of its Python type (<int>, <list[Path]>)
 _METAVARS: dict[Any, str] = {int: "N", float: "NUMBER", str: "TEXT", Path: "PATH"}
 
@@ -176,324 +176,44 @@ def _root(
     pass
 
 
-SourceOpt = Annotated[
-    list[Path] | None,
-    typer.Option(
-        "--source",
-        "-s",
-        help="Photo of the face to put in; "
-        "repeat for several photos of the same person "
-        "(each target face uses the closest head pose). Required unless --map is given.",
-        show_default=False,
-        rich_help_panel=PANEL_IO,
-    ),
-]
-GenderOpt = Annotated[
-    str | None,
-    typer.Option(
-        help="Only faces of this gender: female, male, auto (the --source face's). Needs "
-        "FaceFusion's fairface model.",
-        show_default=False,
-        rich_help_panel=PANEL_FACES,
-    ),
-]
-RaceOpt = Annotated[
-    str | None,
-    typer.Option(
-        help="Only faces of this race (FaceFusion's classes): white, black, latino, asian, "
-        "indian, arabic, auto. Needs fairface.",
-        show_default=False,
-        rich_help_panel=PANEL_FACES,
-    ),
-]
-AgeStartOpt = Annotated[
-    int | None,
-    typer.Option(
-        help="Only faces this old or older (0-100). Needs fairface.",
-        show_default=False,
-        rich_help_panel=PANEL_FACES,
-    ),
-]
-AgeEndOpt = Annotated[
-    int | None,
-    typer.Option(
-        help="Only faces younger than this (0-100). Needs fairface.",
-        show_default=False,
-        rich_help_panel=PANEL_FACES,
-    ),
-]
-MapOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--map",
-        help="REF=SRC: faces of the person in photo REF get the face in photo SRC; repeat for each "
-        "person. One choice per face track; faces near no REF are left alone (--map-unmatched).",
-        show_default=False,
-        rich_help_panel=PANEL_FACES,
-    ),
-]
-MapUnmatchedOpt = Annotated[
-    str,
-    typer.Option(
-        help="--map, a face near no reference: skip (left alone), nearest (the nearest reference's "
-        "source anyway), source (swapped with --source).",
-        rich_help_panel=PANEL_FACES,
-    ),
-]
-RecogniserOpt = Annotated[
-    str,
-    typer.Option(
-        help="Who a face is, for --faces reference and --map: arcface (arcface_w600k_r50), dlib "
-        "(pip install 'ffbatch[dlib]'), auto (arcface if its file is here, else dlib). "
-        "It only chooses faces; it never feeds the swap.",
-        rich_help_panel=PANEL_FACES,
-    ),
-]
+# --- the option table as typer's parameters -------------------------------------------------
 
-# options render and preview share: defined once, so their names, help and types agree
-FacesOpt = Annotated[
-    str,
-    typer.Option(
-        help="many: every face; one: the largest face of each frame; "
-        "reference: the faces of the person in --reference-face / --reference-frame.",
-        rich_help_panel=PANEL_FACES,
-    ),
-]
-BlendOpt = Annotated[str, typer.Option(help="multiband | feather | poisson.", rich_help_panel=PANEL_SWAP)]
-EyesMouthOpt = Annotated[
-    str,
-    typer.Option(
-        help="eyes: the source's eyes, following the target's eyelids (a shut or lowered eye takes "
-        "the source's eye drawn shut), and the target's inner mouth (default); target: keep the "
-        "target's eyes and mouth; source: paint the source's both.",
-        rich_help_panel=PANEL_SWAP,
-    ),
-]
-ColourOpt = Annotated[
-    str,
-    typer.Option(
-        "--colour",
-        help="local | global | none: how the face is recoloured to the target's skin and light.",
-        rich_help_panel=PANEL_SWAP,
-    ),
-]
-LipShadowOpt = Annotated[
-    float,
-    typer.Option(
-        help="Classical swap, 0–1: how far the shadow under a top-lit source's lower lip is lifted "
-        "toward its chin's skin. 1 removes the grey goatee it can leave on pale faces, at some cost "
-        "in likeness; 0 keeps the photo as it is.",
-        rich_help_panel=PANEL_SWAP,
-    ),
-]
-SwapperOpt = Annotated[
-    str,
-    typer.Option(
-        help="auto: the learned swapper when its model files are present, else classical; "
-        "classical; learned (fetched if missing); none: no swap, --enhancer-model alone.",
-        rich_help_panel=PANEL_SWAP,
-    ),
-]
-SwapperModelOpt = Annotated[
-    str | None,
-    typer.Option(
-        help="Learned swapper, FaceFusion's name: inswapper_128, hyperswap_1a_256, simswap_256, "
-        "ghost_1_256, blendswap_256, uniface_256, ... (a prepared variant: NAME@fp16).",
-        rich_help_panel=PANEL_SWAP,
-    ),
-]
-SwapperWeightOpt = Annotated[
-    float,
-    typer.Option(
-        help="0–1; 0.5 the source identity alone, lower keeps more of the target's.",
-        rich_help_panel=PANEL_SWAP,
-    ),
-]
-PixelBoostOpt = Annotated[
-    int | None,
-    typer.Option(
-        help="Learned swapper crop size, a multiple of its input (128-px models: 256, 512).",
-        rich_help_panel=PANEL_SWAP,
-    ),
-]
-EnhancerModelOpt = Annotated[
-    str | None,
-    typer.Option(
-        help="Face enhancer after the swap: gfpgan_1.4, gpen_bfr_512, codeformer...",
-        rich_help_panel=PANEL_SWAP,
-    ),
-]
-EnhancerBlendOpt = Annotated[
-    int, typer.Option(help="Percent of the enhanced face kept, 0–100.", rich_help_panel=PANEL_SWAP)
-]
-EnhancerWeightOpt = Annotated[
-    float,
-    typer.Option(
-        help="0–1: codeformer's fidelity input (FaceFusion's default 0.5); others ignore it.",
-        rich_help_panel=PANEL_SWAP,
-    ),
-]
-EmbeddingConventionOpt = Annotated[
-    str | None,
-    typer.Option(
-        help="insightface | facefusion: how the source identity is fed. Default: the model "
-        "publisher's (insightface for inswapper: latent renormalised; facefusion for the rest). "
-        "facefusion reproduces FaceFusion 3.x's latent, --swapper-weight and several --source.",
-        rich_help_panel=PANEL_SWAP,
-    ),
-]
-FaceDetectorModelOpt = Annotated[
-    str | None,
-    typer.Option(
-        help="FaceFusion's face detector: yolo_face | retinaface | scrfd | yunet | many, at FaceFusion's "
-        "sizes, scores and angles, run when its file is here (else ffbatch's YuNet, with a warning). "
-        "Default: ffbatch's YuNet. docs/facefusion.md.",
-        rich_help_panel=PANEL_FACES,
-    ),
-]
-FaceDetectorSizeOpt = Annotated[
-    str | None,
-    typer.Option(
-        help="With --face-detector-model: its size, WxH (default FaceFusion's largest).",
-        rich_help_panel=PANEL_FACES,
-    ),
-]
-DetectorAnglesOpt = Annotated[
-    str | None,
-    typer.Option(
-        help="With --face-detector-model: the frame turned by these angles too, e.g. 0,90 (default 0); "
-        "FaceFusion's --face-detector-angles 0 90.",
-        rich_help_panel=PANEL_FACES,
-    ),
-]
-FaceLandmarkerModelOpt = Annotated[
-    str,
-    typer.Option(
-        help="With --face-detector-model: FaceFusion's 68-point landmarker that refines the five points, "
-        "2dfan4 | peppa_wutz | many, run when its file and fan_68_5's are here."
-    ),
-]
-FaceLandmarkerScoreOpt = Annotated[
-    float,
-    typer.Option(help="With --face-detector-model: the landmarker's points kept above this score (0: none)."),
-]
-VerboseOpt = Annotated[
-    bool,
-    typer.Option(
-        "--verbose",
-        "-v",
-        help="More detail on stderr: settings, decoder, encoder, stream map, batch timings.",
-    ),
-]
-MaskOpt = Annotated[
-    str,
-    typer.Option(
-        help="Swap masks, comma-separated: box, occlusion (xseg; the classical swap too), area "
-        "(the face mesh's areas, --mask-areas), region (parser; learned only), skin (classical only: "
-        "what is not skin in front of the face stays, no model needed; hands are skin).",
-        rich_help_panel=PANEL_SWAP,
-    ),
-]
-MaskAreasOpt = Annotated[
-    str | None,
-    typer.Option(
-        help="--mask area: upper-face, lower-face, mouth, comma-separated (default: all three).",
-        rich_help_panel=PANEL_SWAP,
-    ),
-]
-MaskBlurOpt = Annotated[float, typer.Option(help="Box mask blur, 0–1.", rich_help_panel=PANEL_SWAP)]
-MaskPaddingOpt = Annotated[
-    str, typer.Option(help="Box mask padding, percent: T,R,B,L or one value.", rich_help_panel=PANEL_SWAP)
-]
-MaskRegionsOpt = Annotated[
-    str | None,
-    typer.Option(
-        help="Region mask classes, comma-separated (default: all face regions).", rich_help_panel=PANEL_SWAP
-    ),
-]
-OccluderModelOpt = Annotated[str, typer.Option(help="xseg_1 | xseg_2 | xseg_3.", rich_help_panel=PANEL_SWAP)]
-ParserModelOpt = Annotated[
-    str, typer.Option(help="bisenet_resnet_34 | bisenet_resnet_18.", rich_help_panel=PANEL_SWAP)
-]
-ReferenceFaceOpt = Annotated[
-    Path | None,
-    typer.Option(
-        help="--faces reference: a photo of the person whose faces are swapped.", rich_help_panel=PANEL_FACES
-    ),
-]
-ReferenceFrameOpt = Annotated[
-    int | None,
-    typer.Option(
-        help="--faces reference: take the person from this frame of the input.", rich_help_panel=PANEL_FACES
-    ),
-]
-ReferenceFacePositionOpt = Annotated[
-    int,
-    typer.Option(help="Which face of the reference picture, 0 = the largest.", rich_help_panel=PANEL_FACES),
-]
-ReferenceDistanceOpt = Annotated[
-    float,
-    typer.Option(
-        help="Faces within this distance (1 − cos)/2 of the reference are swapped.",
-        rich_help_panel=PANEL_FACES,
-    ),
-]
-ScoreThresholdOpt = Annotated[
-    float, typer.Option(help="Face detector score threshold.", rich_help_panel=PANEL_FACES)
-]
-FaceOrderOpt = Annotated[
-    str | None,
-    typer.Option(
-        help="Order of each frame's faces (FaceFusion's): left-right, right-left, top-bottom, "
-        "bottom-top, small-large, large-small, best-worst, worst-best. --faces one takes the first.",
-        rich_help_panel=PANEL_FACES,
-    ),
-]
-FaceIndexOpt = Annotated[
-    list[int] | None,
-    typer.Option(
-        help="Swap only the face at this position of each frame in --face-order (0 = first; "
-        "default order large-small); repeat for several.",
-        rich_help_panel=PANEL_FACES,
-    ),
-]
-SmoothingOpt = Annotated[
-    float,
-    typer.Option(
-        help="Landmark smoothing along each face's track (One Euro filter): 0 off, 1 default, "
-        "more smooths more (at the cost of lag on fast motion).",
-        rich_help_panel=PANEL_FACES,
-    ),
-]
-FacePresenceOpt = Annotated[
-    float,
-    typer.Option(
-        help="How sure the face mesh must be that it sees a face before its track is swapped: its "
-        "presence logit, averaged over the track's last frames (0-100). Faces the mesh follows score "
-        "16-44; a face the frame cuts so that its eyes are outside scores 0-6 and is left as it is. "
-        "Lower swaps weaker faces (blurred, turned, cut), higher leaves more alone.",
-        rich_help_panel=PANEL_FACES,
-    ),
-]
-SourceFaceIndexOpt = Annotated[
-    int,
-    typer.Option(
-        help="Which face of each --source photo to use, faces ordered largest first (0: the largest).",
-        rich_help_panel=PANEL_SWAP,
-    ),
-]
-BackendOpt = Annotated[str, typer.Option(help="auto | cpu | cuda | tensorrt.", rich_help_panel=PANEL_GPU)]
-GpuRuntimeOpt = Annotated[
-    str,
-    typer.Option(
-        help="What runs the models on --backend cuda: torch (default; ffbatch's ONNX interpreter) | "
-        "onnxruntime (its CUDA provider with I/O binding; needs onnxruntime-gpu). docs/gpu.md.",
-        rich_help_panel=PANEL_GPU,
-    ),
-]
-ModelsDirOpt = Annotated[
-    Path | None, typer.Option(help="Look here for model files first.", rich_help_panel=PANEL_SWAP)
-]
+Command = TypeVar("Command", bound=Callable[..., Any])
+
+
+def typer_info(option: Option) -> Any:
+    """typer's Option (or Argument) for one entry of the option table (settings/options.py)."""
+    if option.argument:
+        return typer.Argument(help=option.help, metavar=option.metavar, show_default=option.show_default)
+    return typer.Option(
+        *option.flags, help=option.help, rich_help_panel=option.panel, show_default=option.show_default
+    )
+
+
+def with_options(*options: Option) -> Callable[[Command], Command]:
+    """Give a command `options` as its parameters (after its typer.Context): typer reads them
+    from the signature set here, so an option is declared once, in the table."""
+
+    def parameter(option: Option) -> inspect.Parameter:
+        default = option.cli_default
+        return inspect.Parameter(
+            option.name,
+            inspect.Parameter.KEYWORD_ONLY,
+            annotation=Annotated[option.kind, typer_info(option)],
+            default=inspect.Parameter.empty if default is REQUIRED else default,
+        )
+
+    def attach(command: Command) -> Command:
+        context = inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)
+        command.__signature__ = inspect.Signature([context, *map(parameter, options)])  # type: ignore[attr-defined]
+        return command
+
+    return attach
+
+
+# render's options other commands share by name
+VerboseOpt = Annotated[bool, typer_info(RENDER_OPTIONS["verbose"])]
+ModelsDirOpt = Annotated[Path | None, typer_info(RENDER_OPTIONS["models_dir"])]
 
 
 # --- FaceFusion's option names --------------------------------------------------------------
@@ -689,361 +409,8 @@ def given_options(ctx: typer.Context) -> set[str]:
 
 
 @app.command(cls=PanelledCommand, epilog=facefusion_help())
-def render(
-    ctx: typer.Context,
-    inputs: Annotated[
-        list[Path],
-        typer.Argument(
-            help="Input video(s), or an image sequence (shot/frame.%04d.dpx).",
-            metavar="INPUT",
-            show_default=False,
-        ),
-    ],
-    source: SourceOpt = None,
-    output: Annotated[
-        Path | None,
-        typer.Option(
-            "--output",
-            "-o",
-            help="Output video; container from its "
-            "extension. Written to a temporary name, renamed when done.",
-            rich_help_panel=PANEL_IO,
-        ),
-    ] = None,
-    output_dir: Annotated[
-        Path | None,
-        typer.Option(
-            help="Several inputs: write one output per input into this directory.", rich_help_panel=PANEL_IO
-        ),
-    ] = None,
-    output_pattern: Annotated[
-        str,
-        typer.Option(
-            help="File names in --output-dir: {stem}, {ext} (with its dot), {name}.", rich_help_panel=PANEL_IO
-        ),
-    ] = "{stem}-swapped{ext}",
-    frames: Annotated[
-        str | None,
-        typer.Option(
-            help="Render only frames START:END (0-based, END exclusive) into a video-only "
-            "segment for `ffbatch concat`.",
-            rich_help_panel=PANEL_FARM,
-        ),
-    ] = None,
-    frame_range: Annotated[
-        str | None,
-        typer.Option(
-            help="Render only frames FIRST-LAST, inclusive, in the input's own numbers (an image "
-            "sequence's file numbers; a video's frames from 0) as a farm substitutes them: 1001-1100, "
-            "Deadline's <STARTFRAME>-<ENDFRAME>, an OpenJD chunk's range expression. A video output is "
-            "a segment for `ffbatch concat`; a sequence output gets the frames at their final names.",
-            rich_help_panel=PANEL_FARM,
-        ),
-    ] = None,
-    chunk_frames: Annotated[
-        int | None,
-        typer.Option(
-            help="Render in resumable chunks of N frames (default: chunks of 1500 frames "
-            "for videos over 3000 frames; 0: never).",
-            rich_help_panel=PANEL_FARM,
-        ),
-    ] = None,
-    force: Annotated[
-        bool,
-        typer.Option(
-            help="Drop saved progress and finished outputs; render everything again.",
-            rich_help_panel=PANEL_FARM,
-        ),
-    ] = False,
-    reuse_across_versions: Annotated[
-        bool,
-        typer.Option(
-            help="Reuse saved segments and finished outputs that another ffbatch version or render "
-            "revision made with the same settings (said in a warning); by default they are rendered again.",
-            rich_help_panel=PANEL_FARM,
-        ),
-    ] = False,
-    ray: Annotated[
-        str | None,
-        typer.Option(
-            help="Render segments on Ray: auto (a running cluster, else a local one) or ADDRESS.",
-            rich_help_panel=PANEL_FARM,
-        ),
-    ] = None,
-    ray_workers: Annotated[
-        int | None,
-        typer.Option(
-            help="Ray actors (default: one per GPU; without GPUs, cores / 2).", rich_help_panel=PANEL_FARM
-        ),
-    ] = None,
-    faces: FacesOpt = "many",
-    batch_size: Annotated[
-        int,
-        typer.Option(
-            help="Frames per batch (every model call takes the batch). On the CPU 8 is as fast "
-            "as larger batches and keeps memory lower.",
-            rich_help_panel=PANEL_GPU,
-        ),
-    ] = 8,
-    batch_window_ms: Annotated[
-        float,
-        typer.Option(
-            help="Close a batch this long after its first frame even if not full.", rich_help_panel=PANEL_GPU
-        ),
-    ] = 200.0,
-    workers: Annotated[int, typer.Option(help="Batches processed at once.", rich_help_panel=PANEL_GPU)] = 2,
-    threads: Annotated[
-        int | None,
-        typer.Option(
-            help="onnxruntime threads per model (default: cores / workers).", rich_help_panel=PANEL_GPU
-        ),
-    ] = None,
-    backend: BackendOpt = "auto",
-    gpu_runtime: GpuRuntimeOpt = "torch",
-    streams: Annotated[
-        int | None,
-        typer.Option(
-            help="GPU: CUDA streams, one batch worker each (default from the GPU); CPU: as --workers.",
-            rich_help_panel=PANEL_GPU,
-        ),
-    ] = None,
-    gpus: Annotated[
-        str | None,
-        typer.Option(
-            help="GPUs to render on at once, one process each, e.g. 0,1 (default: GPU 0).",
-            rich_help_panel=PANEL_GPU,
-        ),
-    ] = None,
-    max_batch: Annotated[
-        int | None,
-        typer.Option(
-            help="GPU: most frames per model call (TensorRT profile max, default 16); may use fewer.",
-            rich_help_panel=PANEL_GPU,
-        ),
-    ] = None,
-    precision: Annotated[
-        str,
-        typer.Option(
-            help="GPU: auto (fp16 where the model allows) | fp32 | fp16 | int8 (tensorrt); CPU: fp32, or "
-            "int8 for learned models whose INT8 variant (ffbatch models prepare --int8) holds on real faces.",
-            rich_help_panel=PANEL_GPU,
-        ),
-    ] = "auto",
-    encoder: Annotated[
-        str,
-        typer.Option(
-            help="libx264 | libx264rgb | libx265 | libsvtav1 | prores_ks | dnxhd | ffv1 | h264_nvenc | "
-            "hevc_nvenc (docs/formats.md gives the containers each fits).",
-            rich_help_panel=PANEL_QUALITY,
-        ),
-    ] = "libx264",
-    crf: Annotated[
-        int | None,
-        typer.Option(
-            help="Constant rate factor 0–51, AV1 0–63 (default 18; 0: lossless x264).",
-            rich_help_panel=PANEL_QUALITY,
-        ),
-    ] = None,
-    quality: Annotated[
-        int | None, typer.Option(help="0–100 (100 best); instead of --crf.", rich_help_panel=PANEL_QUALITY)
-    ] = None,
-    preset: Annotated[
-        str,
-        typer.Option(
-            help="Encoder preset (x264 names; NVENC p1–p7; AV1 0–13).", rich_help_panel=PANEL_QUALITY
-        ),
-    ] = "veryfast",
-    profile: Annotated[
-        str | None,
-        typer.Option(
-            help="prores_ks: proxy | lt | 422 | hq | 4444 | 4444xq (default hq); "
-            "dnxhd: lb | sq | hq | hqx | 444 (default hq); x264/x265: the encoder's own (high, main10...).",
-            rich_help_panel=PANEL_QUALITY,
-        ),
-    ] = None,
-    pix_fmt: Annotated[
-        str | None,
-        typer.Option(
-            help="Output pixel format, e.g. yuv422p10le (default: the input's where the encoder takes it, "
-            "else the profile's); also accepts a reduction of bit depth or chroma.",
-            rich_help_panel=PANEL_QUALITY,
-        ),
-    ] = None,
-    bitrate: Annotated[
-        str | None,
-        typer.Option(help="Target bitrate, e.g. 20M (instead of --crf).", rich_help_panel=PANEL_QUALITY),
-    ] = None,
-    maxrate: Annotated[
-        str | None,
-        typer.Option(help="Peak bitrate, e.g. 30M (with --bufsize).", rich_help_panel=PANEL_QUALITY),
-    ] = None,
-    bufsize: Annotated[
-        str | None, typer.Option(help="Rate-control buffer, e.g. 60M.", rich_help_panel=PANEL_QUALITY)
-    ] = None,
-    gop: Annotated[
-        int | None,
-        typer.Option(help="Keyframe interval in frames (1: all intra).", rich_help_panel=PANEL_QUALITY),
-    ] = None,
-    encoder_opt: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="KEY=VALUE passed to the encoder as ffmpeg's -KEY VALUE (repeatable), e.g. "
-            "x264-params=keyint=24 or vendor=apl0; an option the encoder lacks is exit 2.",
-            rich_help_panel=PANEL_QUALITY,
-        ),
-    ] = None,
-    allow_reduce: Annotated[
-        bool,
-        typer.Option(
-            help="Accept an output with less than the input: 10/12-bit or HDR processed at 8 bits, "
-            "4:2:2/4:4:4 chroma subsampled. Without it such a render is refused (exit 2).",
-            rich_help_panel=PANEL_QUALITY,
-        ),
-    ] = False,
-    audio_codec: Annotated[
-        str,
-        typer.Option(
-            help="copy: every track as it is where the container holds it (else re-encoded, with a "
-            "warning); pcm: every track to PCM (not in .mp4); aac: every track to AAC.",
-            rich_help_panel=PANEL_IO,
-        ),
-    ] = "copy",
-    audio_bitrate: Annotated[
-        str | None, typer.Option(help="--audio-codec aac: bitrate, e.g. 256k.", rich_help_panel=PANEL_IO)
-    ] = None,
-    audio: Annotated[
-        bool,
-        typer.Option("--audio/--no-audio", help="Carry the input's audio tracks.", rich_help_panel=PANEL_IO),
-    ] = True,
-    fps: Annotated[
-        float | None,
-        typer.Option(
-            help="Image sequence input (shot/frame.%04d.dpx): its frame rate (default 24).",
-            rich_help_panel=PANEL_IO,
-        ),
-    ] = None,
-    start_number: Annotated[
-        int | None,
-        typer.Option(
-            help="Image sequence output (-o shot/frame.%06d.exr, .dpx .tif .png): the first frame's number "
-            "(default: the input sequence's first, or 1001 for a video).",
-            rich_help_panel=PANEL_IO,
-        ),
-    ] = None,
-    blend: BlendOpt = "multiband",
-    eyes_mouth: EyesMouthOpt = "eyes",
-    colour: ColourOpt = "local",
-    lip_shadow: LipShadowOpt = DEFAULT_LIP_SHADOW,
-    swapper: SwapperOpt = "auto",
-    swapper_model: SwapperModelOpt = None,
-    swapper_weight: SwapperWeightOpt = 0.5,
-    pixel_boost: PixelBoostOpt = None,
-    enhancer_model: EnhancerModelOpt = None,
-    enhancer_blend: EnhancerBlendOpt = 80,
-    enhancer_weight: EnhancerWeightOpt = 0.5,
-    embedding_convention: EmbeddingConventionOpt = None,
-    face_detector_model: FaceDetectorModelOpt = None,
-    face_detector_size: FaceDetectorSizeOpt = None,
-    detector_angles: DetectorAnglesOpt = None,
-    face_landmarker_model: FaceLandmarkerModelOpt = "2dfan4",
-    face_landmarker_score: FaceLandmarkerScoreOpt = 0.5,
-    mask: MaskOpt = "box",
-    mask_blur: MaskBlurOpt = 0.3,
-    mask_padding: MaskPaddingOpt = "0",
-    mask_regions: MaskRegionsOpt = None,
-    mask_areas: MaskAreasOpt = None,
-    occluder_model: OccluderModelOpt = "xseg_1",
-    parser_model: ParserModelOpt = "bisenet_resnet_34",
-    reference_face: ReferenceFaceOpt = None,
-    reference_frame: ReferenceFrameOpt = None,
-    reference_face_position: ReferenceFacePositionOpt = 0,
-    reference_distance: ReferenceDistanceOpt = 0.3,
-    score_threshold: ScoreThresholdOpt = 0.6,
-    face_order: FaceOrderOpt = None,
-    face_index: FaceIndexOpt = None,
-    person_map: MapOpt = None,
-    map_unmatched: MapUnmatchedOpt = "skip",
-    recogniser: RecogniserOpt = "auto",
-    face_selector_gender: GenderOpt = None,
-    face_selector_race: RaceOpt = None,
-    face_selector_age_start: AgeStartOpt = None,
-    face_selector_age_end: AgeEndOpt = None,
-    smoothing: SmoothingOpt = 1.0,
-    face_presence: FacePresenceOpt = DEFAULT_FACE_PRESENCE,
-    on_decode_error: Annotated[
-        str,
-        typer.Option(
-            help="fail: a frame that cannot be decoded fails the job (exit 2); skip: it is replaced by "
-            "the last good frame (black before the first) at its own timestamp, counted in the report "
-            "(whole-file renders only).",
-            rich_help_panel=PANEL_IO,
-        ),
-    ] = "fail",
-    hwaccel: Annotated[
-        str,
-        typer.Option(
-            help="none | cuda: decode on the GPU's video decoder (NVDEC; the pictures are the same, the "
-            "CPU is left to the encoder). Exit 2 where there is none.",
-            rich_help_panel=PANEL_GPU,
-        ),
-    ] = "none",
-    source_face_index: SourceFaceIndexOpt = 0,
-    models_dir: ModelsDirOpt = None,
-    report: Annotated[
-        Path | None,
-        typer.Option(
-            help="Write a JSON report here (also for a failed or interrupted job).", rich_help_panel=PANEL_IO
-        ),
-    ] = None,
-    matte_output: Annotated[
-        Path | None,
-        typer.Option(
-            help="Also write the alpha each frame's faces were pasted with (0 elsewhere), frame for frame: "
-            "FFV1 grey .mkv/.avi (with --frames: a segment for `concat`) or a grey PNG/TIFF sequence "
-            "(matte.%06d.png, numbered by input frame from the output's start number). A template of each "
-            "input's name with --output-pattern's fields: 'mattes/{stem}.matte.mkv' (several inputs "
-            "need one).",
-            rich_help_panel=PANEL_IO,
-        ),
-    ] = None,
-    face_only_output: Annotated[
-        Path | None,
-        typer.Option(
-            help="Also write the swapped faces alone with STRAIGHT (not premultiplied) alpha, the matte's: "
-            "over the input it gives the output. ProRes 4444 with alpha in .mov, or an RGBA sequence "
-            "face.%06d.exr (half) / .png / .tiff, numbered as --matte-output, a template as it is.",
-            rich_help_panel=PANEL_IO,
-        ),
-    ] = None,
-    fail_if_no_faces: Annotated[
-        bool,
-        typer.Option(
-            help="Exit 2, writing nothing, when not one face was swapped.", rich_help_panel=PANEL_FACES
-        ),
-    ] = False,
-    fail_on_truncated: Annotated[
-        bool,
-        typer.Option(
-            help="Exit 2 before rendering when the input's video stops before the end its container "
-            "declares (a truncated or damaged file; without it: a warning, and the frames that are there).",
-            rich_help_panel=PANEL_IO,
-        ),
-    ] = False,
-    overwrite: Annotated[
-        bool, typer.Option(help="Replace an existing output file.", rich_help_panel=PANEL_IO)
-    ] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar, warnings only.")] = False,
-    verbose: VerboseOpt = False,
-    facefusion_job: Annotated[
-        Path | None,
-        typer.Option(
-            help="Run a FaceFusion 3 job file's steps, each as a render (no INPUT: each step "
-            "names its target and output); other options apply to every step.",
-            show_default=False,
-            rich_help_panel=PANEL_FACEFUSION,
-        ),
-    ] = None,
-) -> None:
+@with_options(*RENDER)
+def render(ctx: typer.Context, **params: Any) -> None:
     """Swap the face(s) of SOURCE into every frame of INPUT and write OUTPUT.
 
     Examples:
@@ -1054,27 +421,29 @@ def render(
       ffbatch render in.mp4 -s face.jpg -o out.mp4 --swapper-model inswapper_128
       ffbatch render a.####.png -s face.jpg -o b.####.png --frame-range 1001-1100
     """
-    setup_logging(quiet, verbose)
-    if facefusion_job is not None:  # read before parsing (main); here only through the app itself
+    setup_logging(params["quiet"], params["verbose"])
+    if params["facefusion_job"] is not None:  # read before parsing (main); here only through the app itself
         raise InputError("--facefusion-job runs through `ffbatch render --facefusion-job JOB`")
-    inputs, output, frames = farm_paths_and_range(inputs, output, frames, frame_range)
+    inputs, output, frames = farm_paths_and_range(
+        params["inputs"], params["output"], params["frames"], params["frame_range"]
+    )
     ctx.params.update(inputs=inputs, output=output)  # shot.####.exr is shot.%04d.exr from here on
     settings, gpus_of_run = render_settings(ctx.params, given=given_options(ctx))
     check_matte_run(settings, len(inputs))
     if gpus_of_run:
         render_on_several_gpus(
-            settings, gpus_of_run, inputs=list(inputs), output=output, frames=frames, ray=ray
+            settings, gpus_of_run, inputs=list(inputs), output=output, frames=frames, ray=params["ray"]
         )
         return
     code = run_render_command(
         settings,
         list(inputs),
         output=output,
-        output_dir=output_dir,
-        output_pattern=output_pattern,
+        output_dir=params["output_dir"],
+        output_pattern=params["output_pattern"],
         frames=frames,
-        ray=ray,
-        ray_workers=ray_workers,
+        ray=params["ray"],
+        ray_workers=params["ray_workers"],
     )
     if code:
         raise typer.Exit(code)
@@ -1126,58 +495,8 @@ def concat(
 
 
 @app.command(cls=PanelledCommand, context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-def plan(
-    inputs: Annotated[
-        list[str],
-        typer.Argument(
-            help="Input video(s), and the `render` options for every chunk (--source ... --crf ...).",
-            metavar="INPUT",
-            show_default=False,
-        ),
-    ],
-    chunk_frames: Annotated[
-        int, typer.Option(help="Frames per chunk (one farm task each).", rich_help_panel=PANEL_FARM)
-    ] = 1500,
-    format: Annotated[
-        str,
-        typer.Option(
-            "--format",
-            help="json | shell | slurm | opencue | openjd (Open Job Description).",
-            rich_help_panel=PANEL_FARM,
-        ),
-    ] = "shell",
-    output: Annotated[
-        Path | None,
-        typer.Option("--output", "-o", help="The joined video (one input).", rich_help_panel=PANEL_IO),
-    ] = None,
-    output_dir: Annotated[
-        Path | None,
-        typer.Option(help="Several inputs: one joined video per input in here.", rich_help_panel=PANEL_IO),
-    ] = None,
-    output_pattern: Annotated[
-        str,
-        typer.Option(
-            help="File names in --output-dir: {stem}, {ext} (with its dot), {name}.", rich_help_panel=PANEL_IO
-        ),
-    ] = "{stem}-swapped{ext}",
-    ffbatch: Annotated[
-        str,
-        typer.Option(
-            "--ffbatch",
-            help="How the farm's hosts run ffbatch, e.g. '/opt/venv/bin/ffbatch'.",
-            rich_help_panel=PANEL_FARM,
-        ),
-    ] = "ffbatch",
-    sbatch: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="slurm: an extra #SBATCH line, e.g. --sbatch=--gres=gpu:1.", rich_help_panel=PANEL_FARM
-        ),
-    ] = None,
-    overwrite: Annotated[
-        bool, typer.Option(help="The joins replace existing outputs.", rich_help_panel=PANEL_IO)
-    ] = False,
-) -> None:
+@with_options(*PLAN)
+def plan(ctx: typer.Context, **params: Any) -> None:
     """Print the commands that render INPUT(s) in chunks on a farm, and join them.
 
     Examples:
@@ -1189,88 +508,23 @@ def plan(
     """
     setup_logging(True, False)
     text = plan_command(
-        list(inputs),
+        list(params["inputs"]),
         render_command=typer.main.get_command(app).commands["render"],  # type: ignore[attr-defined]  # a Group
-        chunk_frames=chunk_frames,
-        fmt=format,
-        output=output,
-        output_dir=output_dir,
-        output_pattern=output_pattern,
-        ffbatch=ffbatch,
-        sbatch=sbatch,
-        overwrite=overwrite,
+        chunk_frames=params["chunk_frames"],
+        fmt=params["format"],
+        output=params["output"],
+        output_dir=params["output_dir"],
+        output_pattern=params["output_pattern"],
+        ffbatch=params["ffbatch"],
+        sbatch=params["sbatch"],
+        overwrite=params["overwrite"],
     )
     typer.echo(text, nl=False)
 
 
 @app.command(cls=PanelledCommand)
-def preview(
-    ctx: typer.Context,
-    input: Annotated[Path, typer.Argument(help="Input video.")],
-    output: Annotated[
-        Path, typer.Option("--output", "-o", help="Contact sheet image (.png).", rich_help_panel=PANEL_IO)
-    ],
-    source: SourceOpt = None,
-    frames: Annotated[int, typer.Option(help="How many frames to sample.", rich_help_panel=PANEL_IO)] = 4,
-    overwrite: Annotated[
-        bool, typer.Option(help="Replace the sheet if it exists.", rich_help_panel=PANEL_IO)
-    ] = False,
-    faces: FacesOpt = "many",
-    blend: BlendOpt = "multiband",
-    eyes_mouth: EyesMouthOpt = "eyes",
-    colour: ColourOpt = "local",
-    lip_shadow: LipShadowOpt = DEFAULT_LIP_SHADOW,
-    swapper: SwapperOpt = "auto",
-    swapper_model: SwapperModelOpt = None,
-    swapper_weight: SwapperWeightOpt = 0.5,
-    pixel_boost: PixelBoostOpt = None,
-    enhancer_model: EnhancerModelOpt = None,
-    enhancer_blend: EnhancerBlendOpt = 80,
-    enhancer_weight: EnhancerWeightOpt = 0.5,
-    embedding_convention: EmbeddingConventionOpt = None,
-    face_detector_model: FaceDetectorModelOpt = None,
-    face_detector_size: FaceDetectorSizeOpt = None,
-    detector_angles: DetectorAnglesOpt = None,
-    face_landmarker_model: FaceLandmarkerModelOpt = "2dfan4",
-    face_landmarker_score: FaceLandmarkerScoreOpt = 0.5,
-    mask: MaskOpt = "box",
-    mask_blur: MaskBlurOpt = 0.3,
-    mask_padding: MaskPaddingOpt = "0",
-    mask_regions: MaskRegionsOpt = None,
-    mask_areas: MaskAreasOpt = None,
-    occluder_model: OccluderModelOpt = "xseg_1",
-    parser_model: ParserModelOpt = "bisenet_resnet_34",
-    reference_face: ReferenceFaceOpt = None,
-    reference_frame: ReferenceFrameOpt = None,
-    reference_face_position: ReferenceFacePositionOpt = 0,
-    reference_distance: ReferenceDistanceOpt = 0.3,
-    score_threshold: ScoreThresholdOpt = 0.6,
-    face_order: FaceOrderOpt = None,
-    face_index: FaceIndexOpt = None,
-    person_map: MapOpt = None,
-    map_unmatched: MapUnmatchedOpt = "skip",
-    recogniser: RecogniserOpt = "auto",
-    face_selector_gender: GenderOpt = None,
-    face_selector_race: RaceOpt = None,
-    face_selector_age_start: AgeStartOpt = None,
-    face_selector_age_end: AgeEndOpt = None,
-    smoothing: SmoothingOpt = 1.0,
-    face_presence: FacePresenceOpt = DEFAULT_FACE_PRESENCE,
-    source_face_index: SourceFaceIndexOpt = 0,
-    backend: BackendOpt = "auto",
-    gpu_runtime: GpuRuntimeOpt = "torch",
-    models_dir: ModelsDirOpt = None,
-    crops: Annotated[
-        bool,
-        typer.Option(
-            "--crops",
-            help="Also show every swapped face at 1:1 (before | after) under its row: seams, lids "
-            "and colour as a render writes them, not scaled to the sheet.",
-            rich_help_panel=PANEL_IO,
-        ),
-    ] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
-) -> None:
+@with_options(*PREVIEW)
+def preview(ctx: typer.Context, **params: Any) -> None:
     """Write a before/after contact sheet of a few frames of INPUT.
 
     The swap options are render's (same names, defaults and checks), and each frame is
@@ -1283,14 +537,14 @@ def preview(
       ffbatch preview in.mp4 -s face.jpg -o sheet.png --crops
       ffbatch preview in.mp4 -s face.jpg -o sheet.png --frames 8 --faces one
     """
-    setup_logging(quiet, False)
+    setup_logging(params["quiet"], False)
+    frames, output = params["frames"], params["output"]
     if not 1 <= frames <= 32:
         raise InputError(f"--frames must be between 1 and 32 (got {frames})")
-    # render's schema: the swap, detector and source options mean and check the same
-    params = {k: v for k, v in ctx.params.items() if k != "crops"}
-    given = given_options(ctx) - {"crops"} | {"workers"}
-    settings, _ = render_settings({**params, "workers": 1}, given=given)
-    preview_command(settings, frames, output, crops)
+    # render's table: the swap, detector and source options mean and check the same (preview's
+    # own, --frames and --crops, fill no render setting)
+    settings, _ = render_settings({**ctx.params, "workers": 1}, given=given_options(ctx) | {"workers"})
+    preview_command(settings, frames, output, params["crops"])
     typer.echo(str(output))
 
 
@@ -1533,7 +787,7 @@ def main(argv: list[str] | None = None) -> None:
     # the run's one signal handler set, from before anything loads; put back as main() ends (a
     # caller in-process, a test, keeps its own)
     owner = contextlib.ExitStack()
-    owner.enter_context(signal_handlers())
+    owner.enter_context(signal_handlers(process=argv is None))  # a second signal: exit at once
     try:
         owner.enter_context(_private_tmpdir())
         given = list(sys.argv[1:] if argv is None else argv)

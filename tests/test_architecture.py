@@ -20,12 +20,15 @@ NAME = "facefusion_batch"
 BASE = {"errors", "fsutil", "paths", "timing", "progress", "__main__", "_version"}
 # room → the rooms it may import (and itself); the base modules are always allowed
 ALLOWED: dict[str, set[str]] = {
-    "api": {"config", "farm", "pipeline"},  # the library face; the package's __init__ re-exports it
-    "cli": {"config", "farm", "tools"},
-    "tools": {"farm", "pipeline", "runtime", "models", "video", "config", "faces", "kernels"},
-    "farm": {"pipeline", "video", "config"},
-    "pipeline": {"faces", "swap", "kernels", "runtime", "video", "config", "models"},
-    "config": {"faces", "swap", "kernels", "runtime", "models", "video"},
+    # the library face; the package's __init__ re-exports it
+    "api": {"config", "settings", "farm", "pipeline"},
+    "cli": {"config", "settings", "farm", "tools"},
+    "tools": {"farm", "pipeline", "runtime", "models", "video", "config", "settings", "faces", "kernels"},
+    "farm": {"pipeline", "video", "config", "settings"},
+    "pipeline": {"faces", "swap", "kernels", "runtime", "video", "config", "settings", "models"},
+    # the settings types, the option table, their checks, device resolution, output checks
+    "settings": {"faces", "swap", "kernels", "runtime", "models", "video"},
+    "config": {"settings", "runtime"},  # the settings' old address: a re-export of settings
     "faces": {"kernels", "runtime", "models"},
     "swap": {"faces", "kernels", "runtime", "models"},
     "kernels": {"runtime"},
@@ -176,3 +179,4 @@ def test_functions_import_the_package_only_to_keep_gpu_and_cluster_packages_lazy
 def test_the_rooms_are_the_ones_the_architecture_names():
     rooms = {room(m) for m in MODULES} - {"base"}
     assert rooms == set(ALLOWED), rooms ^ set(ALLOWED)
+
