@@ -1,6 +1,6 @@
 """Write tests/data/facefusion_jobs/ again with FaceFusion's own job commands.
 
-    python scripts/make_facefusion_jobs.py FACEFUSION_CHECKOUT [--python FF_PYTHON] [--out DIR]
+    python scripts/make_facefusion_jobs.py FACEFUSION_CHECKOUT [--python FF_PYTHON] [--out DIR] [--jobs ID...]
 
 FACEFUSION_CHECKOUT: a FaceFusion source tree (3.8.1 for the committed files), FF_PYTHON: a Python
 with FaceFusion's requirements installed (a CPU onnxruntime is enough: job commands load no model),
@@ -43,6 +43,10 @@ JOBS: dict[str, list[list[str]]] = {
         ["job-add-step", "-s", "source.jpg", "-t", "target.mp4", "-o", "output.mp4"],
         ["job-add-step", "-s", "source.jpg", "-t", "target2.mp4", "-o", "output.mp4"],
     ],
+    "swap-trimmed": [
+        ["job-add-step", "-s", "source.jpg", "-t", "target.mp4", "-o", "output.mp4",
+         "--trim-frame-start", "1", "--trim-frame-end", "3"],
+    ],
     "lip-syncer": [
         ["job-add-step", "-s", "source.jpg", "-t", "target.mp4", "-o", "output.mp4",
          "--processors", "lip_syncer"],
@@ -70,6 +74,7 @@ def main() -> int:
     parser.add_argument("facefusion", type=Path, help="FaceFusion's source checkout")
     parser.add_argument("--python", default=sys.executable, help="Python with FaceFusion's requirements")
     parser.add_argument("--out", type=Path, default=Path(__file__).parents[1] / "tests/data/facefusion_jobs")
+    parser.add_argument("--jobs", nargs="+", choices=list(JOBS), help="only these jobs (default: all)")
     args = parser.parse_args()
     root = args.facefusion.resolve()
     if not (root / "facefusion.py").is_file():
@@ -83,6 +88,8 @@ def main() -> int:
             for name, ffmpeg_args in MEDIA.items():
                 subprocess.run(["ffmpeg", "-loglevel", "error", *ffmpeg_args, name], cwd=root, check=True)
             for job_id, commands in JOBS.items():
+                if args.jobs and job_id not in args.jobs:
+                    continue
                 run = [[("job-create"), job_id], *commands, ["job-submit", job_id]]
                 for command in run:
                     name, *rest = command

@@ -10,7 +10,9 @@ import shutil
 from fractions import Fraction
 from pathlib import Path
 
+import av
 import cv2
+import numpy as np
 import pytest
 import standins
 from media import audio_packets, decode_all, make_clip
@@ -19,10 +21,14 @@ from test_cli import ffbatch, ffbatch_here
 from facefusion_batch.cli import FACEFUSION_ALIASES, FACEFUSION_SAME, facefusion_argv
 from facefusion_batch.errors import InputError
 from facefusion_batch.tools.facefusion_job import read_facefusion_job
+from facefusion_batch.video.trimmed import trim_range, write_trimmed
 
 ACCEPTED = frozenset(FACEFUSION_ALIASES) | FACEFUSION_SAME
 JOBS = Path(__file__).parent / "data" / "facefusion_jobs"
-RUNS = ("swap-default", "swap-image", "swap-and-enhance", "swap-then-enhance-remix", "two-steps-one-output")
+RUNS = (
+    "swap-default", "swap-image", "swap-and-enhance", "swap-then-enhance-remix", "two-steps-one-output",
+    "swap-trimmed",
+)  # fmt: skip
 REFUSED = {"lip-syncer": "lip_syncer", "frame-colorizer": "frame_colorizer"}
 
 
@@ -92,7 +98,9 @@ def test_a_processor_ffbatch_lacks_is_refused_by_name(tmp_path, workdir, name, p
     "changes, message",
     [
         ({"face_detector_margin": [10, 0, 0, 0]}, "face_detector_margin = [10, 0, 0, 0] is not supported"),
-        ({"trim_frame_start": 10}, "trim_frame_start = 10 is not supported"),
+        ({"trim_frame_start": -1}, "trim_frame_start = -1 is not a frame number"),
+        ({"trim_frame_end": "3"}, "trim_frame_end = '3' is not a frame number"),
+        ({"trim_frame_start": 3, "trim_frame_end": 3}, "trim_frame_end 3 is not after trim_frame_start 3"),
         ({"output_video_scale": 0.5}, "output_video_scale = 0.5"),
         ({"output_audio_volume": 50}, "output_audio_volume = 50"),
         ({"output_video_fps": 12.0}, "output_video_fps 12 differs from the target's 25 fps"),
@@ -204,3 +212,63 @@ def test_enhance_only_render_needs_an_enhancer(tmp_path, workdir):
     shutil.copy(workdir / "target.mp4", tmp_path / "t.mp4")
     proc = ffbatch_here("render", tmp_path / "t.mp4", "--swapper", "none", "-o", tmp_path / "o.mp4")
     assert proc.returncode == 2 and "--swapper none renders the enhancer alone" in proc.stderr
+
+
+def test_trim_frames_are_facefusions_range():
+    """FaceFusion's restrict_trim_frame: START inclusive, END exclusive, each clamped to the video."""
+    assert trim_range(10, None, None) == (0, 10) and trim_range(10, 2, None) == (2, 10)
+    assert trim_range(10, None, 4) == (0, 4) and trim_range(10, 3, 40) == (3, 10)
+    assert trim_range(10, 12, None) == (10, 10)  # nothing left: the job says so (exit 2)
+    step = read_facefusion_job(JOBS / "swap-trimmed.json", ACCEPTED).steps[0]
+    assert step.trim == (1, 3) and not [a for a in step.argv if a.startswith("--trim")]
+
+
+def test_a_trimmed_clip_starts_at_0_with_the_sound_of_its_span(tmp_path, workdir):
+    """write_trimmed on a segment of frames 1..2 (the input's timestamps, as --frames writes it)."""
+    frames, tb = decode_all(workdir / "target.mp4")
+    segment = tmp_path / "seg.mp4"
+    with av.open(str(segment), "w") as out:
+        video = out.add_stream("libx264", rate=25)
+        video.width, video.height, video.pix_fmt = 480, 320, "yuv420p"
+        for pts, image in frames[1:3]:
+            frame = av.VideoFrame.from_ndarray(image, format="bgr24")
+            frame.pts, frame.time_base = round(pts * tb * 25), Fraction(1, 25)
+            out.mux(video.encode(frame))
+        out.mux(video.encode(None))
+    write_trimmed(segment, workdir / "target.mp4", tmp_path / "out.mp4")
+    trimmed, tb2 = decode_all(tmp_path / "out.mp4")
+    assert [p * tb2 for p, _ in trimmed] == [0, Fraction(1, 25)]
+
+    def sound(path):
+        with av.open(str(path)) as c:
+            return np.concatenate([f.to_ndarray()[0] for f in c.decode(audio=0)])
+
+    ours, theirs = sound(tmp_path / "out.mp4"), sound(workdir / "target.mp4")[1920:5760]  # 1/25..3/25 s
+    assert 3840 <= len(ours) <= 3840 + 1024  # the span, plus at most one AAC frame of padding
+    assert np.corrcoef(ours[:3840], theirs)[0, 1] > 0.99  # the same sound, in step
+    assert np.corrcoef(ours[:3840], sound(workdir / "target.mp4")[:3840])[0, 1] < 0.9  # not from 0
+
+
+@pytest.mark.slow
+def test_the_trimmed_job_renders_frames_1_and_2_with_their_sound(tmp_path, workdir, private_home):
+    d = job_dir(tmp_path, workdir, "swap-trimmed")
+    proc = ffbatch(
+        "render", "--facefusion-job", "swap-trimmed.json", "--models-dir", "models", cwd=d, home=private_home
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["output.mp4"]
+    trimmed, tb = decode_all(d / "output.mp4")
+    assert [p * tb for p, _ in trimmed] == [0, Fraction(1, 25)]
+    (tmp_path / "whole").mkdir()
+    whole = ffbatch(
+        "render", "--facefusion-job", "swap-default.json", "--models-dir", "models", cwd=job_dir(
+            tmp_path / "whole", workdir, "swap-default"), home=private_home,
+    )  # fmt: skip
+    assert whole.returncode == 0, whole.stderr
+    swapped, _ = decode_all(tmp_path / "whole" / "output.mp4")
+    target, _ = decode_all(d / "target.mp4")
+    for (_, ours), (_, full), (_, original) in zip(trimmed, swapped[1:3], target[1:3], strict=True):
+        assert cv2.absdiff(ours, full).mean() < 2 < cv2.absdiff(ours, original).mean()  # frames 1, 2, swapped
+    with av.open(str(d / "output.mp4")) as c:
+        assert c.streams.audio[0].duration * c.streams.audio[0].time_base < 0.08 + 1024 / 48000
+    assert not [p.name for p in d.iterdir() if "swap-trimmed-" in p.name or ".frames" in p.name]

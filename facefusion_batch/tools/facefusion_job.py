@@ -20,7 +20,11 @@ rewrites to ffbatch's like any other FaceFusion name. Keys are:
 - of a processor ffbatch does not have, when the step runs it: the step is refused naming it;
 - of FaceFusion's own machinery (detector, landmarker, tracker, audio, scaling): accepted where
   they ask for what ffbatch does anyway (FACEFUSION_DEFAULTS), refused by name where not;
-- of frame staging on disk (ffbatch streams): no effect here.
+- of frame staging on disk (ffbatch streams): no effect here;
+- trim_frame_start / trim_frame_end: the step renders those frames (START inclusive, END exclusive,
+  each clamped to the video, as FaceFusion's restrict_trim_frame) with `--frames`, and its file is
+  that clip from 0 with the input's sound of the same span (video/trimmed.py); a photo is not
+  trimmed, as in FaceFusion.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import json
 import logging
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +41,7 @@ from facefusion_batch.errors import InputError
 from facefusion_batch.video.join_in_order import join_in_order
 from facefusion_batch.video.probe import probe
 from facefusion_batch.video.stills import is_still_image
+from facefusion_batch.video.trimmed import trim_range, write_trimmed
 
 log = logging.getLogger("ffbatch")
 
@@ -63,8 +68,6 @@ FACEFUSION_DEFAULTS: dict[str, tuple[Any, ...]] = {
     "output_audio_quality": (80,),
     "output_audio_volume": (100,),
     "output_video_scale": (1.0,),
-    "trim_frame_start": (),
-    "trim_frame_end": (),
 }
 # keys that only steer how FaceFusion stages frames on disk (ffbatch streams): no effect here
 NO_EFFECT = frozenset(
@@ -80,6 +83,7 @@ class JobStep:
     output: Path  # the step's file, `<name>-<job>-<index><ext>`
     final: Path  # the output_path the job writes
     argv: list[str]  # FaceFusion's option names, the input first (`-t TARGET`)
+    trim: tuple[int | None, int | None] = (None, None)  # trim_frame_start, trim_frame_end
 
 
 @dataclass
@@ -169,6 +173,7 @@ def read_facefusion_job(path: Path, accepted: frozenset[str]) -> Job:
         for key in [k for k in args if owner(k) is not None and owner(k) not in processors]:
             job.ignored.setdefault(key, []).append(index)
             del args[key]
+        trim = read_trim(what, args.pop("trim_frame_start", None), args.pop("trim_frame_end", None))
         check_fps(what, target, args.pop("output_video_fps", None))
         check_resolution(what, target, args.pop("output_video_resolution", None))
         for key, value in args.items():
@@ -187,8 +192,49 @@ def read_facefusion_job(path: Path, accepted: frozenset[str]) -> Job:
                 raise InputError(f"{what}: {key} is not an option ffbatch knows (FaceFusion's {option})")
             values = value if isinstance(value, list) else [value]
             argv += [option, *(str(v) for v in values)]
-        job.steps.append(JobStep(index, target, step_output_name(output, job_id, index), output, argv))
+        job.steps.append(JobStep(index, target, step_output_name(output, job_id, index), output, argv, trim))
     return job
+
+
+def read_trim(what: str, start: Any, end: Any) -> tuple[int | None, int | None]:
+    """trim_frame_start / trim_frame_end as FaceFusion takes them: whole frame numbers or null."""
+    for key, value in (("trim_frame_start", start), ("trim_frame_end", end)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise InputError(f"{what}: {key} = {value!r} is not a frame number (a whole number from 0)")
+    if start is not None and end is not None and end <= start:
+        raise InputError(f"{what}: trim_frame_end {end} is not after trim_frame_start {start}: no frames")
+    return start, end
+
+
+def run_step_trimmed(step: JobStep, run_step: Callable[[JobStep], int]) -> int:
+    """A step with trim_frame_start / _end: its frames rendered with --frames into a segment, then
+    the step's file made of it with the target's sound of the same span."""
+    if step.trim == (None, None) or is_still_image(step.target) or not step.target.is_file():
+        return run_step(step)  # a photo is not trimmed; a missing target is the render's to report
+    total = probe(step.target).frame_count
+    if total is None:
+        raise InputError(f"{step.target}: its frame count is unknown, so trim_frame_* cannot be applied")
+    start, end = trim_range(total, *step.trim)
+    if (start, end) == (0, total):
+        return run_step(step)
+    if end <= start:
+        raise InputError(
+            f"--facefusion-job, step {step.index}: trim_frame_start {step.trim[0]} / trim_frame_end "
+            f"{step.trim[1]} leave no frames of {step.target} ({total} frames)"
+        )
+    segment = step.output.with_name(f".{step.output.stem}.frames{step.output.suffix}")
+    argv = list(step.argv)
+    argv[argv.index("-o") + 1] = str(segment)
+    try:
+        code = run_step(replace(step, argv=[*argv, "--frames", f"{start}:{end}"]))
+        if code == 0:
+            log.info(
+                "--facefusion-job: step %d: frames %d to %d of %s", step.index, start, end - 1, step.target
+            )
+            write_trimmed(segment, step.target, step.output)
+        return code
+    finally:
+        segment.unlink(missing_ok=True)
 
 
 def check_output_path(what: str, output: Path) -> None:
@@ -254,7 +300,7 @@ def run_job(job: Job, run_step: Callable[[JobStep], int]) -> int:
     try:
         for n, step in enumerate(job.steps):
             log.info("--facefusion-job: step %d of %d", n + 1, len(job.steps))
-            code = run_step(step)
+            code = run_step_trimmed(step, run_step)
             if code:
                 log.error("--facefusion-job: step %d failed; later steps not run", step.index)
                 return code
