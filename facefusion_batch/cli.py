@@ -53,6 +53,7 @@ from facefusion_batch.settings.options import (
     Option,
     render_settings,
 )
+from facefusion_batch.stdout import say
 from facefusion_batch.tools import doctor as tools_doctor
 from facefusion_batch.tools import engines as tools_engines
 from facefusion_batch.tools import models as tools_models
@@ -758,12 +759,13 @@ def ffmpeg_hint(argv: list[str]) -> str:
 def _stdout_problem(exc: BaseException) -> str:
     """Why standard output did not take what ffbatch wrote to it, or '': a reader that went away
     (`| true`: click then swaps stdout for a wrapper and exits 1) or a full disk (`> /dev/full`:
-    the OSError comes out of click's echo). Standard output then becomes /dev/null, so that
+    the OSError comes out of click's echo or stdout.say). Standard output then becomes /dev/null, so that
     Python's own flush at exit does not fail again."""
     if type(sys.stdout).__name__.endswith("PacifyFlushWrapper"):
         problem = "the reader went away (broken pipe)"
     elif isinstance(exc, OSError) and any(
-        frame.f_code.co_name == "echo" and "click" in frame.f_code.co_filename
+        (frame.f_code.co_name == "echo" and "click" in frame.f_code.co_filename)
+        or frame.f_code is say.__code__
         for frame, _ in traceback.walk_tb(exc.__traceback__)
     ):
         problem = exc.strerror or str(exc)

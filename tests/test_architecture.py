@@ -17,7 +17,7 @@ PACKAGE = Path(facefusion_batch.__file__).resolve().parent
 NAME = "facefusion_batch"
 
 # modules that belong to no room: small utilities every room may use
-BASE = {"errors", "fsutil", "paths", "timing", "progress", "__main__", "_version"}
+BASE = {"errors", "fsutil", "paths", "timing", "progress", "stdout", "__main__", "_version"}
 # room → the rooms it may import (and itself); the base modules are always allowed
 ALLOWED: dict[str, set[str]] = {
     # the library face; the package's __init__ re-exports it
@@ -180,3 +180,22 @@ def test_the_rooms_are_the_ones_the_architecture_names():
     rooms = {room(m) for m in MODULES} - {"base"}
     assert rooms == set(ALLOWED), rooms ^ set(ALLOWED)
 
+
+# modules that may import the command-line library: the command line alone (the option table,
+# settings/options.py, is plain data that cli.py turns into typer's parameters)
+TYPER_IMPORTERS = {"cli"}
+
+
+def test_only_the_command_line_imports_typer():
+    found = []
+    for module, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            else:
+                continue
+            if any(n.split(".")[0] in ("typer", "click") for n in names) and module not in TYPER_IMPORTERS:
+                found.append(f"{module}:{node.lineno}")
+    assert not found, "typer or click imported outside cli.py: " + ", ".join(found)

@@ -22,8 +22,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import typer
-
 from facefusion_batch import RENDER_REVISION, __version__
 from facefusion_batch.config import (
     RenderSettings,
@@ -62,6 +60,7 @@ from facefusion_batch.pipeline.run import (
     sigterm_as_interrupt,
 )
 from facefusion_batch.progress import Progress
+from facefusion_batch.stdout import say
 from facefusion_batch.timing import StageTimer
 from facefusion_batch.video.compositing import describe_output, open_compositing_writers
 from facefusion_batch.video.formats import CONTAINERS, check_fits
@@ -517,7 +516,7 @@ def _render_one(settings: RenderSettings) -> int:
         result = render(settings, on_progress=progress.update, on_start=progress.start)
     if result.status != "skipped":
         log_done(result)
-    typer.echo(str(settings.output))
+    say(str(settings.output))
     return EXIT_OK
 
 
@@ -597,7 +596,7 @@ def _render_jobs(jobs: list[RenderSettings], entries: list, counts: dict) -> Ren
             entry.message = "up to date"
             entries.append(entry.summary())
             counts["skipped"] += 1
-            typer.echo(str(job.output))
+            say(str(job.output))
             continue
         if renderer is None or not renderer.serves(job):
             # once per run; again only when an input needs its own (a per-input reference face).
@@ -623,7 +622,7 @@ def _render_jobs(jobs: list[RenderSettings], entries: list, counts: dict) -> Ren
         log_done(result)
         entries.append(result.summary())
         counts["ok"] += 1
-        typer.echo(str(job.output))
+        say(str(job.output))
     return renderer
 
 

@@ -33,6 +33,7 @@ from facefusion_batch.farm.concat import join_segments
 from facefusion_batch.farm.jobs import render
 from facefusion_batch.farm.manifest import remove_work_dir, segment_name, work_dir_for
 from facefusion_batch.fsutil import claim_output, write_json_atomically
+from facefusion_batch.stdout import say
 from facefusion_batch.video.formats import segment_suffix
 from facefusion_batch.video.probe import probe
 from facefusion_batch.video.segments import frame_index
@@ -180,8 +181,6 @@ def render_on_several_gpus(
     ray: str | None,
 ) -> None:
     """`render --gpus A,B,…`: one input, one output, rendered over the GPUs and joined."""
-    import typer
-
     if len(inputs) != 1 or output is None:
         raise InputError("--gpus renders one input to one -o/--output")
     if frames is not None or ray is not None:
@@ -198,4 +197,4 @@ def render_on_several_gpus(
         result["faces_swapped"],
         result["audio"],
     )
-    typer.echo(str(output))
+    say(str(output))

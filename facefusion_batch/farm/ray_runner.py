@@ -59,6 +59,7 @@ from facefusion_batch.farm.resume import open_job_manifest, plan_segments
 from facefusion_batch.farm.segment import segment_tags, write_segment
 from facefusion_batch.pipeline.run import JobReport, Renderer
 from facefusion_batch.progress import Progress
+from facefusion_batch.stdout import say
 from facefusion_batch.timing import StageTimer
 from facefusion_batch.video.formats import segment_suffix
 from facefusion_batch.video.probe import probe
@@ -508,12 +509,10 @@ def _join(entry: InputJob, tags: dict | None, batch: bool) -> None:
 
 
 def _finish(entries: list[InputJob], report_path: Path | None, wall: float, batch: bool) -> int:
-    import typer
-
     counts = {k: sum(e.status == k for e in entries) for k in ("ok", "skipped", "failed")}
     for entry in entries:
         if entry.status in ("ok", "skipped"):
-            typer.echo(str(entry.settings.output))
+            say(str(entry.settings.output))
     frames = sum(e.frames for e in entries)
     log.info(
         "ray: %d input(s): %d rendered, %d up to date, %d failed; %d frames in %.1f s (%.1f fps)",
