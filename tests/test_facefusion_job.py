@@ -272,3 +272,17 @@ def test_the_trimmed_job_renders_frames_1_and_2_with_their_sound(tmp_path, workd
     with av.open(str(d / "output.mp4")) as c:
         assert c.streams.audio[0].duration * c.streams.audio[0].time_base < 0.08 + 1024 / 48000
     assert not [p.name for p in d.iterdir() if "swap-trimmed-" in p.name or ".frames" in p.name]
+
+
+def test_facefusions_no_tracker_swaps_every_kept_face_unsmoothed(tmp_path, workdir, monkeypatch):
+    """face_tracker_score 0 (FaceFusion's default) is FaceFusion without a tracker: ffbatch's tracker
+    neither holds a face back nor smooths its points (scripts/compare_facefusion.py measured the
+    difference); another score is refused."""
+    step = read_facefusion_job(JOBS / "swap-default.json", ACCEPTED).steps[0]
+    argv = facefusion_argv(["render", *step.argv])
+    pairs = dict(zip(argv[1:-1:2], argv[2:-1:2], strict=False))
+    assert pairs["--face-presence"] == "0" and pairs["--smoothing"] == "0"
+    d = job_dir(tmp_path, workdir, "swap-default", face_tracker_score=0.3)
+    monkeypatch.chdir(d)
+    with pytest.raises(InputError, match="face_tracker_score = 0.3 is not supported"):
+        read_facefusion_job(d / "swap-default.json", ACCEPTED)
