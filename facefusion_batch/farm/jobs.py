@@ -54,6 +54,7 @@ from facefusion_batch.pipeline.run import (
     Renderer,
     check_faces_swapped,
     count_not_swapped,
+    input_view,
     log_start,
     pixel_format_of,
     render_into,
@@ -392,13 +393,16 @@ def _render_plain(renderer, settings, info, report, timer, on_progress, on_start
     log_start(settings, info, report, info.frame_count)
     if on_start:
         on_start(info.frame_count)
-    layout = renderer.frame_layout(info, report, bgr_view=bool(compositing_outputs(settings)))
+    layout = renderer.frame_layout(
+        info, report, bgr_view=bool(compositing_outputs(settings)), settings=settings
+    )
     reader = FrameReader(
         settings.input,
         info=info,
         on_decode_error=settings.on_decode_error,
         pixel_format=pixel_format_of(layout),
         hwaccel=settings.device.hwaccel,
+        view=input_view(settings, info),
     )
     writer: SequenceWriter | VideoWriter
     if is_sequence_pattern(settings.output):

@@ -195,7 +195,9 @@ def render_chunked(
             return segment_tags(settings, start, end, index.count, digest)
 
         if missing:
-            layout = renderer.frame_layout(info, report, bgr_view=bool(compositing_outputs(settings)))
+            layout = renderer.frame_layout(
+                info, report, bgr_view=bool(compositing_outputs(settings)), settings=settings
+            )
             sink = SegmentSink(
                 work,
                 missing,

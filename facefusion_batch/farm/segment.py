@@ -146,7 +146,9 @@ def write_segment(
 ) -> None:
     """Render frames [start, end) of `settings.input` into `path` (atomically, video only)."""
     start, end = frames
-    layout = renderer.frame_layout(info, report, bgr_view=bool(compositing_outputs(settings)))
+    layout = renderer.frame_layout(
+        info, report, bgr_view=bool(compositing_outputs(settings)), settings=settings
+    )
     pixels = pixel_format_of(layout)
     reader = read_ranges(settings, info, [(start, end)], index, layout, warmup=settings.tracking.memory)
     writer: SequenceWriter | VideoWriter

@@ -38,6 +38,7 @@ from facefusion_batch.pipeline.executor import run_ordered
 from facefusion_batch.pipeline.report import RenderReport
 from facefusion_batch.pipeline.stages import BatchResult, FacePipeline
 from facefusion_batch.timing import StageTimer
+from facefusion_batch.video.colour import ViewTransform, view_transform
 from facefusion_batch.video.compositing import CompositingWriters
 from facefusion_batch.video.fields import FIRST_FIELD, split_fields, weave_fields
 from facefusion_batch.video.native import NativeFrames, compose
@@ -159,7 +160,12 @@ class Renderer:
         return all(getattr(settings, k) == getattr(self.settings, k) for k in _RENDERER_KEYS)
 
     def frame_layout(
-        self, info: VideoInfo, report: RenderReport | None = None, *, bgr_view: bool = False
+        self,
+        info: VideoInfo,
+        report: RenderReport | None = None,
+        *,
+        bgr_view: bool = False,
+        settings: RenderSettings | None = None,
     ) -> PlaneLayout | NativeFrames | None:
         """The layout a job's frames keep from decoder to encoder: yuv420p planes (PlaneLayout),
         BGR with each frame's own picture beside it (NativeFrames), or None for BGR frames.
@@ -168,17 +174,20 @@ class Renderer:
         input and output allow it exactly (video/planes.py), and the job needs no 8-bit BGR view
         of its swapped frames (`bgr_view`: the compositing outputs are made from it); otherwise
         the native pictures where the input's pixel format allows (video/native.py); said in the
-        log and the report."""
-        pix_fmt = self._output_pix_fmt(info)
+        log and the report. `settings`: the job's (its output and colour space), when not the
+        renderer's."""
+        settings = settings or self.settings
+        pix_fmt = self._output_pix_fmt(info, settings)
+        view = input_view(settings, info)
         if not self.accepts_planes:
-            return self._native_layout(info, pix_fmt, report)
+            return self._native_layout(info, pix_fmt, report, view)
         if bgr_view:
             log.info("frames cross to the device as BGR: the compositing outputs are made from the BGR view")
-            return self._native_layout(info, pix_fmt, report)
+            return self._native_layout(info, pix_fmt, report, view)
         layout, why_not = plane_layout_for(info, pix_fmt)
         if layout is None:
             log.info("frames cross to the device as BGR: %s", why_not)
-            return self._native_layout(info, pix_fmt, report)
+            return self._native_layout(info, pix_fmt, report, view)
         log.info(
             "frames stay yuv420p planes (%s) from decoder to encoder; the device converts", layout.matrix
         )
@@ -186,14 +195,18 @@ class Renderer:
             report.frames_as = f"{YUV420P} ({layout.matrix})"
         return layout
 
-    def _output_pix_fmt(self, info: VideoInfo) -> str:
-        settings = self.settings
+    @staticmethod
+    def _output_pix_fmt(info: VideoInfo, settings: RenderSettings) -> str:
         if is_sequence_pattern(settings.output):
             return sequence_codec(settings.output, settings.encoder.pix_fmt, info.bit_depth)[1]
         return output_pix_fmt(settings.encoder, info)
 
     @staticmethod
-    def _native_layout(info: VideoInfo, pix_fmt: str, report: RenderReport | None) -> NativeFrames | None:
+    def _native_layout(
+        info: VideoInfo, pix_fmt: str, report: RenderReport | None, view: ViewTransform | None
+    ) -> NativeFrames | None:
+        if view is not None:
+            log.info("the floating-point input is shown to the face stages through %s", view.name)
         why_not = native_layout(info, pix_fmt)
         if why_not:
             log.info("frames are processed as 8-bit BGR end to end: %s", why_not)
@@ -201,8 +214,9 @@ class Renderer:
         log.info("frames keep their own %s pictures; only the painted rectangles are converted", info.pix_fmt)
         first = FIRST_FIELD.get(info.field_order)
         fields = "" if first is None else f", swapped per field ({'top' if first == 0 else 'bottom'} first)"
+        shown = f"{view.name} " if view is not None else ""
         if report is not None:
-            report.frames_as = f"{NATIVE} {info.pix_fmt} (8-bit BGR view for the face stages{fields})"
+            report.frames_as = f"{NATIVE} {info.pix_fmt} (8-bit BGR {shown}view for the face stages{fields})"
         return NativeFrames(info.pix_fmt, info.bit_depth, first)
 
     def new_report(self, settings: RenderSettings) -> JobReport:
@@ -377,6 +391,12 @@ def count_not_swapped(report: RenderReport, result: BatchResult, written: np.nda
             report.faces_not_swapped[reason] = report.faces_not_swapped.get(reason, 0) + n
 
 
+def input_view(settings: RenderSettings, info: VideoInfo) -> ViewTransform | None:
+    """How the input's floating-point (EXR) pictures are shown to the face stages (video/colour.py);
+    None for integer pictures. InputError for a colour space or OCIO config that cannot be used."""
+    return view_transform(info.pix_fmt, settings.input_colorspace, settings.ocio_config)
+
+
 def pixel_format_of(layout: PlaneLayout | NativeFrames | None) -> str:
     if isinstance(layout, NativeFrames):
         return NATIVE
@@ -409,6 +429,7 @@ def read_ranges(
             index=index,
             pixel_format=pixel_format_of(layout),
             hwaccel=settings.device.hwaccel,
+            view=input_view(settings, info),
         )
         try:
             for i, frame in enumerate(reader):

@@ -537,6 +537,27 @@ RENDER: tuple[Option, ...] = (
         field="input_fps",
     ),
     Option(
+        "input_colorspace",
+        str,
+        help=(
+            "How an EXR plate's values are shown to the face stages: auto (scene-linear for EXR), "
+            "linear (built-in linear to sRGB view), srgb (values are display values), or a colour space "
+            "of the OCIO config. Pixels outside the faces keep every bit whichever is chosen."
+        ),
+        panel=PANEL_IO,
+        field="input_colorspace",
+    ),
+    Option(
+        "ocio_config",
+        str | None,
+        help=(
+            "OCIO config (a .ocio file or a built-in such as ocio://default; default: the OCIO "
+            "environment variable): EXR plates are shown through its default display and view."
+        ),
+        panel=PANEL_IO,
+        field="ocio_config",
+    ),
+    Option(
         "start_number",
         int | None,
         help=(
@@ -1059,6 +1080,7 @@ PREVIEW: tuple[Option, ...] = (
     ),
     *_render("source"),
     Option("frames", int, help="How many frames to sample.", panel=PANEL_IO, default=4),
+    *_render("input_colorspace", "ocio_config"),
     Option("overwrite", bool, help="Replace the sheet if it exists.", panel=PANEL_IO, field="overwrite"),
     *_render(
         "faces",

@@ -13,7 +13,7 @@ import numpy as np
 from facefusion_batch.config import RenderSettings, check_writes, files_read
 from facefusion_batch.errors import InputError
 from facefusion_batch.fsutil import claim_output
-from facefusion_batch.pipeline.run import Renderer, pixel_format_of, run_frames
+from facefusion_batch.pipeline.run import Renderer, input_view, pixel_format_of, run_frames
 from facefusion_batch.timing import StageTimer
 from facefusion_batch.video.native import NativePicture
 from facefusion_batch.video.probe import VideoInfo, probe
@@ -147,7 +147,8 @@ def render_frames(
             runs[-1][1] = n + 1
         else:
             runs.append([start, n + 1])
-    layout = renderer.frame_layout(info, bgr_view=True)  # a render's native pictures or BGR
+    # a render's native pictures or BGR
+    layout = renderer.frame_layout(info, bgr_view=True, settings=settings)
     keep = set(wanted)
     rows: dict[int, tuple[float, np.ndarray, np.ndarray]] = {}
     rects: dict[int, list[tuple[int, int, int, int]]] = {}
@@ -165,6 +166,7 @@ def render_frames(
             index=index,
             pixel_format=pixel_format_of(layout),
             hwaccel=settings.device.hwaccel,
+            view=input_view(settings, info),
         )
         try:
             frames = (replace(f, warmup=f.index not in keep) for f in reader)

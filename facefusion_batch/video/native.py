@@ -14,8 +14,13 @@ mean change of the pixels it covers. The change is zero wherever the swap left a
 alone, so every pixel outside the faces leaves bit for bit as decoded, and inside them the
 target's gradients keep their high-bit-depth detail under the 8-bit change.
 
+Floating-point pictures (EXR's half and float planes) are shown to the face stages through a
+view transform (video/colour.py: scene-linear → display) and the change goes back through its
+inverse at float precision, `compose_float`; samples the swap left alone keep every bit.
+
 Used for the pixel formats `native_reason` accepts (planar YUV and GBR at 8-16 bits, packed
-RGB 48/64) on upright inputs with even sides; anything else stays on the BGR path.
+RGB 48/64, planar half/float GBR) on upright inputs with even sides; anything else stays on the
+BGR path.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from functools import lru_cache
 import av
 import numpy as np
 
+from facefusion_batch.video.colour import FLOAT_PIX_FMTS, ViewTransform
 from facefusion_batch.video.planes import COLORSPACE_MATRICES
 from facefusion_batch.video.probe import VideoInfo
 
@@ -44,7 +50,7 @@ class NativeFormat:
     """How one pixel format's planes are laid out, for the arithmetic below."""
 
     name: str
-    kind: str  # yuv | gbr | rgb (packed)
+    kind: str  # yuv | gbr | rgb (packed) | float (planar GBR, half or float)
     bits: int
     dtype: np.dtype
     planes: int
@@ -60,6 +66,9 @@ def native_format(pix_fmt: str) -> NativeFormat | None:
     except ValueError:
         return None
     bits = max(c.bits for c in fmt.components)
+    if pix_fmt in FLOAT_PIX_FMTS:
+        dtype = np.dtype(np.float16 if bits == 16 else np.float32)
+        return NativeFormat(pix_fmt, "float", bits, dtype, len(fmt.components), 1, (0, 0))
     if bits > 16:
         return None
     dtype = np.dtype(np.uint8) if bits <= 8 else np.dtype(">u2" if fmt.is_big_endian else "<u2")
@@ -113,6 +122,7 @@ class NativePicture:
     planes: list[np.ndarray]
     colorspace: int = 2
     color_range: int = 0
+    view: ViewTransform | None = None  # a float picture's view for the face stages (video/colour.py)
 
     @classmethod
     def from_av(cls, frame: av.VideoFrame, pix_fmt: str, width: int, height: int) -> NativePicture:
@@ -180,6 +190,9 @@ def rgb_box(picture: NativePicture, box: tuple[int, int, int, int]) -> np.ndarra
     over the pixels it covers; values past the code range are kept, not clipped)."""
     fmt = _known_format(picture.pix_fmt)
     x0, y0, x1, y1 = box
+    if fmt.kind == "float":
+        g, b, r = (plane[y0:y1, x0:x1] for plane in picture.planes[:3])
+        return np.stack([r, g, b], axis=-1).astype(np.float32)
     top = np.float32((1 << fmt.bits) - 1)
     if fmt.kind == "rgb":
         n = fmt.components
@@ -252,7 +265,39 @@ def compose(
     return picture
 
 
+def view8(picture: NativePicture) -> np.ndarray:
+    """The 8-bit BGR picture the face stages see of a float picture, through its view."""
+    view = picture.view or _IDENTITY
+    return view.view8(rgb_box(picture, (0, 0, picture.width, picture.height)))
+
+
+_IDENTITY = ViewTransform("display values as they are", "identity")
+
+
+def _apply_float(picture: NativePicture, x0: int, y0: int, change: np.ndarray) -> None:
+    """video/colour.py's composition: out = in + inverse(view(in) + d) − inverse(view(in)) where
+    the 8-bit change d (RGB, display units) is not zero; every other sample keeps its bits."""
+    h, w = change.shape[:2]
+    changed = (change != 0).any(axis=-1)
+    if not changed.any():
+        return
+    view = picture.view or _IDENTITY
+    rows, cols = np.nonzero(changed)
+    before = rgb_box(picture, (x0, y0, x0 + w, y0 + h))[rows, cols]
+    shown = view.forward(before)
+    target = np.maximum(shown + change[rows, cols], np.minimum(shown, 0))  # no darker than black
+    if view.display_max is not None:
+        target = np.minimum(target, np.maximum(shown, view.display_max))
+    after = before + (view.inverse(target) - view.inverse(shown))
+    after = np.where(np.isfinite(after), after, before)
+    for plane, channel in zip(picture.planes, (1, 2, 0), strict=False):  # G, B, R
+        plane[y0 + rows, x0 + cols] = after[:, channel].astype(plane.dtype)
+
+
 def _apply(picture: NativePicture, fmt: NativeFormat, top: int, x0: int, y0: int, rgb: np.ndarray) -> None:
+    if fmt.kind == "float":
+        _apply_float(picture, x0, y0, rgb)
+        return
     if fmt.kind == "rgb":
         n = fmt.components
         plane = picture.planes[0]

@@ -61,8 +61,9 @@ import cv2
 import numpy as np
 
 from facefusion_batch.errors import FfbatchError, InputError
+from facefusion_batch.video.colour import ViewTransform, is_float_format
 from facefusion_batch.video.hwaccel import HWACCELS
-from facefusion_batch.video.native import NativePicture
+from facefusion_batch.video.native import NativePicture, view8
 from facefusion_batch.video.planes import BGR24, NATIVE, PIXEL_FORMATS, YUV420P, blank_picture
 from facefusion_batch.video.probe import VideoInfo, open_input, probe
 from facefusion_batch.video.segments import FrameIndex, FramePackets, frame_index
@@ -138,6 +139,7 @@ class FrameReader:
         on_decode_error: str = "fail",
         pixel_format: str = BGR24,
         hwaccel: str = "none",
+        view: ViewTransform | None = None,
     ) -> None:
         """`frames=(start, end)` yields only frames start..end-1 (0-based, presentation order),
         seeking to the keyframe before `start` when the stream's timestamps allow it (`index`,
@@ -146,7 +148,8 @@ class FrameReader:
         `pixel_format="native"`: BGR frames, each with its decoded picture in `Frame.native`
         (for inputs `native_reason` accepts).
         `hwaccel="cuda"`: decoded by NVDEC (frames come back to host memory as nv12; a stream
-        NVDEC cannot decode falls back to the software decoder)."""
+        NVDEC cannot decode falls back to the software decoder).
+        `view`: how a floating-point (EXR) picture is shown as 8-bit BGR (video/colour.py)."""
         if hwaccel not in HWACCELS:
             raise ValueError(f"hwaccel must be one of {HWACCELS}")
         self.hwaccel = hwaccel
@@ -160,6 +163,7 @@ class FrameReader:
             raise ValueError('on_decode_error="skip" reads whole files only, not frame ranges')
         self.on_decode_error = on_decode_error
         self.pixel_format = pixel_format
+        self.view = view
         self.path = Path(path)
         self.info = info if info is not None else probe(self.path)
         self.frames = frames
@@ -565,8 +569,17 @@ class FrameReader:
             return av_frame.to_ndarray()
         if self.pixel_format == NATIVE:
             self._native = NativePicture.from_av(av_frame, info.pix_fmt, info.coded_width, info.coded_height)
+            self._native.view = self.view
             if self.on_decode_error == "skip":  # kept apart for the frames that may replace it later
                 self._spare = self._native.copy()
+            if is_float_format(info.pix_fmt):
+                return view8(self._native)
+        elif self.view is not None and is_float_format(av_frame.format.name):  # EXR into a video
+            picture = NativePicture.from_av(
+                av_frame, av_frame.format.name, info.coded_width, info.coded_height
+            )
+            picture.view = self.view
+            return rotate_upright(view8(picture), info.rotation)
         # Honour the frame's own colour tags: the matrix (BT.601/709/2020) and the range
         # (limited/full); untagged frames get FFmpeg's defaults, as a player would use.
         image = av_frame.to_ndarray(format="bgr24", src_color_range=int(av_frame.color_range), **kwargs)

@@ -4,7 +4,8 @@ VFX pipelines number frames from 1001 for a video input (`--start-number`). Each
 encoded by FFmpeg's image encoder for the extension (PNG and TIFF 8- or 16-bit RGB, DPX,
 OpenEXR half/float RGB) into a hidden temporary name beside its final one; `close()` renames
 them all into place, `abort()` removes them, so a failed render leaves no partial sequence.
-EXR values are the video's display-referred RGB scaled to 0..1, not linearised.
+An EXR plate's own values go back out as they came (half stays half; video/colour.py says how
+the face stages see them); a video's frames become EXR as display-referred RGB scaled to 0..1.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ import numpy as np
 from av.video.codeccontext import VideoCodecContext
 
 from facefusion_batch.errors import FfbatchError, InputError, OutputError
-from facefusion_batch.video.native import NativePicture
+from facefusion_batch.video.colour import FLOAT_PIX_FMTS, HALF_PIX_FMTS
+from facefusion_batch.video.native import NativePicture, rgb_box
 from facefusion_batch.video.planes import BGR24, NATIVE, YUV420P, picture_shape
 from facefusion_batch.video.probe import VideoInfo, sequence_numbers
 
@@ -154,10 +156,12 @@ class SequenceWriter:
         pixel_format: str = BGR24,
         exr_format: str | None = None,
     ) -> None:
-        """`exr_format`: half | float for .exr (None: float). Frames are numbered from
-        `start_number` in the order written, or by the `number` each `write` is given."""
+        """`exr_format`: half | float for .exr (None: half for a half-float input, else float).
+        Frames are numbered from `start_number` in the order written, or by the `number` each
+        `write` is given."""
         self.output = Path(pattern)
-        self.exr_format = exr_format
+        half = self.output.suffix.lower() == ".exr" and info.pix_fmt in HALF_PIX_FMTS
+        self.exr_format = exr_format or ("half" if half else None)
         self.info = info
         self.codec, self.pix_fmt = sequence_codec(self.output, pix_fmt, info.bit_depth)
         self.start_number = start_number
@@ -213,7 +217,9 @@ class SequenceWriter:
 
     def _encode(self, image: np.ndarray | NativePicture) -> bytes:
         deep = False
-        if isinstance(image, NativePicture):
+        if isinstance(image, NativePicture) and image.pix_fmt in FLOAT_PIX_FMTS:
+            frame = self._float_frame(image)
+        elif isinstance(image, NativePicture):
             frame = image.to_av()
             deep = max(c.bits for c in frame.format.components) > 8
         elif self.pixel_format == YUV420P:
@@ -223,7 +229,9 @@ class SequenceWriter:
             frame.color_range = 2 if self.info.color_range == 2 else 1
         else:
             frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(image), format="bgr24")
-        if self.pix_fmt in ("gbrpf32le", "gbrapf32le"):
+        if frame.format.name in FLOAT_PIX_FMTS:
+            pass  # a float plate's own values (half → float32 → half is exact)
+        elif self.pix_fmt in ("gbrpf32le", "gbrapf32le"):
             # exactly code / 255 (swscale's float path puts white at 0.996)
             alpha = self.pix_fmt == "gbrapf32le"
             packed = ("rgba64le" if alpha else "rgb48le") if deep else ("rgba" if alpha else "rgb24")
@@ -239,6 +247,16 @@ class SequenceWriter:
             ctx.options = {"compression": "zip1", **({"format": self.exr_format} if self.exr_format else {})}
         packets = ctx.encode(frame) + ctx.encode(None)
         return b"".join(bytes(p) for p in packets)
+
+    def _float_frame(self, picture: NativePicture) -> av.VideoFrame:
+        """A float picture's values as the EXR encoder takes them (float32 planes, alpha kept)."""
+        if not self.pix_fmt.startswith("gbr") or not self.pix_fmt.endswith("f32le"):
+            raise FfbatchError(f"SequenceWriter for {self.output}: a float picture into {self.pix_fmt}")
+        values = rgb_box(picture, (0, 0, picture.width, picture.height))
+        if self.pix_fmt == "gbrapf32le":
+            alpha = picture.planes[3] if len(picture.planes) > 3 else np.ones(values.shape[:2], np.float32)
+            values = np.concatenate([values, alpha[..., None].astype(np.float32)], axis=-1)
+        return av.VideoFrame.from_ndarray(np.ascontiguousarray(values), format=self.pix_fmt)
 
     def commit(self) -> None:
         """Rename the frames written so far into place and go on (a chunk of a resumable render

@@ -57,6 +57,7 @@ from av.video.codeccontext import VideoCodecContext
 from facefusion_batch.errors import FfbatchError, InputError, OutputError
 from facefusion_batch.fsutil import AtomicFile, ffmpeg_path
 from facefusion_batch.video.audio import AudioMuxer
+from facefusion_batch.video.colour import is_float_format
 from facefusion_batch.video.fields import field_reason
 from facefusion_batch.video.formats import (
     CONTAINERS,
@@ -1034,6 +1035,8 @@ def native_layout(info: VideoInfo, pix_fmt: str) -> str:
     reason = native_reason(info)
     if reason:
         return reason
+    if is_float_format(info.pix_fmt) and not is_float_format(pix_fmt):
+        return f"a floating-point plate goes into the {pix_fmt} output through its 8-bit display view"
     if _even_dims(info.width, info.height, pix_fmt) != (info.width, info.height):
         return f"the {pix_fmt} output pads the input's odd size"
     return ""
