@@ -32,6 +32,11 @@ CASES = {
     "scrfd 480": ("scrfd", "480x480", [0], 0.6),
     "many": ("many", "640x640", [0], 0.5),
 }
+# FaceFusion's face_detector_margin (top, right, bottom, left %), with the case's other settings
+MARGIN_CASES = {
+    "yunet margin 10 20 30 40": ("yunet", [10, 20, 30, 40]),
+    "yolo_face angles 0 90 margin 25": ("yolo_face angles 0 90", [25, 25, 25, 25]),
+}
 SOURCE_CASE = "yunet"
 KEPT = 24  # the best faces of each picture written (ffbatch keeps at most 64 a frame)
 # face_landmarker_model cases, on the faces of the yunet case (face_landmarker_score 0.5)
@@ -76,12 +81,15 @@ def main() -> None:
     face_landmarker.get_inference_pool = lambda: landmarkers
     state_manager.init_item("download_providers", ["github"])  # its model-set tables name the URLs
     images = [cv2.imread(str(p)) for p in args.images]
-    out: dict = {"images": [p.name for p in args.images], "cases": {}}
-    for case, (model, size, angles, score) in CASES.items():
+    out: dict = {"images": [p.name for p in args.images], "cases": {}, "margin_cases": {}}
+    runs = [(case, case, [0, 0, 0, 0]) for case in CASES]
+    runs += [(name, case, margin) for name, (case, margin) in MARGIN_CASES.items()]
+    for name, case, margin in runs:
+        model, size, angles, score = CASES[case]
         for key, value in (
             ("face_detector_model", model),
             ("face_detector_size", size),
-            ("face_detector_margin", [0, 0, 0, 0]),
+            ("face_detector_margin", margin),
             ("face_detector_angles", angles),
             ("face_detector_score", score),
         ):
@@ -104,15 +112,15 @@ def main() -> None:
                 "score": [round(float(scores[i]), 7) for i in keep],
                 "five": [[[round(float(v), 4) for v in xy] for xy in points[i]] for i in keep],
             }
-            if case == SOURCE_CASE and len(keep):
+            if name == SOURCE_CASE and len(keep):
                 embedding, _ = face_recognizer.calculate_face_embedding(image, points[keep[0]])
                 faces["embedding"] = [round(float(v), 6) for v in embedding]
-            if case == SOURCE_CASE:
+            if name == SOURCE_CASE:
                 faces["kept"] = [int(i) for i in keep]
                 faces["five_raw"] = [points[i] for i in keep]
                 faces["box_raw"] = [boxes[i] for i in keep]
             found.append(faces)
-        out["cases"][case] = found
+        out["cases" if name in CASES else "margin_cases"].setdefault(name, found)
     # create_faces' landmark steps on the yunet case's faces: 68/5, the angle, the landmarker, 5/68
     out["landmarks"] = {}
     for model in LANDMARKERS:

@@ -37,6 +37,8 @@ from facefusion_batch.faces.facefusion_detectors import (
     FaceFusionDetector,
     FaceFusionDetectorSettings,
     facefusion_detector_settings,
+    margin_pixels,
+    parse_margin,
 )
 from facefusion_batch.faces.facefusion_landmarks import (
     FaceFusionLandmarker,
@@ -132,9 +134,11 @@ def test_the_committed_reference_is_what_facefusion_gives(reference):
     """The committed file is the script's output on today's stand-ins (regenerate it when they change)."""
     committed = json.loads(COMMITTED.read_text())
     assert committed["cases"].keys() == reference["cases"].keys()
-    for case in reference["cases"]:
-        for mine, theirs in zip(committed["cases"][case], reference["cases"][case], strict=True):
-            assert mine["score"] == pytest.approx(theirs["score"], abs=1e-6)
+    assert committed["margin_cases"].keys() == reference["margin_cases"].keys()
+    for group in ("cases", "margin_cases"):
+        for case in reference[group]:
+            for mine, theirs in zip(committed[group][case], reference[group][case], strict=True):
+                assert mine["score"] == pytest.approx(theirs["score"], abs=1e-6)
     for model, per_image in reference["landmarks"].items():
         for mine, theirs in zip(committed["landmarks"][model], per_image, strict=True):
             assert mine["score"] == pytest.approx(theirs["score"], abs=1e-6)
@@ -157,6 +161,40 @@ def test_faces_are_facefusions(case, ff_models, reference, pictures):
         np.testing.assert_allclose(table.score[mine], theirs["score"], atol=1e-6)
         np.testing.assert_allclose(table.box[mine], theirs["box"], atol=2e-3)
         np.testing.assert_allclose(table.landmarks5[mine], theirs["five"], atol=2e-3)
+
+
+@pytest.mark.parametrize("name", list(ff_reference.MARGIN_CASES))
+def test_a_margin_finds_facefusions_faces(name, ff_models, reference, pictures):
+    """--face-detector-margin: the frame padded with black at each side (a share of its height or
+    width, at every angle) before it is shrunk, the faces moved back: FaceFusion's detect_faces."""
+    case, margin = ff_reference.MARGIN_CASES[name]
+    model, size, angles, score = CASES[case]
+    settings = FaceFusionDetectorSettings(
+        model, int(size.split("x")[0]), tuple(angles), score, ff_reference.KEPT, tuple(margin)
+    )
+    table = FaceFusionDetector(sessions(ff_models, model), settings).detect(
+        K, [read_image(p) for p in pictures]
+    )
+    for i, theirs in enumerate(reference["margin_cases"][name]):
+        mine = np.flatnonzero(table.frame_index == i)
+        assert len(mine) == len(theirs["score"]) > 0
+        np.testing.assert_allclose(table.score[mine], theirs["score"], atol=1e-6)
+        np.testing.assert_allclose(table.box[mine], theirs["box"], atol=2e-3)
+        np.testing.assert_allclose(table.landmarks5[mine], theirs["five"], atol=2e-3)
+    plain = reference["cases"][case]
+    assert any(  # the margin changes what the detector sees
+        a["score"] != b["score"] for a, b in zip(plain, reference["margin_cases"][name], strict=True)
+    )
+
+
+def test_margin_values_as_facefusion_reads_them():
+    assert parse_margin(None) == (0, 0, 0, 0) and parse_margin("10") == (10, 10, 10, 10)
+    assert parse_margin("10 20") == (10, 20, 10, 20) and parse_margin("10,20,30") == (10, 20, 30, 20)
+    assert parse_margin("1 2 3 4") == (1, 2, 3, 4)
+    for bad in ("101", "1 2 3 4 5", "x", "-1"):
+        with pytest.raises(InputError, match="--face-detector-margin"):
+            parse_margin(bad)
+    assert margin_pixels((100, 200, 3), (10, 20, 30, 100)) == (5, 20, 15, 100)
 
 
 @pytest.mark.parametrize("model", ff_reference.LANDMARKERS)

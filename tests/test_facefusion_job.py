@@ -223,10 +223,11 @@ def test_trim_frames_are_facefusions_range():
     assert step.trim == (1, 3) and not [a for a in step.argv if a.startswith("--trim")]
 
 
-def test_a_trimmed_clip_starts_at_0_with_the_sound_of_its_span(tmp_path, workdir):
+@pytest.mark.parametrize("ext", [".mp4", ".mkv"])  # Matroska records no stream duration
+def test_a_trimmed_clip_starts_at_0_with_the_sound_of_its_span(tmp_path, workdir, ext):
     """write_trimmed on a segment of frames 1..2 (the input's timestamps, as --frames writes it)."""
     frames, tb = decode_all(workdir / "target.mp4")
-    segment = tmp_path / "seg.mp4"
+    segment = tmp_path / f"seg{ext}"
     with av.open(str(segment), "w") as out:
         video = out.add_stream("libx264", rate=25)
         video.width, video.height, video.pix_fmt = 480, 320, "yuv420p"
@@ -235,15 +236,15 @@ def test_a_trimmed_clip_starts_at_0_with_the_sound_of_its_span(tmp_path, workdir
             frame.pts, frame.time_base = round(pts * tb * 25), Fraction(1, 25)
             out.mux(video.encode(frame))
         out.mux(video.encode(None))
-    write_trimmed(segment, workdir / "target.mp4", tmp_path / "out.mp4")
-    trimmed, tb2 = decode_all(tmp_path / "out.mp4")
+    write_trimmed(segment, workdir / "target.mp4", tmp_path / f"out{ext}")
+    trimmed, tb2 = decode_all(tmp_path / f"out{ext}")
     assert [p * tb2 for p, _ in trimmed] == [0, Fraction(1, 25)]
 
     def sound(path):
         with av.open(str(path)) as c:
             return np.concatenate([f.to_ndarray()[0] for f in c.decode(audio=0)])
 
-    ours, theirs = sound(tmp_path / "out.mp4"), sound(workdir / "target.mp4")[1920:5760]  # 1/25..3/25 s
+    ours, theirs = sound(tmp_path / f"out{ext}"), sound(workdir / "target.mp4")[1920:5760]  # 1/25..3/25 s
     assert 3840 <= len(ours) <= 3840 + 1024  # the span, plus at most one AAC frame of padding
     assert np.corrcoef(ours[:3840], theirs)[0, 1] > 0.99  # the same sound, in step
     assert np.corrcoef(ours[:3840], sound(workdir / "target.mp4")[:3840])[0, 1] < 0.9  # not from 0
@@ -272,3 +273,17 @@ def test_the_trimmed_job_renders_frames_1_and_2_with_their_sound(tmp_path, workd
     with av.open(str(d / "output.mp4")) as c:
         assert c.streams.audio[0].duration * c.streams.audio[0].time_base < 0.08 + 1024 / 48000
     assert not [p.name for p in d.iterdir() if "swap-trimmed-" in p.name or ".frames" in p.name]
+
+
+def test_facefusions_no_tracker_swaps_every_kept_face_unsmoothed(tmp_path, workdir, monkeypatch):
+    """face_tracker_score 0 (FaceFusion's default) is FaceFusion without a tracker: ffbatch's tracker
+    neither holds a face back nor smooths its points (scripts/compare_facefusion.py measured the
+    difference); another score is refused."""
+    step = read_facefusion_job(JOBS / "swap-default.json", ACCEPTED).steps[0]
+    argv = facefusion_argv(["render", *step.argv])
+    pairs = dict(zip(argv[1:-1:2], argv[2:-1:2], strict=False))
+    assert pairs["--face-presence"] == "0" and pairs["--smoothing"] == "0"
+    d = job_dir(tmp_path, workdir, "swap-default", face_tracker_score=0.3)
+    monkeypatch.chdir(d)
+    with pytest.raises(InputError, match="face_tracker_score = 0.3 is not supported"):
+        read_facefusion_job(d / "swap-default.json", ACCEPTED)

@@ -9,6 +9,8 @@ cls·obj, where ffbatch's own YuNet stage uses √(cls·obj)) and suppressed tog
 cv2.dnn.NMSBoxes at FaceFusion's IoU. Unlike FaceFusion, the canvases of the whole batch (every
 frame at every angle) go through each model in one call. The five points are the detector's
 (FaceFusion's '5'), refined by FaceFusion's landmarker where one is given (facefusion_landmarks.py).
+A margin (FaceFusion's --face-detector-margin, percent of each side: 100 is half the frame) pads the
+picture with black before it is shrunk, at every angle, as face_detector.detect_faces does.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ class FaceFusionDetectorSettings:
     angles: tuple[int, ...] = (0,)
     score: float = 0.5  # FaceFusion's --face-detector-score, on its own scale
     max_faces_per_frame: int = 64
+    margin: tuple[int, int, int, int] = (0, 0, 0, 0)  # --face-detector-margin: top, right, bottom, left %
 
     def __post_init__(self) -> None:
         if self.model not in FACE_DETECTORS:
@@ -51,6 +54,8 @@ class FaceFusionDetectorSettings:
             )
         if not self.angles or any(a not in ANGLES for a in self.angles):
             raise ValueError(f"face detector angles {self.angles} are not among {ANGLES}")
+        if len(self.margin) != 4 or any(not 0 <= m <= 100 for m in self.margin):
+            raise ValueError(f"face detector margin {self.margin}: four percentages from 0 to 100")
 
     @property
     def nms_iou(self) -> float:
@@ -58,6 +63,17 @@ class FaceFusionDetectorSettings:
         if self.model == "many":
             return 0.1
         return {2: 0.3, 3: 0.2, 4: 0.1}.get(len(self.angles), 0.4)
+
+
+def margin_pixels(shape: tuple[int, ...], margin: tuple[int, int, int, int]) -> tuple[int, int, int, int]:
+    """face_detector.prepare_margin: top, right, bottom, left in pixels of a picture of `shape`,
+    each percent 0..100 mapped onto 0..half its height (top, bottom) or width (right, left)."""
+    height, width = shape[:2]
+    sides = (height, width, height, width)
+    top, right, bottom, left = (
+        int(side * float(np.interp(m, [0, 100], [0, 0.5]))) for side, m in zip(sides, margin, strict=True)
+    )
+    return top, right, bottom, left
 
 
 def restrict(image: np.ndarray, size: int) -> tuple[np.ndarray, float, float]:
@@ -215,15 +231,19 @@ class FaceFusionDetector:
 
     def detect(self, k: Kernels, images: list[np.ndarray]) -> FaceTable:
         s = self.settings
-        turned: list[tuple[np.ndarray, np.ndarray | None]] = []  # (picture, matrix back to the frame)
+        # (picture, matrix back to the frame, the margin's left and top), one per frame and angle
+        turned: list[tuple[np.ndarray, np.ndarray | None, tuple[int, int]]] = []
         for image in images:
             for angle in s.angles:
-                if angle == 0:
-                    turned.append((image, None))
-                    continue
-                matrix, size = rotation(angle, image.shape[1], image.shape[0])
-                turned.append((cv2.warpAffine(image, matrix, size), cv2.invertAffineTransform(matrix)))
-        restricted = [restrict(picture, s.size) for picture, _ in turned]
+                picture, back = image, None
+                if angle:
+                    matrix, size = rotation(angle, image.shape[1], image.shape[0])
+                    picture, back = cv2.warpAffine(image, matrix, size), cv2.invertAffineTransform(matrix)
+                top, right, bottom, left = margin_pixels(picture.shape, s.margin)
+                if top or right or bottom or left:
+                    picture = np.pad(picture, ((top, bottom), (left, right), (0, 0)))
+                turned.append((picture, back, (left, top)))
+        restricted = [restrict(picture, s.size) for picture, _, _ in turned]
         candidates: list[Candidates] = [([], [], []) for _ in turned]
         for model in self.models:
             session = self.sessions[model]
@@ -242,9 +262,12 @@ class FaceFusionDetector:
         for i in range(len(images)):
             boxes, scores, points = [], [], []
             for j in range(i * per_angle, (i + 1) * per_angle):
-                back = turned[j][1]
+                _, back, (left, top) = turned[j]
                 for box, score, five in zip(*candidates[j], strict=True):
                     box = np.array([*sorted(box[0::2]), *sorted(box[1::2])])[[0, 2, 1, 3]]
+                    if left or top:  # back into the picture the margin padded
+                        box = box - np.array([left, top, left, top])
+                        five = np.asarray(five, np.float64) - np.array([left, top])
                     if back is not None:  # face_helper.transform_bounding_box / transform_points
                         corners = _transform(box[[0, 1, 2, 1, 2, 3, 0, 3]].reshape(4, 2), back)
                         box = np.concatenate([corners.min(axis=0), corners.max(axis=0)])
@@ -268,11 +291,16 @@ class FaceFusionDetector:
 
 
 def facefusion_detector_settings(
-    model: str | None, size: str | None, angles: str | None, score_threshold: float | None
+    model: str | None,
+    size: str | None,
+    angles: str | None,
+    score_threshold: float | None,
+    margin: str | None = None,
 ) -> FaceFusionDetectorSettings | None:
     """The render's --face-detector-* options (None without --face-detector-model; exit 2 for a
     value FaceFusion does not take). `score_threshold`: --score-threshold when given, on ffbatch's
-    √ scale (FaceFusion's --face-detector-score S arrives as √S); else FaceFusion's default 0.5."""
+    √ scale (FaceFusion's --face-detector-score S arrives as √S); else FaceFusion's default 0.5.
+    `margin`: FaceFusion's --face-detector-margin, 1 to 4 percentages (parse_margin)."""
     if model is None:
         if size is not None or angles is not None:
             raise InputError("--face-detector-size and --detector-angles need --face-detector-model")
@@ -293,4 +321,23 @@ def facefusion_detector_settings(
         raise InputError(f"--detector-angles {angles}: each one of {', '.join(map(str, ANGLES))}")
     # √S squared: FaceFusion's scores are multiples of 0.05, so 6 decimals undo the √'s rounding
     score = 0.5 if score_threshold is None else round(score_threshold**2, 6)
-    return FaceFusionDetectorSettings(model, int(size.split("x")[0]), tuple(dict.fromkeys(turns)), score)
+    return FaceFusionDetectorSettings(
+        model, int(size.split("x")[0]), tuple(dict.fromkeys(turns)), score, margin=parse_margin(margin)
+    )
+
+
+def parse_margin(text: str | None) -> tuple[int, int, int, int]:
+    """--face-detector-margin as FaceFusion reads it (normalizer.normalize_space): T, T R, T R B or
+    T R B L, whole percentages 0..100 (commas or spaces)."""
+    if text is None:
+        return (0, 0, 0, 0)
+    try:
+        v = [int(t) for t in str(text).replace(",", " ").split()]
+    except ValueError:
+        raise InputError(f"--face-detector-margin {text}: 1 to 4 whole percentages from 0 to 100") from None
+    if not 1 <= len(v) <= 4 or any(not 0 <= m <= 100 for m in v):
+        raise InputError(f"--face-detector-margin {text}: 1 to 4 whole percentages from 0 to 100")
+    top, right = v[0], v[1 % len(v)]
+    bottom = v[2] if len(v) > 2 else top
+    left = v[3] if len(v) > 3 else right
+    return top, right, bottom, left

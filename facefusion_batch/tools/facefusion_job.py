@@ -21,6 +21,9 @@ rewrites to ffbatch's like any other FaceFusion name. Keys are:
 - of FaceFusion's own machinery (detector, landmarker, tracker, audio, scaling): accepted where
   they ask for what ffbatch does anyway (FACEFUSION_DEFAULTS), refused by name where not;
 - of frame staging on disk (ffbatch streams): no effect here;
+- face_tracker_score 0 (FaceFusion's default, no tracker): every face the detector keeps is swapped
+  in every frame, its points as detected (NO_TRACKER), where ffbatch's tracker would hold back a
+  weak new face and smooth the points along each track;
 - trim_frame_start / trim_frame_end: the step renders those frames (START inclusive, END exclusive,
   each clamped to the video, as FaceFusion's restrict_trim_frame) with `--frames`, and its file is
   that clip from 0 with the input's sound of the same span (video/trimmed.py); a photo is not
@@ -69,6 +72,9 @@ FACEFUSION_DEFAULTS: dict[str, tuple[Any, ...]] = {
     "output_audio_volume": (100,),
     "output_video_scale": (1.0,),
 }
+# FaceFusion's face_tracker_score 0: no tracker. ffbatch's tracker links faces across frames; with
+# no presence needed and no smoothing it swaps what FaceFusion swaps (scripts/compare_facefusion.py)
+NO_TRACKER = ["--face-presence", "0", "--smoothing", "0"]
 # keys that only steer how FaceFusion stages frames on disk (ffbatch streams): no effect here
 NO_EFFECT = frozenset(
     {"temp_frame_format", "temp_pixel_format", "workflow_mode", "workflow_strategy", "target_frame_amount"}
@@ -167,6 +173,8 @@ def read_facefusion_job(path: Path, accepted: frozenset[str]) -> Job:
                 "face_swapper and face_enhancer)"
             )
         argv = ["-t", str(target), "-o", str(step_output_name(output, job_id, index))]
+        if args.get("face_tracker_score") in (0, None):
+            argv += NO_TRACKER
         if "face_swapper" not in processors:
             argv += ["--swapper", "none"]
             args.pop("source_paths", None)  # FaceFusion writes them, and the enhancer does not read them

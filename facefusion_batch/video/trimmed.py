@@ -31,12 +31,19 @@ def trim_range(frame_total: int, start: int | None, end: int | None) -> tuple[in
 
 
 def _span(segment) -> tuple[Fraction, Fraction]:
-    """The segment's first frame time and its end (last frame's time plus its duration), seconds."""
+    """The segment's first frame time and its end (last frame's time plus its duration, else the
+    median step between frames), in seconds, read from its packets (Matroska records no stream
+    duration)."""
     stream = segment.streams.video[0]
-    start = stream.start_time or 0
-    if stream.duration is None:
-        raise InputError(f"{segment.name} records no duration; it cannot be trimmed")
-    return start * stream.time_base, (start + stream.duration) * stream.time_base
+    timed = sorted((p.pts, p.duration or 0) for p in segment.demux(stream) if p.size and p.pts is not None)
+    segment.seek(0)
+    if not timed:
+        raise InputError(f"{segment.name} holds no video frames; it cannot be trimmed")
+    steps = sorted(b[0] - a[0] for a, b in zip(timed, timed[1:], strict=False))
+    last, duration = timed[-1]
+    duration = duration or (steps[len(steps) // 2] if steps else 0)
+    tb = Fraction(stream.time_base or 1)
+    return timed[0][0] * tb, (last + duration) * tb
 
 
 def write_trimmed(segment: Path, source: Path, output: Path) -> None:
@@ -73,7 +80,7 @@ def write_trimmed(segment: Path, source: Path, output: Path) -> None:
             for packet in queued:
                 dst.mux(packet)
         out.commit()
-    except (av.error.FFmpegError, OSError) as exc:
+    except (av.error.FFmpegError, OSError, ValueError) as exc:  # ValueError: PyAV's unknown codec
         raise OutputError(f"cannot write {output}: {getattr(exc, 'strerror', None) or exc}") from None
     finally:
         out.abort()
