@@ -237,6 +237,7 @@ FACEFUSION_ALIASES: dict[str, tuple[str, str]] = {
     "--reference-frame-number": ("--reference-frame", "one"),
     "--face-detector-score": ("--score-threshold", "sqrt"),
     "--face-detector-angles": ("--detector-angles", "list"),
+    "--face-detector-margin": ("--detector-margin", "list"),
     "--face-swapper-model": ("--swapper-model", "one"),
     "--face-swapper-weight": ("--swapper-weight", "one"),
     "--face-swapper-pixel-boost": ("--pixel-boost", "size"),

@@ -192,7 +192,7 @@ def test_margin_values_as_facefusion_reads_them():
     assert parse_margin("10 20") == (10, 20, 10, 20) and parse_margin("10,20,30") == (10, 20, 30, 20)
     assert parse_margin("1 2 3 4") == (1, 2, 3, 4)
     for bad in ("101", "1 2 3 4 5", "x", "-1"):
-        with pytest.raises(InputError, match="--face-detector-margin"):
+        with pytest.raises(InputError, match="--detector-margin"):
             parse_margin(bad)
     assert margin_pixels((100, 200, 3), (10, 20, 30, 100)) == (5, 20, 15, 100)
 
@@ -356,8 +356,8 @@ def test_facefusion_command_line_names_reach_render():
         "--face-detector-score",
         "0.5",
     ]
-    assert facefusion_argv([*argv, "in.mp4"])[1:] == [
-        "--face-detector-model", "many", "--detector-angles", "0,90",
+    assert facefusion_argv(["render", "--face-detector-margin", "10", "20", *argv[1:], "in.mp4"])[1:] == [
+        "--detector-margin", "10,20", "--face-detector-model", "many", "--detector-angles", "0,90",
         "--score-threshold", "0.707107", "in.mp4",
     ]  # fmt: skip
 
@@ -383,6 +383,18 @@ def test_render_detects_with_facefusions_yunet(model_dir, home, t1_path, astrona
     bad = ffbatch_here(*common, "--face-detector-model", "yolo_face", "--face-detector-size", "320x320",
                        "-o", tmp_path / "bad.png")  # fmt: skip
     assert_usage_error(bad, "--face-detector-size 320x320", "640x640")
+    margin = ffbatch_here(
+        *common, "--face-detector-model", "yunet", "--face-detector-score", "0.5", "--face-landmarker-score",
+        "0", "--face-detector-margin", "10", "20", "30", "40", "-o", tmp_path / "m.png", "--report", report,
+    )  # fmt: skip
+    assert margin.returncode == 0, margin.stderr
+    assert "face detector margin: 10 20 30 40 %" in margin.stderr
+    done = json.loads(report.read_text())
+    assert done["settings"]["detector"]["facefusion"]["margin"] == [10, 20, 30, 40]
+    assert done["faces_found"] == 6  # FaceFusion's reference with this margin (MARGIN_CASES)
+    for args in (["--face-detector-model", "yunet", "--detector-margin", "101"], ["--detector-margin", "10"]):
+        proc = ffbatch_here(*common, *args, "-o", tmp_path / "x.png")
+        assert proc.returncode == 2 and "--detector-margin" in proc.stderr, proc.stderr
 
 
 if __name__ == "__main__":  # write the models directory the script reads

@@ -97,7 +97,6 @@ def test_a_processor_ffbatch_lacks_is_refused_by_name(tmp_path, workdir, name, p
 @pytest.mark.parametrize(
     "changes, message",
     [
-        ({"face_detector_margin": [10, 0, 0, 0]}, "face_detector_margin = [10, 0, 0, 0] is not supported"),
         ({"trim_frame_start": -1}, "trim_frame_start = -1 is not a frame number"),
         ({"trim_frame_end": "3"}, "trim_frame_end = '3' is not a frame number"),
         ({"trim_frame_start": 3, "trim_frame_end": 3}, "trim_frame_end 3 is not after trim_frame_start 3"),
@@ -126,6 +125,7 @@ def test_older_keys_and_other_defaults_are_accepted(tmp_path, workdir, monkeypat
         {"keep_temp": True, "output_video_resolution": "480x320", "output_video_fps": 25.0},
         {"face_detector_model": "yunet", "output_audio_encoder": "aac"},
         {"face_detector_model": "scrfd", "face_detector_size": "320x320", "face_detector_angles": [0, 90]},
+        {"face_detector_model": "yunet", "face_detector_margin": [10, 0, 20, 0]},
     ):
         job = json.loads(Path("swap-default.json").read_text())
         job["steps"][0]["args"].update(changes)

@@ -300,10 +300,12 @@ def facefusion_detector_settings(
     """The render's --face-detector-* options (None without --face-detector-model; exit 2 for a
     value FaceFusion does not take). `score_threshold`: --score-threshold when given, on ffbatch's
     √ scale (FaceFusion's --face-detector-score S arrives as √S); else FaceFusion's default 0.5.
-    `margin`: FaceFusion's --face-detector-margin, 1 to 4 percentages (parse_margin)."""
+    `margin`: --detector-margin (FaceFusion's --face-detector-margin), 1 to 4 percentages."""
     if model is None:
-        if size is not None or angles is not None:
-            raise InputError("--face-detector-size and --detector-angles need --face-detector-model")
+        if size is not None or angles is not None or any(parse_margin(margin)):
+            raise InputError(
+                "--face-detector-size, --detector-angles and --detector-margin need --face-detector-model"
+            )
         return None
     if model not in FACE_DETECTORS:
         raise InputError(f"--face-detector-model {model}: not one of {', '.join(FACE_DETECTORS)}")
@@ -334,9 +336,9 @@ def parse_margin(text: str | None) -> tuple[int, int, int, int]:
     try:
         v = [int(t) for t in str(text).replace(",", " ").split()]
     except ValueError:
-        raise InputError(f"--face-detector-margin {text}: 1 to 4 whole percentages from 0 to 100") from None
+        raise InputError(f"--detector-margin {text}: 1 to 4 whole percentages from 0 to 100") from None
     if not 1 <= len(v) <= 4 or any(not 0 <= m <= 100 for m in v):
-        raise InputError(f"--face-detector-margin {text}: 1 to 4 whole percentages from 0 to 100")
+        raise InputError(f"--detector-margin {text}: 1 to 4 whole percentages from 0 to 100")
     top, right = v[0], v[1 % len(v)]
     bottom = v[2] if len(v) > 2 else top
     left = v[3] if len(v) > 3 else right

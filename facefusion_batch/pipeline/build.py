@@ -193,6 +193,10 @@ def facefusion_detector(
         " ".join(map(str, settings.angles)),
         settings.score,
     )
+    if any(settings.margin):
+        log.info(
+            "face detector margin: %s %% (top, right, bottom, left)", " ".join(map(str, settings.margin))
+        )
     return FaceFusionDetector(sessions, settings, facefusion_landmarker(models, landmarker))
 
 

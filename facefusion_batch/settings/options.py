@@ -704,6 +704,17 @@ RENDER: tuple[Option, ...] = (
         default=None,
     ),
     Option(
+        "detector_margin",
+        str | None,
+        help=(
+            "With --face-detector-model: black added at the frame's top,right,bottom,left before "
+            "detection, percent (100: half the frame), e.g. 10,0,10,0; FaceFusion's "
+            "--face-detector-margin 10 0 10 0."
+        ),
+        panel=PANEL_FACES,
+        default=None,
+    ),
+    Option(
         "face_landmarker_model",
         str,
         help=(
@@ -1099,6 +1110,7 @@ PREVIEW: tuple[Option, ...] = (
         "face_detector_model",
         "face_detector_size",
         "detector_angles",
+        "detector_margin",
         "face_landmarker_model",
         "face_landmarker_score",
         "mask",
@@ -1243,6 +1255,7 @@ def render_settings(
         params.get("face_detector_size"),
         params.get("detector_angles"),
         values["detector.score_threshold"] if "score_threshold" in given else None,
+        margin=params.get("detector_margin"),
     )
     values["detector.facefusion_landmarker"] = facefusion_landmarker_settings(
         values["detector.facefusion_landmarker.model"], values["detector.facefusion_landmarker.score"]

@@ -60,9 +60,8 @@ OWNED_BY = {"voice_extractor_model": "lip_syncer"}
 # keys of FaceFusion's own machinery: the values accepted, each asking for what ffbatch does
 # anyway (null is "not set" and always accepted); any other value is refused by name
 FACEFUSION_DEFAULTS: dict[str, tuple[Any, ...]] = {
-    # face_detector_model, _size, _angles and face_landmarker_model, _score are options (FaceFusion's
-    # detectors and landmarkers, when their files are here); a margin is not
-    "face_detector_margin": ([0, 0, 0, 0], [0]),
+    # face_detector_model, _size, _angles, _margin and face_landmarker_model, _score are options
+    # (FaceFusion's detectors and landmarkers, when their files are here)
     "face_tracker_score": (0.0,),
     "output_image_quality": (80,),
     "output_image_scale": (1.0,),
