@@ -273,3 +273,13 @@ def test_command_line_options(plates, source, work):
     integer = ffbatch("render", plate, "-s", source, "-o", comp, "--input-colorspace", "linear")
     assert integer.returncode == 2 and "not a floating-point (EXR) picture" in integer.stderr
     assert sorted(p.name for p in out.parent.iterdir()) == ["plate.1001.png", "plate.1002.png"]
+
+
+def test_range_report_names_the_plate_numbers(renderer, job, rendered):
+    """A range of the plate (--frame-range 1002-1002 is frames=(1, 2)): the report gives the range
+    in the plate's own numbers beside the 0-based one, and the frame is the whole render's."""
+    out, report = run(renderer, replace(job, frames=(1, 2)), "out-range")
+    assert report["frames"] == [1, 2] and report["frame_range"] == [1002, 1002]
+    assert sorted(p.name for p in out.glob("*.exr")) == ["comp.1002.exr"]
+    whole = decode(rendered["half"][0] / "comp.1002.exr")
+    assert (samples(decode(out / "comp.1002.exr")) == samples(whole)).all()

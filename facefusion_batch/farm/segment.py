@@ -18,6 +18,7 @@ from facefusion_batch.farm.manifest import settings_digest
 from facefusion_batch.farm.reuse import code_tags, drop_stale, input_tag, intact, made_here
 from facefusion_batch.pipeline.run import JobReport, log_start, pixel_format_of, read_ranges, render_into
 from facefusion_batch.video.compositing import open_compositing_writers, sequence_complete
+from facefusion_batch.video.probe import sequence_numbers
 from facefusion_batch.video.segments import (
     TAG_FRAME_COUNT,
     TAG_FRAMES,
@@ -125,6 +126,10 @@ def render_segment(renderer, settings, info, report: JobReport, timer, on_progre
         renderer, settings, info, index, (start, end), Path(settings.output), tags, report, timer, on_progress
     )
     report.frames = [start, end]
+    numbers = sequence_numbers(settings.input) if is_sequence_pattern(settings.input) else []
+    report.frame_range = (
+        [numbers[start], numbers[end - 1]] if len(numbers) >= end > start else [start, end - 1]
+    )
     report.audio = (
         "none (an image sequence)"
         if sequence

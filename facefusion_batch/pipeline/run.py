@@ -71,6 +71,9 @@ class JobReport(RenderReport):
     """A render report plus what scale-out adds: the frame range and the segments."""
 
     frames: list[int] | None = None  # [start, end) of a --frames job
+    # the same frames as [first, last], inclusive, in the input's own numbers (an image sequence's
+    # file numbers, a video's frames from 0): what --frame-range and a farm's frame tokens name
+    frame_range: list[int] | None = None
     segments: dict[str, int] = field(default_factory=dict)  # total / rendered / reused
     dropped: list[str] = field(default_factory=list)  # streams of the input the output could not keep
     reduced: list[str] = field(default_factory=list)  # precision the user agreed to lose (--allow-reduce)
