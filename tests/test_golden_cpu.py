@@ -5,13 +5,19 @@ was rewritten over kernel sets, so a refactor that changes one pixel of the defa
 blend, a colour mode, face selection or a learned stand-in pipeline fails here. The tracked
 ones were recorded when face tracks came in. A deliberate change of the output records them
 again, in the same commit, saying why.
+
+Where a checksum differs, the frames are compared with the reference statistics recorded with
+it (tests/data/golden_cpu_blocks.npz.xz, golden.compare_blocks): within float rounding (another
+machine's builds) the case passes with a warning; beyond it, it fails as a change of output.
 """
 
 from __future__ import annotations
 
 import json
+import warnings
 
 import golden
+import numpy as np
 import pytest
 import standins
 
@@ -33,17 +39,68 @@ def monkeypatch_module():
 
 
 RECORDED = json.loads(golden.GOLDEN.read_text())
+REFERENCE = golden.load_blocks()
+
+
+def assert_as_recorded(case: golden.Case, kind: str, frames: list, inputs: list) -> None:
+    """`frames` are the recording's to the bit, or differ from it by float rounding only (a warning)."""
+    checksum, reference = REFERENCE.frames[f"{case.name}/{kind}"]
+    assert checksum == RECORDED[case.name][kind], "the reference statistics are not the checksums' recording"
+    drift = golden.compare_blocks(reference, frames, inputs, case.frames)
+    if golden.digest(frames) == checksum:
+        assert (drift.worst_pixel, drift.worst_block) == (0, 0.0), "statistics not taken from these frames"
+        return
+    assert drift.within_rounding, (
+        f"{case.name} ({kind}): output pixels changed beyond float rounding: {drift}. A change of output "
+        "bumps RENDER_REVISION (facefusion_batch/__init__.py), says so in CHANGELOG.md and records again: "
+        f"python tests/golden.py record {case.name}"
+    )
+    warnings.warn(
+        f"{case.name} ({kind}): not the recorded checksum, but within float rounding: {drift}", stacklevel=2
+    )
 
 
 @pytest.mark.parametrize("case", golden.cases(), ids=lambda c: c.name)
-def test_cpu_output_is_bit_identical_to_the_recording(case, case_models, astronaut_path):
-    recorded = RECORDED[case.name]
-    frames = golden.demo_frames(case.frames)
-    assert golden.digest(frames) == recorded["input"], "the demo frames themselves changed"
+def test_cpu_output_is_the_recording_or_within_rounding_of_it(case, case_models, astronaut_path):
+    inputs = golden.demo_frames(case.frames)
+    moved = golden.input_drift(REFERENCE.inputs, inputs, case.frames)
+    if golden.digest(inputs) == RECORDED[case.name]["input"]:
+        assert moved == 0, "the reference statistics were not taken from these demo frames"
+    else:  # another machine's rounding may reach the demo frames too
+        assert moved <= golden.INPUT_LEVELS, f"the demo frames themselves changed (a block mean by {moved})"
     untracked = golden.render_case(case, case_models[case.learned], astronaut_path, tracking=None)
-    assert golden.digest(untracked) == recorded["output"]
+    assert_as_recorded(case, "output", untracked, inputs)
     tracked = golden.render_case(case, case_models[case.learned], astronaut_path)
-    assert golden.digest(tracked) == recorded["tracked"]
+    assert_as_recorded(case, "tracked", tracked, inputs)
+
+
+def test_a_rounding_drift_passes_the_block_check_and_a_change_of_output_does_not():
+    rng = np.random.default_rng(0)
+    base = rng.integers(0, 256, (64, 96, 3), dtype=np.uint8)
+    face = base.copy()
+    face[16:48, 32:80] = rng.integers(0, 256, (32, 48, 3), dtype=np.uint8)  # the swap: 6 blocks
+    recorded = golden.block_stats(face, base)[None]
+    assert recorded[0].any(axis=2).sum() == 6
+
+    def drift(frame: np.ndarray) -> golden.Drift:
+        return golden.compare_blocks(recorded, [frame], [base], (0,))
+
+    assert drift(face) == golden.Drift(0, 0.0, 0.0, "-")
+    rounded = face.astype(np.int16)
+    rounded[16:48, 32:80] += rng.choice([-1, 0, 0, 0, 0, 1], (32, 48, 3))  # ±1 here and there
+    rounded[20, 40] += 40  # an edge pixel on the other side of a threshold
+    rounded = np.clip(rounded, 0, 255).astype(np.uint8)
+    assert golden.digest([rounded]) != golden.digest([face]) and drift(rounded).within_rounding
+    brighter = face.copy()
+    brighter[16:48, 32:80] = np.clip(face[16:48, 32:80].astype(np.int16) + 1, 0, 255)  # the face a level up
+    assert not drift(brighter).within_rounding and drift(brighter).mean > golden.MEAN_LEVELS
+    one_block = face.copy()
+    one_block[32:48, 64:80] //= 2  # one block of the face changed
+    changed = drift(one_block)
+    assert not changed.within_rounding and changed.where == "frame 0, block at x=64 y=32"
+    outside = face.copy()
+    outside[2, 2] += 5  # a pixel the swap left alone before
+    assert drift(outside).worst_pixel == 5 and not drift(outside).within_rounding
 
 
 def test_the_goldens_were_recorded_at_this_render_revision():
