@@ -58,6 +58,7 @@ from facefusion_batch.tools import doctor as tools_doctor
 from facefusion_batch.tools import engines as tools_engines
 from facefusion_batch.tools import models as tools_models
 from facefusion_batch.tools.facefusion_job import (
+    NO_TRACKER,
     Job,
     JobStep,
     backend_for,
@@ -281,9 +282,9 @@ FACEFUSION_REFUSED = {
 
 def facefusion_argv(argv: list[str]) -> list[str]:
     """render / preview arguments with FaceFusion's option names rewritten to ffbatch's
-    (FaceFusion's `headless-run` is a render)."""
+    (FaceFusion's `headless-run` is a render, without a tracker as FaceFusion's default)."""
     if argv and argv[0] == "headless-run":
-        argv = ["render", *argv[1:]]
+        argv = ["render", *NO_TRACKER, *argv[1:]]
     if not argv or argv[0] not in ("render", "preview"):
         return argv
     out, inputs, i = [argv[0]], [], 1

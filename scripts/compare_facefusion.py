@@ -8,9 +8,9 @@ swaps, not two encoders. The models are the small stand-ins of tests/standins.py
 FaceFusion's names with their `.hash` (inswapper_128, arcface_w600k_r50, fan_68_5, 2dfan4,
 fairface, xseg_1, bisenet_resnet_34, tiny content-check models that answer "safe") and OpenCV's
 real YuNet as FaceFusion's yunet_2023_mar, all in one FaceFusion `.assets/models` that ffbatch
-reads as `--models-dir`. Both run on one thread, niced. ffbatch also gets what a FaceFusion job
-step's face_tracker_score 0 (no tracker) maps to: `--face-presence 0 --smoothing 0` (without them
-its tracker holds back a weak face new in the frame and smooths each track's points).
+reads as `--models-dir`. Both run on one thread, niced. ffbatch's headless-run maps FaceFusion's
+face_tracker_score 0 (no tracker) to `--face-presence 0 --smoothing 0` (without them its tracker
+holds back a weak face new in the frame and smooths each track's points).
 
 FaceFusion's arithmetic is the reference. For each frame the faces each program swapped are the
 connected areas where its output differs from the input; the same faces are those whose areas
@@ -320,12 +320,9 @@ def main(argv: list[str] | None = None) -> dict:
         *facefusion_args(clip, source, outs["facefusion"], args.landmarker_score),
         "--execution-thread-count", "1", "--output-video-encoder", "rawvideo", "--log-level", "warn",
     ]  # fmt: skip
-    from facefusion_batch.tools.facefusion_job import NO_TRACKER
-
     our_command = [
         sys.executable, "-m", "facefusion_batch",
         *facefusion_args(clip, source, outs["ffbatch"], args.landmarker_score),
-        *NO_TRACKER,  # FaceFusion's face_tracker_score 0, as a job step maps it
         "--models-dir", str(ff_root), "--workers", "1", "--threads", "1",
         "--encoder", "ffv1", "--pix-fmt", "bgr0",
     ]  # fmt: skip

@@ -12,6 +12,7 @@ import typer.main
 
 from facefusion_batch.cli import FACEFUSION_ALIASES, app, facefusion_argv
 from facefusion_batch.errors import InputError
+from facefusion_batch.tools.facefusion_job import NO_TRACKER
 
 
 def test_facefusion_names_are_rewritten_to_ffbatchs():
@@ -100,6 +101,7 @@ def test_processors_execution_providers_and_headless_run_map_or_are_refused_by_n
     head = ["headless-run", "-s", "a.jpg", "-t", "c.mp4", "-o", "o.mp4"]
     assert facefusion_argv([*head, "--processors", "face_swapper"]) == [
         "render",
+        *NO_TRACKER,
         "-s",
         "a.jpg",
         "-o",
@@ -117,7 +119,13 @@ def test_processors_execution_providers_and_headless_run_map_or_are_refused_by_n
         "c.mp4",
     ]  # FaceFusion's default model
     named = facefusion_argv([*head, "--processors", "face_enhancer", "--face-enhancer-model", "codeformer"])
-    assert named[5:] == ["--swapper", "none", "--enhancer-model", "codeformer", "c.mp4"]  # the enhancer alone
+    assert named[5 + len(NO_TRACKER) :] == [
+        "--swapper",
+        "none",
+        "--enhancer-model",
+        "codeformer",
+        "c.mp4",
+    ]  # the enhancer alone
     assert facefusion_argv(["render", "c.mp4", "--execution-providers", "cuda", "cpu"]) == [
         "render", "c.mp4", "--backend", "cuda",
     ]  # fmt: skip
@@ -132,3 +140,11 @@ def test_headless_run_is_a_render(tmp_path):
     args = ["-s", str(tmp_path / "a.jpg"), "-t", str(tmp_path / "c.mp4"), "-o", str(tmp_path / "o.mp4")]
     proc = run("headless-run", *args)
     assert proc.returncode == 2 and f"--source {tmp_path / 'a.jpg'}: no such file" in proc.stderr
+
+
+def test_headless_run_has_facefusions_no_tracker():
+    """FaceFusion's face_tracker_score defaults to 0 (no tracker): headless-run swaps every face
+    its detector keeps, unsmoothed, as a job step does; an explicit choice still wins (last)."""
+    argv = facefusion_argv(["headless-run", "-t", "c.mp4", "--smoothing", "1"])
+    assert argv[: 1 + len(NO_TRACKER)] == ["render", *NO_TRACKER] and argv[-3:-1] == ["--smoothing", "1"]
+    assert not set(NO_TRACKER) & set(facefusion_argv(["render", "c.mp4"]))
