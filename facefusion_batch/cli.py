@@ -791,7 +791,7 @@ def main(argv: list[str] | None = None) -> None:
     # the run's one signal handler set, from before anything loads; put back as main() ends (a
     # caller in-process, a test, keeps its own)
     owner = contextlib.ExitStack()
-    owner.enter_context(signal_handlers())
+    owner.enter_context(signal_handlers(process=argv is None))  # a second signal: exit at once
     try:
         owner.enter_context(_private_tmpdir())
         given = list(sys.argv[1:] if argv is None else argv)

@@ -7,7 +7,9 @@ and 138 (SIGUSR1, a scheduler's warning before its kill) are 128 + the signal to
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import os
 import signal
 import sys
 import threading
@@ -79,6 +81,35 @@ _EXITS = {
 }
 
 
+# The signal stopping the run (the first one), kept from the handlers' installation until they are
+# put back; while it is set, or once the process's run is over, a further signal ends the process at
+# once (`_end_now`) instead of unwinding the clean-up a second time (it aborted: status -6).
+_stopping: list[Interrupted] = []
+_run_over = False
+_last_cleanups: list[Callable[[], None]] = []
+
+
+def at_abrupt_exit(cleanup: Callable[[], None]) -> None:
+    """Run `cleanup` (removing temporary and lock files) when a second signal ends the process
+    without unwinding; it must be quick and must not raise."""
+    if cleanup not in _last_cleanups:
+        _last_cleanups.append(cleanup)
+
+
+def _end_now(first: Interrupted, why: str) -> None:
+    """A second signal: the files `at_abrupt_exit` knows go, one line, and the first signal's
+    status, without waiting for worker threads or running finalizers."""
+    for cleanup in _last_cleanups:
+        with contextlib.suppress(Exception):
+            cleanup()
+    with contextlib.suppress(Exception):
+        if sys.stderr is not None:
+            sys.stderr.flush()
+    with contextlib.suppress(OSError):
+        os.write(2, f"ffbatch: error: {first}; stopped at once ({why})\n".encode())
+    os._exit(first.exit_code)
+
+
 def note_signal(stop: Interrupted) -> Interrupted:
     """Remember a signal a handler is about to raise as `stop` (see `signal_behind`)."""
     _received.append(stop)
@@ -134,7 +165,13 @@ def signal_error(signum: int) -> Interrupted:
 def _on_signal(signum: int, frame: Any) -> None:
     """The handler of every signal the run owns: noted, then raised (Ctrl-C as Python has it,
     KeyboardInterrupt, so that writers say the partial output was removed)."""
-    stop = note_signal(signal_error(signum))
+    stop = signal_error(signum)
+    if _stopping:
+        _end_now(_stopping[0], f"a second signal, {signal.Signals(signum).name}")
+    if _run_over:
+        _end_now(stop, "the run had ended")
+    _stopping.append(stop)
+    note_signal(stop)
     if signum == signal.SIGINT:
         raise KeyboardInterrupt
     raise stop
@@ -148,18 +185,24 @@ def _signals_to_own() -> list[signal.Signals]:
 
 
 @contextmanager
-def signal_handlers() -> Iterator[None]:
+def signal_handlers(process: bool = False) -> Iterator[None]:
     """Own SIGINT, SIGTERM, SIGHUP, SIGQUIT and SIGUSR1 for the block (on the main thread;
     elsewhere, or when they are owned already, nothing changes): each unwinds like Ctrl-C, with
-    exit 128 + the signal, so no .lock or .partial is left.
+    exit 128 + the signal, so no .lock or .partial is left; a second signal ends the process at
+    once (`_end_now`), with the first one's status.
     Python drops an exception raised while a finalizer or a weakref callback runs; those are
-    kept quiet here, the registry has them. The previous handlers come back afterwards."""
+    kept quiet here, the registry has them. The previous handlers come back afterwards, unless
+    the block is the `process`'s whole run: then the handlers stay, and any signal while the
+    interpreter winds down (joining worker threads) ends it at once too."""
+    global _run_over
     if (
         threading.current_thread() is not threading.main_thread()
         or signal.getsignal(signal.SIGTERM) is _on_signal
     ):
         yield
         return
+    _stopping.clear()
+    _run_over = False
     previous: dict[signal.Signals, Callable | int | None] = {}
     previous_hook = sys.unraisablehook
 
@@ -175,9 +218,13 @@ def signal_handlers() -> Iterator[None]:
         yield
     finally:
         sys.unraisablehook = previous_hook
-        for signum, handler in previous.items():
-            if handler is not None:  # None: set outside Python, cannot be put back
-                signal.signal(signum, handler)
+        if process:
+            _run_over = True
+        else:
+            _stopping.clear()
+            for signum, handler in previous.items():
+                if handler is not None:  # None: set outside Python, cannot be put back
+                    signal.signal(signum, handler)
 
 
 def raise_if_signalled() -> None:

@@ -23,7 +23,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from facefusion_batch.errors import InputError, OutputError
+from facefusion_batch.errors import InputError, OutputError, at_abrupt_exit
 
 _lock = threading.Lock()
 _mode: int | None = None
@@ -173,6 +173,19 @@ def remove_live_temps() -> None:
             os.unlink(temp)
 
 
+_held_locks: set[Path] = set()  # claim_output's lock files, for a second signal's abrupt exit
+
+
+def _remove_on_abrupt_exit() -> None:
+    remove_live_temps()
+    for lock in list(_held_locks):
+        with contextlib.suppress(OSError):
+            os.unlink(lock)
+
+
+at_abrupt_exit(_remove_on_abrupt_exit)
+
+
 def write_bytes_atomically(path: Path, data: bytes, *, make_parent: bool = True) -> None:
     """`data` at `path`, atomically; a full disk or a vanished directory is an OutputError (exit 2)."""
     with AtomicFile(path, make_parent=make_parent) as out:
@@ -269,6 +282,7 @@ def claim_output(path: Path, what: str = "output") -> Iterator[None]:
         if same:
             break
         os.close(fd)
+    _held_locks.add(lock)
     try:
         for stale in stale_partials(path):
             with contextlib.suppress(OSError):
@@ -277,4 +291,5 @@ def claim_output(path: Path, what: str = "output") -> Iterator[None]:
     finally:
         with contextlib.suppress(OSError):
             os.unlink(lock)
+        _held_locks.discard(lock)
         os.close(fd)

@@ -108,3 +108,60 @@ def test_a_job_output_path_that_climbs_with_dotdot_is_exit_2(output, tmp_path):
     assert proc.returncode == 2 and "climbs out of its folder with '..'" in proc.stderr, proc.stderr
     assert f"output_path {output}" in proc.stderr
     assert sorted(os.listdir(tmp_path)) == ["queue"] and sorted(os.listdir(folder)) == ["job.json"]
+
+
+# The render in a child process, with hooks that send its signals from inside it (no sleeps): the
+# first SIGINT as the writer takes its first frame; the second from a worker thread still running
+# as the interpreter winds down (joining threads: it aborted, status -6), or from the writer's
+# clean-up. Each hook then waits (or goes on pressing), so a second signal that does not end the run
+# is a hang.
+SECOND_SIGINT = """
+import os, signal, sys, threading
+from facefusion_batch import cli
+from facefusion_batch.video.writer import VideoWriter
+
+where = sys.argv[1]
+real_write, real_abort = VideoWriter.write, VideoWriter.abort
+
+def late_worker():
+    threading.main_thread().join()  # returns once the interpreter is winding down
+    while True:  # pressed again until it lands (one sent before the main thread waits is unseen)
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)  # where a terminal's lands
+        threading.Event().wait(0.2)
+
+def write(self, *args, **kwargs):
+    if where == "shutdown":
+        threading.Thread(target=late_worker).start()
+    os.kill(os.getpid(), signal.SIGINT)
+    for _ in range(1000):  # the handler runs between bytecodes
+        pass
+    return real_write(self, *args, **kwargs)
+
+def abort(self):
+    if where == "clean-up":
+        os.kill(os.getpid(), signal.SIGINT)
+        threading.Event().wait()
+    return real_abort(self)
+
+VideoWriter.write, VideoWriter.abort = write, abort
+sys.argv = ["ffbatch", *sys.argv[2:]]
+cli.main()
+"""
+
+
+@pytest.mark.parametrize("where", ["shutdown", "clean-up"])
+def test_a_second_sigint_ends_the_run_at_once_with_130_and_no_leftovers(
+    where, clip, astronaut_path, tmp_path
+):
+    out = tmp_path / "o.mp4"
+    argv = ["render", clip, "-s", astronaut_path, "-o", out, "-q"]
+    proc = subprocess.run(
+        [sys.executable, "-c", SECOND_SIGINT, where, *map(str, argv)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 130, proc.stderr
+    assert "stopped at once (a second signal, SIGINT)" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and "terminate called" not in proc.stderr
+    assert os.listdir(tmp_path) == []  # no output, no .partial, no .lock
