@@ -33,7 +33,7 @@ from facefusion_batch.models.assets import asset_path
 from facefusion_batch.pipeline.run import Renderer
 from facefusion_batch.swap.classical import ClassicalSettings
 from facefusion_batch.video.compositing import face_layer
-from facefusion_batch.video.writer import EncoderSettings
+from facefusion_batch.video.encoder_policy import EncoderSettings
 
 FRAMES = 12
 CHUNK = 5

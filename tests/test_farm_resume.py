@@ -51,7 +51,7 @@ def source(work) -> Path:
 
 @pytest.fixture(scope="module")
 def settings(clip, source, work) -> RenderSettings:
-    from facefusion_batch.video.writer import EncoderSettings
+    from facefusion_batch.video.encoder_policy import EncoderSettings
 
     return RenderSettings(
         input=clip, output=work / "x.mp4", sources=(source,), encoder=EncoderSettings(crf=0), quiet=True

@@ -33,6 +33,7 @@ from facefusion_batch.runtime.batching import BatchPolicy  # noqa: E402
 from facefusion_batch.runtime.device import DeviceSettings  # noqa: E402
 from facefusion_batch.runtime.torch_backend import TorchBackend  # noqa: E402
 from facefusion_batch.swap.classical import ClassicalSettings  # noqa: E402
+from facefusion_batch.video.encoder_policy import EncoderSettings  # noqa: E402
 from facefusion_batch.video.planes import (  # noqa: E402
     PlaneLayout,
     blank_picture,
@@ -40,7 +41,7 @@ from facefusion_batch.video.planes import (  # noqa: E402
 )
 from facefusion_batch.video.probe import probe  # noqa: E402
 from facefusion_batch.video.reader import FrameReader  # noqa: E402
-from facefusion_batch.video.writer import EncoderSettings, VideoWriter  # noqa: E402
+from facefusion_batch.video.writer import VideoWriter  # noqa: E402
 
 
 def packed(y: np.ndarray, u: np.ndarray, v: np.ndarray) -> np.ndarray:

@@ -15,9 +15,9 @@ import pytest
 from media import encode_image, synthetic_frame
 from test_cli import ffbatch
 
+from facefusion_batch.video.encoder_policy import EncoderSettings, check_output
 from facefusion_batch.video.native import NativePicture, compose, native_format, rgb_box
 from facefusion_batch.video.probe import probe
-from facefusion_batch.video.writer import EncoderSettings, check_output
 
 SIZE = (128, 96)
 

@@ -24,11 +24,12 @@ from facefusion_batch.config import encoder_options
 from facefusion_batch.errors import InputError
 from facefusion_batch.farm.manifest import segment_name
 from facefusion_batch.tools.doctor import report_lines
+from facefusion_batch.video.encoder_policy import EncoderSettings, check_output, validate_encoder
 from facefusion_batch.video.formats import ENCODER_TABLE, available_encoders, check_fits, segment_suffix
 from facefusion_batch.video.probe import probe
 from facefusion_batch.video.reader import FrameReader
 from facefusion_batch.video.sequence import SequenceWriter
-from facefusion_batch.video.writer import EncoderSettings, VideoWriter, check_output, validate_encoder
+from facefusion_batch.video.writer import VideoWriter
 
 SIZE = (256, 144)  # DNxHR needs 256x120 or more
 FRAMES = 6

@@ -64,6 +64,7 @@ from facefusion_batch.progress import Progress
 from facefusion_batch.stdout import say
 from facefusion_batch.timing import StageTimer
 from facefusion_batch.video.compositing import describe_output, open_compositing_writers
+from facefusion_batch.video.encoder_policy import check_output, encoder_parameters
 from facefusion_batch.video.formats import CONTAINERS, check_fits
 from facefusion_batch.video.hwaccel import hwaccel_problem
 from facefusion_batch.video.probe import probe
@@ -86,7 +87,7 @@ from facefusion_batch.video.stills import (
     still_stream_map,
     write_image_atomically,
 )
-from facefusion_batch.video.writer import VideoWriter, check_output, encoder_parameters
+from facefusion_batch.video.writer import VideoWriter
 
 log = logging.getLogger("ffbatch")
 
@@ -219,8 +220,7 @@ def _render_claimed(
         start_number = default_start_number(settings.input)
     if is_sequence_pattern(settings.output):
         begin, end = settings.frames or (0, None)
-        total = info.frame_count or 1  # unknown: the first frame at least
-        count = (total if end is None else min(int(end), total)) - begin
+        count = min(info.frame_count, end if end is not None else info.frame_count) - begin
         check_sequence_output(  # a range's own frames
             settings.output, settings.encoder.pix_fmt, start_number + begin, settings.overwrite, count
         )

@@ -35,6 +35,7 @@ from facefusion_batch.settings.types import (
 from facefusion_batch.swap.classical import EYES_MOUTH_CHOICES, ClassicalSettings
 from facefusion_batch.swap.masks import MASK_AREAS, MASK_TYPES, REGION_CLASSES
 from facefusion_batch.video.compositing import check_face_only_output
+from facefusion_batch.video.encoder_policy import validate_encoder
 from facefusion_batch.video.formats import CONTAINERS, check_fits
 from facefusion_batch.video.hwaccel import HWACCELS
 from facefusion_batch.video.matte import check_matte_output
@@ -45,7 +46,6 @@ from facefusion_batch.video.sequence import (
     is_sequence_pattern,
     sequence_codec,
 )
-from facefusion_batch.video.writer import validate_encoder
 
 
 def _check_range(option: str, value: float, low: float, high: float) -> None:

@@ -44,9 +44,9 @@ from facefusion_batch.settings.types import (
 from facefusion_batch.swap.classical import EYES_MOUTH_CHOICES, ClassicalSettings
 from facefusion_batch.swap.learned import LearnedSettings
 from facefusion_batch.swap.masks import MaskSettings
+from facefusion_batch.video.encoder_policy import EncoderSettings
 from facefusion_batch.video.hwaccel import HWACCELS
 from facefusion_batch.video.reader import DECODE_ERROR_MODES
-from facefusion_batch.video.writer import EncoderSettings
 
 # the panels render, preview and plan list their options in, in this order
 PANEL_IO = "Input and output"

@@ -16,7 +16,7 @@ from facefusion_batch.runtime.batching import BatchPolicy
 from facefusion_batch.runtime.device import DeviceSettings
 from facefusion_batch.swap.classical import ClassicalSettings
 from facefusion_batch.swap.learned import LearnedSettings
-from facefusion_batch.video.writer import EncoderSettings
+from facefusion_batch.video.encoder_policy import EncoderSettings
 
 # the choices of the settings' own words; the command line's choices and did-you-mean read them
 FaceMode = Literal["many", "one", "reference"]

@@ -4,9 +4,10 @@ The `probe()` function is deliberately not re-exported here: a package attribute
 `probe` would shadow the `facefusion_batch.video.probe` module. Import it from there.
 """
 
+from facefusion_batch.video.encoder_policy import EncoderSettings, quality_to_crf, validate_encoder
 from facefusion_batch.video.probe import VideoInfo
 from facefusion_batch.video.reader import Frame, FrameReader
-from facefusion_batch.video.writer import EncoderSettings, VideoWriter, quality_to_crf, validate_encoder
+from facefusion_batch.video.writer import VideoWriter
 
 __all__ = [
     "EncoderSettings",

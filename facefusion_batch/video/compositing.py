@@ -35,12 +35,15 @@ from typing import Any
 import numpy as np
 
 from facefusion_batch.errors import InputError, OutputError
+from facefusion_batch.video.encoder_policy import EncoderSettings, validate_encoder
 from facefusion_batch.video.matte import MATTE_PIX_FMT, check_matte_output, matte_info, matte_picture
 from facefusion_batch.video.native import NativePicture, native_format, rgb_box
 from facefusion_batch.video.planes import NATIVE
 from facefusion_batch.video.probe import VideoInfo
 from facefusion_batch.video.sequence import SequenceWriter, frame_path, is_sequence_pattern, sequence_codec
-from facefusion_batch.video.writer import EncoderSettings, VideoWriter, validate_encoder
+
+# the face layer as it leaves the pipeline: straight RGBA, 8-bit for 8-bit images (exactly the
+from facefusion_batch.video.writer import VideoWriter
 
 # the face layer as it leaves the pipeline: straight RGBA, 8-bit for 8-bit images (exactly the
 # output's codes: swscale would round 16 → 8 bits up), else 16-bit
