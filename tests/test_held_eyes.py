@@ -86,16 +86,17 @@ def test_a_turned_targets_far_eye_stays_its_own(models, t1_faces, t1_image):
 
 @pytest.fixture(scope="module")
 def swapper(models, astronaut_path):
-    """The default: a closed target eye takes the source's lid drawn shut (11 texture layers)."""
-    sources = prepare_sources(models, (astronaut_path,), ClassicalSettings())
+    """With the fit off: a closed target eye takes the source's lid drawn shut (11 texture layers)."""
+    settings = ClassicalSettings(fit=False)  # the eye rules before the fit (swap/fit.py)
+    sources = prepare_sources(models, (astronaut_path,), settings)
     assert sources[0].texture.shape[2] == 11
-    return ClassicalSwapper(sources, models.triangles, models.regions, ClassicalSettings())
+    return ClassicalSwapper(sources, models.triangles, models.regions, settings)
 
 
 @pytest.fixture(scope="module")
 def own_eyes(models, astronaut_path):
     """Without the source lids: a closed target eye stays the target's own (7 texture layers)."""
-    settings = ClassicalSettings(source_lids=False)
+    settings = ClassicalSettings(source_lids=False, fit=False)
     sources = prepare_sources(models, (astronaut_path,), settings)
     assert sources[0].texture.shape[2] == 7
     return ClassicalSwapper(sources, models.triangles, models.regions, settings)
@@ -133,7 +134,7 @@ def test_shut_target_eyes_stay_the_targets_own(models, own_eyes, swapper, t1_ima
     # eyes open, the target's once it has them shut (the lid above comes from the source:
     # EYE_MARGIN is a pixel or two, so the source's lid and brow bone carry its identity).
     # Feather blending: multiband carries the lid's low frequencies into a one-pixel slit
-    settings = ClassicalSettings(blend="feather", source_lids=False)
+    settings = ClassicalSettings(blend="feather", source_lids=False, fit=False)
     feather = ClassicalSwapper(own_eyes.sources, models.triangles, models.regions, settings)
     wide = eye_change(image, paint(HOST, feather, image, t1_faces), shut, models.regions)
     held = eye_change(image, paint(HOST, feather, image, shut), shut, models.regions)

@@ -71,13 +71,15 @@ def test_an_eye_too_small_to_tell_is_not_held(models, t1_faces):
 
 @pytest.fixture(scope="module")
 def swappers(models, astronaut_path):
-    """The astronaut onto t1.jpg three ways: the default (a shut eye takes the astronaut's lid
-    drawn shut), "own" (it stays the target's own eye) and "open" (no lids read: the
-    astronaut's open eye is painted over it)."""
+    """The astronaut onto t1.jpg four ways: with the fit off (swap/fit.py) "drawn" (a shut eye
+    takes the astronaut's lid drawn shut), "own" (it stays the target's own eye) and "open" (no
+    lids read: the astronaut's open eye is painted over it); and the default, "fit" (a face
+    with a shut eye keeps both its own)."""
     variants = {
-        "drawn": ClassicalSettings(),
-        "own": ClassicalSettings(source_lids=False),
-        "open": ClassicalSettings(lids=False),
+        "drawn": ClassicalSettings(fit=False),
+        "own": ClassicalSettings(source_lids=False, fit=False),
+        "open": ClassicalSettings(lids=False, fit=False),
+        "fit": ClassicalSettings(),  # the default: swap/fit.py keeps a face's shut eyes whole
     }
     return {
         name: ClassicalSwapper(
@@ -110,12 +112,13 @@ def test_a_shut_eye_stays_shut_and_an_open_one_takes_the_sources(models, swapper
     # own they change little; drawn shut they are the astronaut's lid, not Lisa's pixels
     assert change["open"] > 15 and change["own"] < 0.35 * change["open"], change
     assert change["drawn"] > 1.5 * change["own"], change
+    assert change["fit"] < 0.35 * change["open"], change
     # and both of Lisa's eyes still read as shut, by the measure that reads t1.jpg's shut eyes
     read = {name: shares(HOST, o, t1_faces, models.regions)[lisa_row] for name, o in out.items()}
-    assert (read["drawn"] >= LID_SHUT).all() and (read["own"] >= LID_SHUT).all(), read
+    assert all((read[name] >= LID_SHUT).all() for name in ("drawn", "own", "fit")), read
     assert (read["open"] < LID_OPEN).all(), read
-    # David's open eyes take the source's every way
-    opened = [eye_change(image, o, david, models.regions) for o in out.values()]
+    # David's open eyes take the source's every way with the fit off
+    opened = [eye_change(image, o, david, models.regions) for name, o in out.items() if name != "fit"]
     assert min(opened) > 15 and max(opened) < 1.05 * min(opened), opened
 
 

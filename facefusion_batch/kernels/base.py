@@ -194,6 +194,8 @@ class Frames:
     # (recorded only when not None: --matte-output)
     mattes: dict[int, Any] | None = None  # the kernel set's own arrays until `download`
     seq: int | None = None  # the batch's number in its job (None: a batch on its own)
+    # the default swap's do-no-harm decisions (swap/fit.py): name -> [B] faces of each frame
+    decisions: dict[str, np.ndarray] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.shapes is None:

@@ -30,6 +30,9 @@ class RenderReport:
     # detected faces not swapped, by reason (FacePipeline: each stage's drop_reason); they add up
     # to faces_found - faces_swapped
     faces_not_swapped: dict[str, int] = field(default_factory=dict)
+    # swapped faces by the default swap's do-no-harm decision (swap/fit.py): full, or
+    # own_eyes_<reason> (the face kept its own eyes: eyes_closed, eyes_wider, lids, gaze, pose, ...)
+    swap_decisions: dict[str, int] = field(default_factory=dict)
     frames_replaced: int = 0  # --on-decode-error skip: frames not decoded, filled with the last good one
     frames_concealed: int = 0  # --on-decode-error skip: frames decoded from damaged data, kept as decoded
     clock_discontinuities: int = 0  # MPEG-TS/PS clock jumps mid-clip, each part moved after the one before

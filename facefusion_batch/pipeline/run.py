@@ -40,14 +40,13 @@ from facefusion_batch.pipeline.stages import BatchResult, FacePipeline
 from facefusion_batch.timing import StageTimer
 from facefusion_batch.video.colour import ViewTransform, view_transform
 from facefusion_batch.video.compositing import CompositingWriters
-from facefusion_batch.video.encoder_policy import native_layout, output_pix_fmt
 from facefusion_batch.video.fields import FIRST_FIELD, split_fields, weave_fields
 from facefusion_batch.video.native import NativeFrames, compose
 from facefusion_batch.video.planes import BGR24, NATIVE, YUV420P, PlaneLayout, plane_layout_for
 from facefusion_batch.video.probe import VideoInfo
 from facefusion_batch.video.reader import Frame, FrameReader
 from facefusion_batch.video.sequence import SequenceWriter, is_sequence_pattern, sequence_codec
-from facefusion_batch.video.writer import VideoWriter
+from facefusion_batch.video.writer import VideoWriter, native_layout, output_pix_fmt
 
 log = logging.getLogger("ffbatch")
 
@@ -388,11 +387,16 @@ def _consume(
 
 
 def count_not_swapped(report: RenderReport, result: BatchResult, written: np.ndarray | None = None) -> None:
-    """Add a batch's dropped faces, by reason, to the report (only frames that are `written`)."""
+    """Add a batch's dropped faces, by reason, and the swap's decisions to the report (only
+    frames that are `written`)."""
     for reason, per_frame in result.dropped_per_frame.items():
         n = int(per_frame[written].sum() if written is not None else per_frame.sum())
         if n:
             report.faces_not_swapped[reason] = report.faces_not_swapped.get(reason, 0) + n
+    for decision, per_frame in result.decisions_per_frame.items():
+        n = int(per_frame[written].sum() if written is not None else per_frame.sum())
+        if n:
+            report.swap_decisions[decision] = report.swap_decisions.get(decision, 0) + n
 
 
 def input_view(settings: RenderSettings, info: VideoInfo) -> ViewTransform | None:

@@ -79,6 +79,8 @@ class BatchResult:
     swapped_per_frame: np.ndarray | None = None  # [B] faces swapped in each frame
     # reason -> [B] faces of each frame a stage dropped for that reason (stage.drop_reason)
     dropped_per_frame: dict[str, np.ndarray] = field(default_factory=dict)
+    # decision -> [B] faces of each frame the swap painted so (Frames.decisions, swap/fit.py)
+    decisions_per_frame: dict[str, np.ndarray] = field(default_factory=dict)
     painted: list[Rect] = field(default_factory=list)  # (frame, x, y, w, h): what may have changed
     mattes: dict[int, np.ndarray] | None = None  # matte=True: {frame: the paste alpha, 0–1}
     # --matte-output / --face-only-output: {frame: its matte and layer as their writers take them}
@@ -228,6 +230,7 @@ class FacePipeline:
             found_per_frame=found_per_frame,
             swapped_per_frame=swapped,
             dropped_per_frame=dropped,
+            decisions_per_frame=dict(frames.decisions),
             painted=painted,
             mattes=frames.mattes,
         )

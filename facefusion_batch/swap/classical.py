@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import cv2
@@ -33,6 +33,15 @@ from facefusion_batch.kernels.base import (
     PaintSettings,
 )
 from facefusion_batch.swap.colour_track import COLOUR_WINDOW, ColourTracks
+from facefusion_batch.swap.fit import (
+    FitInputs,
+    FitTracks,
+    gaze_offsets,
+    held_eyes,
+    reason_holds,
+    reason_of,
+    target_gazes,
+)
 from facefusion_batch.swap.lids import shut_lids
 from facefusion_batch.swap.lip_shadow import lift_lip_shadow
 from facefusion_batch.swap.masks import Occluder
@@ -58,6 +67,10 @@ OCCLUSION_TEMPLATE, OCCLUSION_CROP = "arcface_128", 256
 # IOD around each eye opening that stays the target's with a held eye: a pixel or two, so the
 # source's lid and brow bone stay and carry its identity (docs/default-swap.md)
 EYE_MARGIN = 0.015
+# IOD: with the do-no-harm fit (swap/fit.py) the held eye is the target's whole eye with its lids,
+# its edge ramped over HELD_FEATHER so no lid line of either face shows at the seam
+# (tuning half: 0.015 and 0.06 both moved fewer faces to the source, docs/default-swap.md)
+HELD_MARGIN, HELD_FEATHER = 0.03, 0.03
 # above the brows, a source pixel darker than this share of the face's median grey is hair (a
 # fringe); cutting lighter hair too cost identity (docs/default-swap.md)
 HAIR_DARKER = 0.6
@@ -81,8 +94,6 @@ TINT_RING = 0.4
 # (swap/lip_shadow.py): a grey goatee on pale targets weighed against identity, which the
 # recogniser reads in it; `--lip-shadow` leaves the choice to the user (docs/default-swap.md)
 LIP_SHADOW_LIFT = 0.3
-# target/source eye-opening ratios at which a target's eye starts to stay its own / fully does
-EYE_OPEN, EYE_CLOSED = 0.6, 0.35
 
 
 @dataclass(frozen=True)
@@ -117,9 +128,12 @@ class ClassicalSettings:
     match_grain: bool = True
     # closed eyes the mesh keeps open (a shut or lowered lid) told from the picture (swap/lids.py)
     lids: bool = True
-    # a closed target eye shows the source's own lid drawn shut (swap/shut_eyes.py); off: the
-    # target's own eye shows there
+    # with the fit off: a closed target eye shows the source's own lid drawn shut
+    # (swap/shut_eyes.py); off: the target's own eye shows there
     source_lids: bool = True
+    # do no harm (swap/fit.py): a face whose eyes are in a state the source photo cannot give
+    # (closed, wider, looking elsewhere, turned past the photo) keeps its own eyes whole
+    fit: bool = True
     # 0–1: how far the shadow under a top-lit source's lower lip is lifted toward its chin's skin
     # before it is painted (swap/lip_shadow.py; LIP_SHADOW_LIFT says what each step costs): 1
     # takes the grey goatee it leaves on pale targets away, and some of the source's identity
@@ -177,6 +191,8 @@ class SourceFace:
     # how shut the photo's own left and right eye are by their lids (swap/lids.py): a source
     # with shut eyes has no open eye to give, and every target keeps its own there
     lid_shut: tuple[float, float] = (0.0, 0.0)
+    # swap/fit.gaze_offsets of the photo's eyes (NaN: not measured)
+    gaze: np.ndarray = field(default_factory=lambda: np.full((2, 2), np.nan))
 
     @property
     def geometry(self) -> np.ndarray:
@@ -350,16 +366,9 @@ def prepare_source(
     ring = (alpha > 0.5) & (not_skin > 0) & (features == 0)
     crop = lift_lip_shadow(crop, local, regions, skin, iod, settings.lip_shadow)
 
-    eyes = []
-    for loop in (regions.left_eye, regions.right_eye):
-        eye: np.ndarray = np.zeros((h, w), np.uint8)
-        _poly(eye, local[loop], 255)
-        grow = max(1, int(round(EYE_MARGIN * iod)))
-        eye = cv2.dilate(eye, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * grow + 1,) * 2))
-        soft = cv2.GaussianBlur(eye.astype(np.float32) / 255, (0, 0), max(1.0, 0.5 * EYE_MARGIN * iod))
-        eyes.append(np.maximum(soft, eye / 255.0).astype(np.float32))
+    eyes = [eye_hole(local[e], iod, (h, w), settings.fit) for e in (regions.left_eye, regions.right_eye)]
     layers = [crop, alpha.astype(np.float32), np.where(ring, TINT_RING, skin).astype(np.float32), *eyes]
-    if settings.eyes_mouth == "eyes" and settings.source_lids:  # the source's eyes drawn shut
+    if settings.eyes_mouth == "eyes" and settings.source_lids and not settings.fit:  # drawn shut
         shut, side = shut_eye_layer(crop, local, regions, skin > 0, (1 - lid_shut[0], 1 - lid_shut[1]))
         layers += [shut, side]
     texture = np.dstack(layers)
@@ -371,7 +380,24 @@ def prepare_source(
         eye_open=tuple(opening),
         shape_mesh=local.astype(np.float32),
         lid_shut=(float(lid_shut[0]), float(lid_shut[1])),
+        gaze=gaze_offsets(crop, local, regions),
     )
+
+
+def eye_hole(loop: np.ndarray, iod: float, shape: tuple[int, int], whole: bool) -> np.ndarray:
+    """[h,w] float32 0–1: where a held eye shows the target's (texture channel 5 or 6): the
+    loop grown by EYE_MARGIN with a soft edge, or with `whole` (the fit) by HELD_MARGIN and
+    ramped down over HELD_FEATHER outside it."""
+    eye: np.ndarray = np.zeros(shape, np.uint8)
+    _poly(eye, loop, 255)
+    grow = max(1, int(round((HELD_MARGIN if whole else EYE_MARGIN) * iod)))
+    eye = cv2.dilate(eye, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * grow + 1,) * 2))
+    if whole:
+        dist = cv2.distanceTransform((eye == 0).astype(np.uint8), cv2.DIST_L2, 5)
+        ramp = 1 - np.clip(dist / max(HELD_FEATHER * iod, 1.0), 0.0, 1.0)
+        return (ramp * ramp * (3 - 2 * ramp)).astype(np.float32)
+    soft = cv2.GaussianBlur(eye.astype(np.float32) / 255, (0, 0), max(1.0, 0.5 * EYE_MARGIN * iod))
+    return np.maximum(soft, eye / 255.0).astype(np.float32)
 
 
 def eye_openness(meshes: np.ndarray, regions: FaceRegions) -> np.ndarray:
@@ -385,15 +411,6 @@ def eye_openness(meshes: np.ndarray, regions: FaceRegions) -> np.ndarray:
         v = -x * np.sin(angle) + y * np.cos(angle)
         out.append(np.ptp(v, axis=1) / np.maximum(np.ptp(u, axis=1), 1e-6))
     return np.stack(out, axis=1)
-
-
-def held_eyes(target_open: np.ndarray, source_open: np.ndarray) -> np.ndarray:
-    """[F,2] how much of each eye stays the target's: none while the target's eye is about as
-    open as the source's, all of it once it is much more closed (a blink, a squint, a look
-    down), smoothly in between so a blink fades rather than switches."""
-    ratio = target_open / np.maximum(source_open, 1e-6)
-    t = np.clip((EYE_OPEN - ratio) / (EYE_OPEN - EYE_CLOSED), 0.0, 1.0)
-    return t * t * (3 - 2 * t)
 
 
 def far_eye_holds(meshes: np.ndarray) -> np.ndarray:
@@ -455,6 +472,9 @@ class ClassicalSwapper:
         self._textures: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
         # the paint's colour statistics along each track (None: each frame's own)
         self.colour_tracks = ColourTracks(settings.colour_window) if settings.colour_window > 0 else None
+        # the do-no-harm fit along each track (swap/fit.py)
+        self.fit_tracks = FitTracks() if settings.fit and settings.eyes_mouth == "eyes" else None
+        self.source_gaze = np.stack([s.gaze for s in sources])
         self._lock = threading.Lock()
 
     def choose_sources(self, table: FaceTable) -> np.ndarray:
@@ -482,11 +502,16 @@ class ClassicalSwapper:
         frame_shapes: np.ndarray,
         occlusion: tuple[np.ndarray, np.ndarray] | None = None,
         lids: np.ndarray | None = None,
+        gaze: np.ndarray | None = None,
+        seq: int | None = None,
+        decided: list[str] | None = None,
     ) -> list[FaceRegion]:
         """Every face's warp map (source texture coordinates over its region of the frame);
         `frame_shapes` [B, 2]: (height, width) of each frame of the batch; `occlusion`: per
         face, an occlusion model's mask on an aligned crop and the crop's affine; `lids` [F, 2]:
-        how much of each eye a lowered lid keeps the target's (swap/lids.py)."""
+        how much of each eye a lowered lid keeps the target's (swap/lids.py); `gaze` [F, 2, 2]:
+        each eye's swap/fit.gaze_offsets; `seq`: the batch's number, for the fit's track step;
+        `decided`: filled with each face's fit decision (swap/fit.reason_of)."""
         choice = self.choose_sources(table)
         scales = self.raster_scales(table)
         shapes = frame_shapes[table.frame_index].astype(np.float64)
@@ -499,7 +524,12 @@ class ClassicalSwapper:
         maps = self.warp_maps(
             choice, geometry[:, :, :2] * scales[:, None, None], mesh[:, :, 2], bounds, scales, shapes
         )
-        holds, closes = self.eye_holds(table, choice, lids)
+        if self.fit_tracks is not None:
+            holds, closes, names = self.fit_holds(table, choice, lids, gaze, seq)
+            if decided is not None:
+                decided[:] = names
+        else:
+            holds, closes = self.eye_holds(table, choice, lids)
         out: list[FaceRegion] = []
         for f, face_maps in enumerate(maps):
             if face_maps is None:
@@ -553,6 +583,40 @@ class ClassicalSwapper:
         if not self.settings.source_lids or self.sources[0].texture.shape[2] < 11:
             return np.maximum(np.maximum(closed, far), source_shut), none
         return np.maximum(far, source_shut * (1 - closed)), closed
+
+    def fit_inputs(
+        self, table: FaceTable, choice: np.ndarray, lids: np.ndarray | None, gaze: np.ndarray | None
+    ) -> FitInputs:
+        mesh = table.required("mesh")
+        return FitInputs(
+            target_open=eye_openness(mesh, self.face_regions),
+            source_open=np.array([self.sources[c].eye_open for c in choice]).reshape(-1, 2),
+            lids=lids,
+            target_gaze=gaze,
+            source_gaze=self.source_gaze[choice],
+            target_yaw=np.array([eye_frame(m)[2] for m in mesh]).reshape(-1),
+            source_yaw=self.source_yaw[choice].astype(np.float64),
+            source_shut=np.array([self.sources[c].lid_shut for c in choice]).reshape(-1, 2),
+        )
+
+    def fit_holds(
+        self,
+        table: FaceTable,
+        choice: np.ndarray,
+        lids: np.ndarray | None,
+        gaze: np.ndarray | None,
+        seq: int | None,
+    ) -> tuple[np.ndarray, np.ndarray, list[str]]:
+        """[F,2] twice, as `eye_holds`, and each face's decision's name: with the fit
+        (swap/fit.py) a face whose eyes the source cannot give keeps both its own, along its
+        track; a turned face's far eye as before; no eye is drawn shut."""
+        holds = reason_holds(self.fit_inputs(table, choice, lids, gaze))
+        if self.fit_tracks is not None and table.track is not None and table.frame_no is not None:
+            holds = self.fit_tracks.step(seq, table.track, table.frame_no, holds)
+        names = reason_of(holds)
+        whole = holds.max(axis=1)[:, None]
+        far = far_eye_holds(table.required("mesh"))
+        return np.maximum(far, whole), np.zeros_like(far), names
 
     def warp_maps(
         self,
@@ -628,7 +692,12 @@ class ClassicalSwapper:
         lids = table.lids  # read before the tracker (LidReader), and averaged along each track
         if lids is None and self.settings.eyes_mouth == "eyes" and self.settings.lids:
             lids = shut_lids(k, frames, table, self.face_regions)  # no reader ran: this batch's own
-        regions = self.regions(table, frames.sizes, occlusion, lids)
+        gaze = None if self.fit_tracks is None else target_gazes(k, frames, table, self.face_regions)
+        decided: list[str] = []
+        regions = self.regions(table, frames.sizes, occlusion, lids, gaze, frames.seq, decided)
+        for region in regions if decided else []:  # what the report counts: painted faces, by decision
+            counts = frames.decisions.setdefault(decided[region.face], np.zeros(frames.count, np.int64))
+            counts[region.frame] += 1
         textures = self.textures_for(k)
         if self.colour_tracks is not None and table.track is not None and table.frame_no is not None:
             regions = self.track_colours(k, frames, table, regions, textures)
@@ -658,18 +727,22 @@ class ClassicalSwapper:
         ]
 
     def reset(self) -> None:
-        """A new job: the colour history starts empty."""
+        """A new job: the colour and fit histories start empty."""
         if self.colour_tracks is not None:
             self.colour_tracks.reset()
+        if self.fit_tracks is not None:
+            self.fit_tracks.reset()
 
     def release(self, seq: int | None) -> None:
         """Batch `seq` is done with this stage (or never reached it): the next may take its turn."""
-        if self.colour_tracks is not None and seq is not None:
-            self.colour_tracks.order.done(seq)
+        for tracks in (self.colour_tracks, self.fit_tracks):
+            if tracks is not None and seq is not None:
+                tracks.order.done(seq)
 
     def abort(self) -> None:
-        if self.colour_tracks is not None:
-            self.colour_tracks.order.abort()
+        for tracks in (self.colour_tracks, self.fit_tracks):
+            if tracks is not None:
+                tracks.order.abort()
 
 
 def crop_to_region(

@@ -1,0 +1,122 @@
+"""Do no harm (swap/fit.py): a face whose eyes the source photo cannot give keeps its own, for
+a reason the report names, along its track without switching back and forth."""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+
+from facefusion_batch.config import SwapSettings
+from facefusion_batch.kernels.host import HostKernels
+from facefusion_batch.pipeline.build import build_pipeline
+from facefusion_batch.pipeline.report import RenderReport
+from facefusion_batch.pipeline.run import count_not_swapped
+from facefusion_batch.swap.fit import (
+    FIT_WINDOW,
+    HELD,
+    REASONS,
+    FitInputs,
+    FitTracks,
+    gaze_offsets,
+    reason_holds,
+    reason_of,
+)
+
+
+def inputs(faces: int = 1, **changes) -> FitInputs:
+    """`faces` frontal faces with open eyes looking ahead, as their source: nothing to hold."""
+    base = {
+        "target_open": np.full((faces, 2), 0.3),
+        "source_open": np.full((faces, 2), 0.3),
+        "lids": np.zeros((faces, 2)),
+        "target_gaze": np.zeros((faces, 2, 2)),
+        "source_gaze": np.zeros((faces, 2, 2)),
+        "target_yaw": np.zeros(faces),
+        "source_yaw": np.zeros(faces),
+        "source_shut": np.zeros((faces, 2)),
+    }
+    base.update({k: np.asarray(v, np.float64) for k, v in changes.items()})
+    return FitInputs(**base)
+
+
+def test_each_state_the_source_cannot_give_is_named():
+    assert reason_of(reason_holds(inputs())) == ["full"]
+    cases = {
+        "eyes_closed": {"target_open": [[0.05, 0.3]]},  # a wink: both eyes stay the target's
+        "eyes_wider": {"source_open": [[0.08, 0.08]]},  # a squinting source on open eyes
+        "lids": {"lids": [[0.0, 1.0]]},
+        "gaze": {"target_gaze": [[[0.0, 0.3], [0.0, 0.3]]]},  # looking down
+        "pose": {"target_yaw": [0.5]},
+        "source_shut": {"source_shut": [[1.0, 1.0]]},
+    }
+    assert set(cases) == set(REASONS)
+    for reason, change in cases.items():
+        holds = reason_holds(inputs(**change))
+        assert reason_of(holds) == [f"own_eyes_{reason}"], reason
+        assert holds[0, REASONS.index(reason)] == 1.0
+    # an eye too shut to measure its gaze (NaN) asks nothing for its gaze
+    nan = reason_holds(inputs(target_gaze=[[[np.nan, np.nan], [0.0, 0.0]]]))
+    assert nan[0, REASONS.index("gaze")] == 0.0
+
+
+def test_a_hold_lasts_the_window_and_lets_go():
+    tracks = FitTracks()
+    asked = np.zeros((1, len(REASONS)))
+    asked[0, REASONS.index("gaze")] = 1.0
+    out = []
+    for frame in range(3 * FIT_WINDOW):  # one frame a batch, in order; frame 2 asks to hold
+        holds = asked if frame == 2 else np.zeros_like(asked)
+        out.append(tracks.step(frame, np.array([0]), np.array([frame]), holds)[0].max())
+    held = [frame for frame, h in enumerate(out) if h >= HELD]
+    assert held == list(range(2, 2 + FIT_WINDOW))  # one switch on, one off: no toggling
+    # another track, and a face with no track, are not held by it
+    tracks.reset()
+    tracks.step(0, np.array([0]), np.array([0]), asked)
+    other = tracks.step(1, np.array([1, -1]), np.array([1, 1]), np.zeros((2, len(REASONS))))
+    assert other.max() == 0.0
+
+
+def test_a_batch_on_its_own_starts_from_nothing():
+    tracks = FitTracks()
+    asked = np.ones((1, len(REASONS)))
+    tracks.step(0, np.array([0]), np.array([0]), asked)
+    alone = tracks.step(None, np.array([0]), np.array([1]), np.zeros_like(asked))
+    assert alone.max() == 0.0
+
+
+def test_gaze_follows_the_dark_spot(models, t1_faces):
+    """A dark disc (an iris) painted to one side of each eye on a light face moves the gaze."""
+    mesh = t1_faces.mesh[0]
+    shape = (int(mesh[:, 1].max()) + 20, int(mesh[:, 0].max()) + 20, 3)
+    image = np.random.default_rng(0).integers(180, 220, shape).astype(np.uint8)  # no ties
+
+    def with_iris(aside: float) -> np.ndarray:
+        out = image.copy()
+        for loop in (models.regions.left_eye, models.regions.right_eye):
+            pts = mesh[loop, :2]
+            centre = pts.mean(axis=0)
+            width = np.ptp(pts[:, 0])
+            spot = (int(round(centre[0] + aside * width)), int(round(centre[1])))
+            cv2.circle(out, spot, max(1, int(0.15 * width)), (20, 20, 20), -1)
+        return out
+
+    level = gaze_offsets(with_iris(0.0), mesh, models.regions)
+    aside = gaze_offsets(with_iris(0.25), mesh, models.regions)
+    assert np.isfinite(level).all() and np.isfinite(aside).all()
+    moved = np.linalg.norm(aside - level, axis=1)
+    assert np.all(moved > 0.15) and np.all(np.linalg.norm(level, axis=1) < 0.06), (level, aside)
+
+
+def test_the_report_counts_every_painted_face_by_its_decision(models, t1_small, astronaut_path):
+    """The default pipeline on three frames of t1: each swapped face is counted once under its
+    decision; Lisa's shut eyes (the mesh keeps them open, the lids read shut) keep her own."""
+    pipeline = build_pipeline(models, (astronaut_path,), SwapSettings(), "many")
+    pipeline.start_job()
+    frames = [np.ascontiguousarray(t1_small)] * 3
+    result = pipeline(HostKernels(), frames, seq=0)
+    report = RenderReport(input="in", output="out", backend="cpu")
+    count_not_swapped(report, result, np.ones(len(frames), bool))
+    assert sum(report.swap_decisions.values()) == result.faces_swapped == 18, report.swap_decisions
+    assert report.swap_decisions.get("own_eyes_lids", 0) >= 3, report.swap_decisions
+    assert set(report.swap_decisions) <= {"full", *(f"own_eyes_{r}" for r in REASONS)}
+    assert report.summary()["swap_decisions"] == report.swap_decisions
