@@ -40,13 +40,14 @@ from facefusion_batch.pipeline.stages import BatchResult, FacePipeline
 from facefusion_batch.timing import StageTimer
 from facefusion_batch.video.colour import ViewTransform, view_transform
 from facefusion_batch.video.compositing import CompositingWriters
+from facefusion_batch.video.encoder_policy import native_layout, output_pix_fmt
 from facefusion_batch.video.fields import FIRST_FIELD, split_fields, weave_fields
 from facefusion_batch.video.native import NativeFrames, compose
 from facefusion_batch.video.planes import BGR24, NATIVE, YUV420P, PlaneLayout, plane_layout_for
 from facefusion_batch.video.probe import VideoInfo
 from facefusion_batch.video.reader import Frame, FrameReader
 from facefusion_batch.video.sequence import SequenceWriter, is_sequence_pattern, sequence_codec
-from facefusion_batch.video.writer import VideoWriter, native_layout, output_pix_fmt
+from facefusion_batch.video.writer import VideoWriter
 
 log = logging.getLogger("ffbatch")
 
