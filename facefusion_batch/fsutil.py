@@ -255,6 +255,34 @@ def stale_partials(path: Path) -> list[Path]:
 
 
 @contextlib.contextmanager
+def waiting_lock(lock: Path) -> Iterator[None]:
+    """Hold the lock file `lock`, waiting for another process that holds it; the file is removed
+    as the block ends, however it ends (a second signal's abrupt exit too: a model store was
+    left with a `.lock` for every file ever fetched, and an interrupted fetch's)."""
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, default_file_mode())
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            same = os.fstat(fd).st_ino == os.stat(lock).st_ino  # the holder before us removed it?
+        except FileNotFoundError:
+            same = False
+        except BaseException:
+            os.close(fd)
+            raise
+        if same:
+            break
+        os.close(fd)
+    _held_locks.add(lock)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(lock)
+        _held_locks.discard(lock)
+        os.close(fd)
+
+
+@contextlib.contextmanager
 def claim_output(path: Path, what: str = "output") -> Iterator[None]:
     """Hold `path` for the whole job: a second ffbatch process on the same output fails at once
     (exit 2) instead of racing it. Holding the claim, temporary files of a job that died

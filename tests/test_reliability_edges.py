@@ -3,6 +3,8 @@ with a plain message (or exact output), tested on real outputs and exit statuses
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import subprocess
@@ -14,6 +16,13 @@ import cv2
 import numpy as np
 import pytest
 from media import make_clip
+from test_model_store import _half_then, fake_pip, home  # noqa: F401, F811 - fixtures
+from test_model_store import spec as model_spec
+
+from facefusion_batch import fsutil
+from facefusion_batch.errors import ModelError
+from facefusion_batch.models import sources, store
+from facefusion_batch.models.catalog import build_catalog
 
 JOBS = Path(__file__).parent / "data" / "facefusion_jobs"
 
@@ -165,3 +174,32 @@ def test_a_second_sigint_ends_the_run_at_once_with_130_and_no_leftovers(
     assert "stopped at once (a second signal, SIGINT)" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr and "terminate called" not in proc.stderr
     assert os.listdir(tmp_path) == []  # no output, no .partial, no .lock
+
+
+# -- the model store's lock files ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ending", ["done", "interrupted", "failed"])
+def test_a_fetch_leaves_no_lock_file_in_the_store(ending, home, fake_pip, monkeypatch):  # noqa: F811
+    """Every fetch left `.NAME.lock` beside its file, an interrupted `models fetch` too."""
+    cat = build_catalog([model_spec()])
+    if ending == "interrupted":
+        monkeypatch.setattr(sources, "copy_stream", _half_then(KeyboardInterrupt()))
+    elif ending == "failed":
+        monkeypatch.setattr(sources, "copy_stream", _half_then(OSError(28, "No space left on device")))
+    with contextlib.nullcontext() if ending == "done" else pytest.raises((KeyboardInterrupt, ModelError)):
+        store.model_path("fake", catalog=cat)
+    left = sorted(os.listdir(home / "models"))
+    assert left == (
+        ["fake.bin", store.sidecar_path(home / "models" / "fake.bin").name] if ending == "done" else []
+    )
+
+
+def test_the_store_lock_still_serialises_fetches_and_goes_when_released(tmp_path):
+    lock = tmp_path / ".fake.bin.lock"
+    with fsutil.waiting_lock(lock):
+        fd = os.open(lock, os.O_RDWR)
+        with pytest.raises(BlockingIOError):  # another fetch of the same file waits here
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.close(fd)
+    assert not lock.exists()

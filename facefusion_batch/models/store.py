@@ -101,19 +101,10 @@ sha256_file = fsutil.sha256_file
 
 @contextlib.contextmanager
 def _lock(final: Path) -> Iterator[None]:
-    """Serialise fetches of one file across processes (no-op where fcntl is missing)."""
+    """Serialise fetches of one file across processes; the lock file goes as the fetch ends."""
     final.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows
+    with fsutil.waiting_lock(final.with_name(f".{final.name}.lock")):
         yield
-        return
-    with open(final.with_name(f".{final.name}.lock"), "a+b") as fh:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
 def _remove_stale_parts(final: Path) -> None:
