@@ -68,7 +68,7 @@ CHECK = """
 import sys, time
 from pathlib import Path
 started = time.perf_counter()
-from facefusion_batch.pipeline.build import model_state
+from facefusion_batch.pipeline.model_resolution import model_state
 imported = time.perf_counter()
 assert model_state("inswapper_128", Path(sys.argv[1])) == "present"
 print(imported - started, time.perf_counter() - imported)

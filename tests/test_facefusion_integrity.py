@@ -19,7 +19,7 @@ from test_cli import ffbatch
 from facefusion_batch.config import SwapSettings
 from facefusion_batch.errors import InputError, ModelError
 from facefusion_batch.models.facefusion import check_beside, crc32_file
-from facefusion_batch.pipeline.build import choose_swapper, model_state
+from facefusion_batch.pipeline.model_resolution import choose_swapper, model_state
 from facefusion_batch.swap.learned import LearnedSettings
 
 

@@ -272,7 +272,7 @@ def test_trusted_sha256_reads_the_record_while_the_file_is_unchanged(home, tmp_p
 def test_a_render_stops_on_a_spoilt_learned_model_saying_which(home, spoil, said):
     """What a render asks before loading a learned model: exit 2 (ModelError) naming the file
     and what is wrong with it, never a silent run on it."""
-    from facefusion_batch.pipeline.build import model_state
+    from facefusion_batch.pipeline.model_resolution import model_state
 
     path = put_facefusion_file(home)
     assert model_state("inswapper_128", None) == "present"
