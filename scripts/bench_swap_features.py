@@ -32,7 +32,7 @@ VARIANTS = {
     "no grain match": {"match_grain": False},
     "no tint limit": {"tint_limit": float("inf")},
     "no lids read": {"lids": False},
-    "no source lids drawn": {"source_lids": False},
+    "no fit (swap/fit.py)": {"fit": False},
     "no held eyes (eyes: source)": {"eyes_mouth": "source"},
     "none of the four": {
         "mirror_fill": False,

@@ -86,17 +86,17 @@ def test_a_turned_targets_far_eye_stays_its_own(models, t1_faces, t1_image):
 
 @pytest.fixture(scope="module")
 def swapper(models, astronaut_path):
-    """With the fit off: a closed target eye takes the source's lid drawn shut (11 texture layers)."""
-    settings = ClassicalSettings(fit=False)  # the eye rules before the fit (swap/fit.py)
+    """The default, with the fit (swap/fit.py): a face with a closed eye keeps both its own."""
+    settings = ClassicalSettings()
     sources = prepare_sources(models, (astronaut_path,), settings)
-    assert sources[0].texture.shape[2] == 11
+    assert sources[0].texture.shape[2] == 7
     return ClassicalSwapper(sources, models.triangles, models.regions, settings)
 
 
 @pytest.fixture(scope="module")
 def own_eyes(models, astronaut_path):
-    """Without the source lids: a closed target eye stays the target's own (7 texture layers)."""
-    settings = ClassicalSettings(source_lids=False, fit=False)
+    """With the fit off: a closed target eye stays the target's own, the other eye the source's."""
+    settings = ClassicalSettings(fit=False)
     sources = prepare_sources(models, (astronaut_path,), settings)
     assert sources[0].texture.shape[2] == 7
     return ClassicalSwapper(sources, models.triangles, models.regions, settings)
@@ -125,16 +125,17 @@ def test_shut_target_eyes_stay_the_targets_own(models, own_eyes, swapper, t1_ima
     shut = replace(t1_faces, mesh=closed(t1_faces.mesh, models.regions))
     assert all(r.hold_eyes == (1.0, 1.0) for r in own_eyes.regions(shut, shapes))
     assert all(r.close_eyes == (0.0, 0.0) for r in own_eyes.regions(shut, shapes))
-    # with the source lids (the default) the shut eyes take the source's lid drawn shut instead,
-    # and only a turned face's far eye stays the target's
-    drawn = swapper.regions(shut, shapes)
-    assert all(r.close_eyes == (1.0, 1.0) for r in drawn)
-    assert [r.hold_eyes for r in drawn] == [tuple(h) for h in far_eye_holds(shut.mesh).tolist()]
+    # with the fit (the default) too, and one shut eye keeps both: no source eye is drawn shut
+    fit = swapper.regions(shut, shapes)
+    assert all(r.hold_eyes == (1.0, 1.0) and r.close_eyes == (0.0, 0.0) for r in fit)
+    wink = replace(t1_faces, mesh=closed(t1_faces.mesh, models.regions, (0,)))
+    assert all(r.hold_eyes == (1.0, 1.0) for r in swapper.regions(wink, shapes))
+    assert any(r.hold_eyes[1] == 0.0 for r in own_eyes.regions(wink, shapes))  # fit off: one eye
     # the painted pixels along the shut eyes' lash lines: the source's while the mesh has the
     # eyes open, the target's once it has them shut (the lid above comes from the source:
     # EYE_MARGIN is a pixel or two, so the source's lid and brow bone carry its identity).
     # Feather blending: multiband carries the lid's low frequencies into a one-pixel slit
-    settings = ClassicalSettings(blend="feather", source_lids=False, fit=False)
+    settings = ClassicalSettings(blend="feather", fit=False)
     feather = ClassicalSwapper(own_eyes.sources, models.triangles, models.regions, settings)
     wide = eye_change(image, paint(HOST, feather, image, t1_faces), shut, models.regions)
     held = eye_change(image, paint(HOST, feather, image, shut), shut, models.regions)

@@ -48,7 +48,6 @@ from facefusion_batch.swap.masks import Occluder
 from facefusion_batch.swap.raster import rasterize
 from facefusion_batch.swap.regions import FaceRegions
 from facefusion_batch.swap.shape import mouth_weight, shaped_meshes
-from facefusion_batch.swap.shut_eyes import shut_eye_layer
 from facefusion_batch.swap.skin import skin_visibility
 from facefusion_batch.swap.symmetry import (
     atlas,
@@ -128,9 +127,6 @@ class ClassicalSettings:
     match_grain: bool = True
     # closed eyes the mesh keeps open (a shut or lowered lid) told from the picture (swap/lids.py)
     lids: bool = True
-    # with the fit off: a closed target eye shows the source's own lid drawn shut
-    # (swap/shut_eyes.py); off: the target's own eye shows there
-    source_lids: bool = True
     # do no harm (swap/fit.py): a face whose eyes are in a state the source photo cannot give
     # (closed, wider, looking elsewhere, turned past the photo) keeps its own eyes whole
     fit: bool = True
@@ -174,9 +170,7 @@ class SourceFace:
     """One source face ready to paint: texture channels BGR + alpha + skin, and its mesh."""
 
     # [h,w,7] float32: B, G, R (0–255), alpha (0–1), skin (0/1), and soft masks (0–1) of the
-    # left and right eye with their lids, through which a target's closed eye stays its own;
-    # [h,w,11] with the source lids: then B, G, R with both eyes drawn shut, and which eye a
-    # pixel belongs to (1: the left; swap/shut_eyes.py)
+    # left and right eye with their lids, through which a target's held eye stays its own
     texture: np.ndarray
     mesh: np.ndarray  # [468,3] in texture pixels
     yaw: float
@@ -313,7 +307,7 @@ def prepare_source(
     lid_shut: tuple[float, float] = (0.0, 0.0),
 ) -> SourceFace:
     """Cut the source face out once: texture, soft alpha and a skin mask for colour statistics;
-    `lid_shut`: how shut the photo's own eyes are (swap/lids.py; a shut eye is not drawn shut)."""
+    `lid_shut`: how shut the photo's own eyes are (swap/lids.py)."""
     angle, span, yaw = eye_frame(mesh)
     iod = span * 0.7  # eye-centre distance is about 0.7 of the outer-corner span
     pad = int(0.3 * span) + 4
@@ -368,9 +362,6 @@ def prepare_source(
 
     eyes = [eye_hole(local[e], iod, (h, w), settings.fit) for e in (regions.left_eye, regions.right_eye)]
     layers = [crop, alpha.astype(np.float32), np.where(ring, TINT_RING, skin).astype(np.float32), *eyes]
-    if settings.eyes_mouth == "eyes" and settings.source_lids and not settings.fit:  # drawn shut
-        shut, side = shut_eye_layer(crop, local, regions, skin > 0, (1 - lid_shut[0], 1 - lid_shut[1]))
-        layers += [shut, side]
     texture = np.dstack(layers)
     opening = eye_openness(local[None], regions)[0]
     return SourceFace(
@@ -565,12 +556,10 @@ class ClassicalSwapper:
     def eye_holds(
         self, table: FaceTable, choice: np.ndarray, lids: np.ndarray | None
     ) -> tuple[np.ndarray, np.ndarray]:
-        """[F,2] twice: how much of each eye stays the target's own, and how much shows the
-        source's eye drawn shut. A target's closed eye (a blink the mesh sees, a lid read from
-        the picture) takes the source's lid drawn shut, or with the source lids off stays the
-        target's; a far eye of a turned face stays the target's; a source photo's shut eye has
-        no open eye to give, so an open target eye stays the target's there, and a closed one
-        takes the photo's own shut lid."""
+        """[F,2] twice, the rules with the fit off: how much of each eye stays the target's own,
+        and how much shows a source eye drawn shut (none: no source eye is drawn shut). A
+        target's closed eye (a blink the mesh sees, a lid read from the picture), a far eye of a
+        turned face and an eye the source photo has shut stay the target's."""
         none = np.zeros((len(table), 2))
         if self.settings.eyes_mouth != "eyes":
             return none, none
@@ -580,9 +569,7 @@ class ClassicalSwapper:
             closed = np.maximum(closed, lids)
         far = far_eye_holds(table.required("mesh"))
         source_shut = np.array([self.sources[c].lid_shut for c in choice]).reshape(-1, 2)
-        if not self.settings.source_lids or self.sources[0].texture.shape[2] < 11:
-            return np.maximum(np.maximum(closed, far), source_shut), none
-        return np.maximum(far, source_shut * (1 - closed)), closed
+        return np.maximum(np.maximum(closed, far), source_shut), none
 
     def fit_inputs(
         self, table: FaceTable, choice: np.ndarray, lids: np.ndarray | None, gaze: np.ndarray | None

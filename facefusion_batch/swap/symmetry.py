@@ -199,8 +199,7 @@ def symmetric_pair(
     weights = mirror_weights(mesh, mirror_mesh, triangles, extra)
     use = weights[triangles].mean(axis=1) > 0.5
     texture, mirror = texture.copy(), mirror.copy()
-    # the colour layers: B, G, R, and with the source lids the same drawn shut (7–9)
-    colour = np.r_[0:3, 7:10] if texture.shape[2] >= 10 else np.r_[0:3]
+    colour = np.r_[0:3]  # the colour layers: B, G, R
     from_mirror, w_own = _warp(mirror[..., colour], mesh, mirror_mesh, weights, triangles, texture.shape)
     from_own, w_mirror = _warp(texture[..., colour], mirror_mesh, mesh, weights, triangles, mirror.shape)
     texture[..., colour] += w_own[..., None] * (from_mirror - texture[..., colour])
