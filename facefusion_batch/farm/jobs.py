@@ -220,7 +220,8 @@ def _render_claimed(
         start_number = default_start_number(settings.input)
     if is_sequence_pattern(settings.output):
         begin, end = settings.frames or (0, None)
-        count = min(info.frame_count, end if end is not None else info.frame_count) - begin
+        total = info.frame_count or 1  # unknown: the first frame at least
+        count = (total if end is None else min(int(end), total)) - begin
         check_sequence_output(  # a range's own frames
             settings.output, settings.encoder.pix_fmt, start_number + begin, settings.overwrite, count
         )

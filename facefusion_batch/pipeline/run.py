@@ -312,7 +312,8 @@ def compose_native(frames: list[Frame], result: BatchResult) -> None:
 def woven(result: BatchResult, images: list[np.ndarray], fields: list[np.ndarray], first: int) -> BatchResult:
     """A batch swapped as fields (video/fields.py) back as frames: the fields' changes woven in,
     per-frame counts summed over each frame's two fields (face counts stay per field), the faces
-    not swapped too: every per-frame count lines up with the batch's frames."""
+    not swapped and the swap's decisions too: every per-frame count lines up with the batch's
+    frames."""
     frames, painted, mattes = weave_fields(
         images, fields, result.frames, result.painted, first, result.mattes
     )
@@ -331,6 +332,7 @@ def woven(result: BatchResult, images: list[np.ndarray], fields: list[np.ndarray
         found_per_frame=per_frame(found),
         swapped_per_frame=swapped,
         dropped_per_frame={reason: per_frame(n) for reason, n in result.dropped_per_frame.items()},
+        decisions_per_frame={kind: per_frame(n) for kind, n in result.decisions_per_frame.items()},
         frames_with_faces=int(np.count_nonzero(swapped)),
     )
 
