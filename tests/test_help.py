@@ -71,6 +71,9 @@ def test_render_help_groups_its_options_into_panels_in_order():
         "--verbose": "Options",
     }
     assert {o: where.get(o) for o in expected} == expected
+    # the unnamed panel holds only what every command has: a new option must name its panel
+    generic = found["Options"].split("\n\n")[0]  # the FaceFusion names' table follows it
+    assert options_in(generic) == {"--quiet", "--verbose", "--help"}, generic
     # every option of render is listed once, in some section
     render = typer.main.get_command(app).commands["render"]
     visible = {max(p.opts, key=len) for p in render.params if p.param_type_name == "option" and not p.hidden}

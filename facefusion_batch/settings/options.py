@@ -722,6 +722,7 @@ RENDER: tuple[Option, ...] = (
             "2dfan4 | peppa_wutz | many, run when its file and fan_68_5's are here."
         ),
         field="detector.facefusion_landmarker.model",
+        panel=PANEL_FACES,
         derived=True,
     ),
     Option(
@@ -729,6 +730,7 @@ RENDER: tuple[Option, ...] = (
         float,
         help="With --face-detector-model: the landmarker's points kept above this score (0: none).",
         field="detector.facefusion_landmarker.score",
+        panel=PANEL_FACES,
         derived=True,
     ),
     Option(
