@@ -33,6 +33,7 @@ if TYPE_CHECKING:
         JobReport,
         Renderer,
         RenderSettings,
+        SwapSettings,
         render,
     )
 
@@ -45,6 +46,7 @@ __all__ = [
     "JobReport",
     "RenderSettings",
     "Renderer",
+    "SwapSettings",
     "render",
     "__version__",
 ]

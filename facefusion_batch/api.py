@@ -10,7 +10,8 @@
 The same pipeline and the same guarantees as `ffbatch render` with one input: the settings are
 validated before any work, the output appears only when complete, failures are `FfbatchError`s
 (`exit_code` 2 for bad input). The nested settings a job is made of (`EncoderSettings`,
-`ClassicalSettings`, `DeviceSettings`) are exported too; other names are internal and may change.
+`SwapSettings` with its `ClassicalSettings`, `DeviceSettings`) are exported too; other names are
+internal and may change.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from facefusion_batch.config import ClassicalSettings as ClassicalSettings
 from facefusion_batch.config import DeviceSettings as DeviceSettings
 from facefusion_batch.config import EncoderSettings as EncoderSettings
 from facefusion_batch.config import RenderSettings as RenderSettings
+from facefusion_batch.config import SwapSettings as SwapSettings
 from facefusion_batch.errors import FfbatchError as FfbatchError
 from facefusion_batch.errors import InputError as InputError
 from facefusion_batch.farm.jobs import render as _render_job

@@ -50,7 +50,6 @@ from facefusion_batch.settings.types import (
     SwapSettings,
     TrackSettings,
     settings_record,
-    swap_settings,
 )
 
 DEFAULT_LIP_SHADOW = ClassicalSettings().lip_shadow
@@ -91,7 +90,6 @@ __all__ = [
     "render_settings",
     "resolve_device",
     "settings_record",
-    "swap_settings",
     "template_fields",
     "template_literal",
     "validate",

@@ -131,10 +131,10 @@ def job_naive(clip: Path, out: Path, source: Path) -> dict:
     from facefusion_batch.kernels.host import HostKernels
     from facefusion_batch.pipeline.build import build_pipeline, load_models
     from facefusion_batch.pipeline.report import peak_rss_mb
-    from facefusion_batch.swap.classical import ClassicalSettings
+    from facefusion_batch.settings.types import SwapSettings
 
     models = load_models("cpu", threads=os.cpu_count(), models_dir=None)
-    pipe = build_pipeline(models, (source,), ClassicalSettings(), "many")
+    pipe = build_pipeline(models, (source,), SwapSettings(swapper="classical"), "many")
     mesh, swapper, k = pipe.stage("mesh"), pipe.stage("swap"), HostKernels()
     t0 = time.perf_counter()
     n = faces = 0

@@ -46,6 +46,7 @@ from make_inputs import render_frame  # noqa: E402
 from facefusion_batch.faces import track  # noqa: E402
 from facefusion_batch.models.assets import asset_path  # noqa: E402
 from facefusion_batch.pipeline.build import build_pipeline, load_models  # noqa: E402
+from facefusion_batch.settings.types import SwapSettings  # noqa: E402
 from facefusion_batch.swap.classical import eye_openness  # noqa: E402
 from facefusion_batch.swap.lids import shut_lids  # noqa: E402
 
@@ -101,7 +102,8 @@ def swap_clip(models, frames: list[np.ndarray], batch: int) -> tuple[list[np.nda
             )
         return out
 
-    pipe = build_pipeline(models, (asset_path("astronaut.png"),), classical_settings([]), "many")
+    swap = SwapSettings(swapper="classical", classical=classical_settings([]))
+    pipe = build_pipeline(models, (asset_path("astronaut.png"),), swap, "many")
     track.FaceTracker.step = logged
     try:
         pipe.start_job()

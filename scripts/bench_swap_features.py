@@ -23,7 +23,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 from facefusion_batch.kernels.host import HostKernels  # noqa: E402
 from facefusion_batch.pipeline.build import build_pipeline, load_models  # noqa: E402
+from facefusion_batch.settings.types import SwapSettings  # noqa: E402
 from facefusion_batch.swap.classical import ClassicalSettings  # noqa: E402
+
+
+def classical_swap(**fields) -> SwapSettings:
+    """The classical swap with ClassicalSettings `fields` away from their defaults."""
+    return SwapSettings(swapper="classical", classical=replace(ClassicalSettings(), **fields))
+
 
 VARIANTS = {
     "default": {},
@@ -59,7 +66,7 @@ def main() -> None:
     models = load_models("cpu", threads=None, models_dir=None)
     host = HostKernels()
     pipelines = {
-        name: build_pipeline(models, (args.source,), replace(ClassicalSettings(), **fields), "many")
+        name: build_pipeline(models, (args.source,), classical_swap(**fields), "many")
         for name, fields in VARIANTS.items()
     }
     seconds: dict[str, list[float]] = {name: [] for name in VARIANTS}

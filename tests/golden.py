@@ -249,7 +249,8 @@ def swap_settings(case: Case):
     from facefusion_batch.swap.masks import MaskSettings
 
     if not case.learned:
-        return ClassicalSettings(**({**LEGACY, **case.swap} if case.legacy else case.swap))
+        classical = ClassicalSettings(**({**LEGACY, **case.swap} if case.legacy else case.swap))
+        return SwapSettings(swapper="classical", classical=classical)
     fields = dict(case.swap)
     fields["masks"] = MaskSettings(**fields.get("masks", {}))
     return SwapSettings(swapper="learned", learned=LearnedSettings(**fields))

@@ -23,7 +23,7 @@ from media import make_clip
 from test_cli import ffbatch, ffbatch_here
 from test_farm_resume import interrupt_after
 
-from facefusion_batch.config import RenderSettings, check_matte_run, template_literal
+from facefusion_batch.config import RenderSettings, SwapSettings, check_matte_run, template_literal
 from facefusion_batch.errors import InputError, Interrupted
 from facefusion_batch.farm.chunk_compositing import staged
 from facefusion_batch.farm.jobs import render
@@ -62,7 +62,8 @@ def settings(clip, work) -> RenderSettings:
         output=work / "unused.mkv",
         sources=(asset_path("astronaut.png"),),
         encoder=EncoderSettings(codec="ffv1", pix_fmt="bgr0"),
-        swap=ClassicalSettings(blend="feather"),  # one alpha per pixel: the layer gives the output back
+        # one alpha per pixel: the layer gives the output back
+        swap=SwapSettings(swapper="classical", classical=ClassicalSettings(blend="feather")),
         quiet=True,
     )
 

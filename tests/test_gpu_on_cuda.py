@@ -32,6 +32,7 @@ from facefusion_batch.kernels.torch_kernels import TorchKernels  # noqa: E402
 from facefusion_batch.pipeline.build import Models, build_pipeline  # noqa: E402
 from facefusion_batch.runtime.device import DeviceSettings  # noqa: E402
 from facefusion_batch.runtime.torch_backend import TorchBackend  # noqa: E402
+from facefusion_batch.settings.types import SwapSettings  # noqa: E402
 from facefusion_batch.swap.classical import ClassicalSettings  # noqa: E402
 from facefusion_batch.video.planes import PlaneLayout, blank_picture  # noqa: E402
 
@@ -111,8 +112,9 @@ def test_device_ops_on_cuda_match_the_cpu(t1_image):
 def pipelines(models, gpu_models, astronaut_path):
     """The classical pipeline on the host set and, the same stages, on the torch set on the GPU
     (`device(frames, **kw)` runs it on a kernel set of the calling thread)."""
-    host = build_pipeline(models, (astronaut_path,), ClassicalSettings(), "many")
-    gpu = build_pipeline(gpu_models, (astronaut_path,), ClassicalSettings(), "many")
+    swap = SwapSettings(swapper="classical", classical=ClassicalSettings())
+    host = build_pipeline(models, (astronaut_path,), swap, "many")
+    gpu = build_pipeline(gpu_models, (astronaut_path,), swap, "many")
     local = threading.local()
 
     def device(frames, **kw):
@@ -262,7 +264,6 @@ def test_learned_standins_on_cuda_match_the_host(
     import standins
 
     from facefusion_batch import paths
-    from facefusion_batch.config import SwapSettings
     from facefusion_batch.swap.learned import LearnedSettings
 
     home = standins.copy_store(paths.ffbatch_home(), tmp_path_factory.mktemp("home"))

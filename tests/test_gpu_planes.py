@@ -20,7 +20,7 @@ from media import decode_all, make_clip
 
 torch = pytest.importorskip("torch")
 
-from facefusion_batch.config import RenderSettings  # noqa: E402
+from facefusion_batch.config import RenderSettings, SwapSettings  # noqa: E402
 from facefusion_batch.farm.jobs import render  # noqa: E402
 from facefusion_batch.kernels import torch_ops as D  # noqa: E402
 from facefusion_batch.kernels.host import HostKernels  # noqa: E402
@@ -135,7 +135,8 @@ def test_torch_kernels_on_planes_match_bgr_and_pass_the_rest_through(
     h, w = image.shape[:2]
     planes = av.VideoFrame.from_ndarray(image, format="bgr24").reformat(format="yuv420p").to_ndarray()
     blank = blank_picture("yuv420p", h, w)
-    pipeline = build_pipeline(cpu_torch_models, (astronaut_path,), ClassicalSettings(), "many")
+    swap = SwapSettings(swapper="classical", classical=ClassicalSettings())
+    pipeline = build_pipeline(cpu_torch_models, (astronaut_path,), swap, "many")
     k = TorchKernels("cpu")
     assert k.accepts_planes and not HostKernels().accepts_planes
     layout = PlaneLayout(h, w, "bt601")

@@ -191,7 +191,8 @@ def compare(host, device, frames, *, mean, p999, big=None):
 
 @pytest.mark.parametrize("blend", ["multiband", pytest.param("poisson", marks=pytest.mark.slow)])
 def test_classical_pipeline_on_both_kernel_sets(models, standin_dir, astronaut_path, t1_image, blend):
-    host, device = pipelines(models, standin_dir, astronaut_path, ClassicalSettings(blend=blend))
+    swap = SwapSettings(swapper="classical", classical=ClassicalSettings(blend=blend))
+    host, device = pipelines(models, standin_dir, astronaut_path, swap)
     compare(host, device, [t1_image], mean=0.1, p999=6, big=1e-3)
 
 
@@ -248,7 +249,7 @@ def test_planes_in_planes_out_with_reference_selection(
 
 
 def test_no_faces_leaves_frames_as_they_were(models, standin_dir, astronaut_path):
-    host, device = pipelines(models, standin_dir, astronaut_path, ClassicalSettings())
+    host, device = pipelines(models, standin_dir, astronaut_path, SwapSettings(swapper="classical"))
     frames = [np.full((90, 160, 3), 127, np.uint8) for _ in range(3)]
     for pipeline, k in ((host, HOST), (device, TORCH)):
         result = pipeline(k, frames)

@@ -79,3 +79,14 @@ def test_every_name_of_the_library_face_is_the_one_defined_in_the_api_module():
     names = [n for n in facefusion_batch.__all__ if n != "__version__"]
     assert "Renderer" in names and "render" in names
     assert all(getattr(facefusion_batch, n) is getattr(api, n) for n in names)
+
+
+def test_the_swap_is_one_settings_type(tmp_path):
+    """`swap` is a SwapSettings: without it the classical swap (as the library always rendered);
+    the classical settings alone are refused with the spelling that works."""
+    from facefusion_batch import ClassicalSettings, SwapSettings
+
+    plain = RenderSettings(input=tmp_path / "in.mp4", output=tmp_path / "out.mp4", sources=())
+    assert plain.swap == SwapSettings(swapper="classical")
+    with pytest.raises(TypeError, match=r"SwapSettings\(swapper='classical', classical=ClassicalSettings"):
+        replace(plain, swap=ClassicalSettings(blend="feather"))

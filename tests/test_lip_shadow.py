@@ -9,7 +9,7 @@ import cv2
 import numpy as np
 import pytest
 
-from facefusion_batch.config import render_settings, swap_settings
+from facefusion_batch.config import render_settings
 from facefusion_batch.faces.mesh import eye_frame
 from facefusion_batch.kernels.host import HostKernels
 from facefusion_batch.swap.classical import ClassicalSettings, prepare_source
@@ -119,4 +119,4 @@ def test_the_lift_is_the_render_option_and_reaches_the_source_texture(models, as
     params = dict(inputs=[tmp_path / "in.mp4"], source=[source], output=tmp_path / "out.mp4", faces="many")
     params.update(blend="multiband", eyes_mouth="eyes", colour="local", score_threshold=0.6)
     settings, _ = render_settings({**params, "lip_shadow": 0.8}, resolve=False)
-    assert swap_settings(settings.swap).classical.lip_shadow == 0.8
+    assert settings.swap.classical.lip_shadow == 0.8

@@ -25,10 +25,12 @@ import pytest
 from facefusion_batch.errors import EXIT_USAGE, InputError, NoFaceError
 from facefusion_batch.faces.table import FaceTable
 from facefusion_batch.pipeline.build import build_pipeline, prepare_sources
+from facefusion_batch.settings.types import SwapSettings
 from facefusion_batch.swap.classical import ClassicalSettings, ClassicalSwapper, SourceFace, eye_frame
 from facefusion_batch.video.stills import read_image
 
 FAR = 0.75  # box sizes from a face's box centre beyond which nothing may change
+CLASSICAL = SwapSettings(swapper="classical")
 CHEEK_POINTS = (50, 280, 36, 266)  # MediaPipe mesh points on both cheeks
 
 
@@ -69,7 +71,8 @@ def swap(models, astronaut_path):
     """Run the pipeline with the astronaut as source and `settings` on `images`."""
 
     def run(images, settings: ClassicalSettings = ClassicalSettings(), sources=None, faces="many"):
-        pipeline = build_pipeline(models, tuple(sources or (astronaut_path,)), settings, faces)
+        swap = SwapSettings(swapper="classical", classical=settings)
+        pipeline = build_pipeline(models, tuple(sources or (astronaut_path,)), swap, faces)
         return hostk.run(pipeline, images)
 
     return run
@@ -296,12 +299,12 @@ def test_a_source_without_a_face_is_a_no_face_error(models, tmp_path, astronaut_
     plain = tmp_path / "gradient.png"
     cv2.imwrite(str(plain), np.dstack([xx, yy, (xx + yy) // 2]).astype(np.uint8))
     with pytest.raises(NoFaceError) as info:
-        build_pipeline(models, (plain,), ClassicalSettings(), "many")
+        build_pipeline(models, (plain,), CLASSICAL, "many")
     assert str(plain) in str(info.value)
     assert info.value.exit_code == EXIT_USAGE == 2
     # among several sources, only the faceless one is named
     with pytest.raises(NoFaceError) as info:
-        build_pipeline(models, (astronaut_path, plain), ClassicalSettings(), "many")
+        build_pipeline(models, (astronaut_path, plain), CLASSICAL, "many")
     assert str(plain) in str(info.value) and str(astronaut_path) not in str(info.value)
 
 
@@ -316,7 +319,7 @@ def test_unreadable_sources_are_input_errors(models, tmp_path):
         (empty, "not an image"),
     ):
         with pytest.raises(InputError, match=words) as info:
-            build_pipeline(models, (path,), ClassicalSettings(), "many")
+            build_pipeline(models, (path,), CLASSICAL, "many")
         assert str(path) in str(info.value) and info.value.exit_code == 2
 
 
@@ -406,7 +409,7 @@ def test_several_sources_each_face_takes_the_photo_turned_like_it(
     sources = prepare_sources(models, paths, ClassicalSettings())
     assert abs(sources[0].yaw) < 0.1 and sources[1].yaw < -0.3 and sources[2].yaw > 0.3
 
-    pipeline = build_pipeline(models, paths, ClassicalSettings(), "many")
+    pipeline = build_pipeline(models, paths, CLASSICAL, "many")
     choice = pipeline.stage("swap").choose_sources(t1_faces)
     assert choice[turned] == 1
     assert np.all(choice[np.abs(yaws) < 0.05] == 0)

@@ -12,6 +12,7 @@ import pytest
 from facefusion_batch.faces.mesh import LEFT_EYE_OUTER, NOSE_TIP, RIGHT_EYE_OUTER
 from facefusion_batch.kernels.host import HostKernels
 from facefusion_batch.pipeline.build import build_pipeline, prepare_sources
+from facefusion_batch.settings.types import SwapSettings
 from facefusion_batch.swap.classical import ClassicalSettings, eye_frame
 from facefusion_batch.swap.symmetry import (
     MIDLINE_INSET,
@@ -169,7 +170,8 @@ def test_the_squeezed_side_is_painted_from_the_source(models, turned_photo, astr
     renders = {}
     for fill in (False, True):
         settings = replace(ClassicalSettings(), mirror_fill=fill)
-        pipeline = build_pipeline(models, (turned_photo,), settings, "many", tracking=None)
+        swap = SwapSettings(swapper="classical", classical=settings)
+        pipeline = build_pipeline(models, (turned_photo,), swap, "many", tracking=None)
         renders[fill] = pipeline(HOST, [target.copy()], seq=0).frames[0]
     source = prepare_sources(models, (turned_photo,), ClassicalSettings())[0]
     faces = models.mesh(HOST, HOST.upload([target]), models.detector(HOST, HOST.upload([target])))

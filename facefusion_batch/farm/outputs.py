@@ -64,13 +64,8 @@ def job_for(base: RenderSettings, input: Path, output: Path) -> RenderSettings:
     compositing = compositing_paths(compositing_outputs(base), input)
     paths: dict[str, Any] = {option_field(o): p for o, p in compositing}  # a compositing field -> its path
     job = replace(base, input=input, output=output, **paths)
-    reference = getattr(job.swap, "reference", None)
-    if (
-        job.faces == "reference"
-        and reference is not None
-        and getattr(reference, "image", None) is None
-        and getattr(reference, "video", None) == base.input
-    ):
+    reference = job.swap.reference
+    if job.faces == "reference" and reference.image is None and reference.video == base.input:
         job = replace(job, swap=replace(job.swap, reference=replace(reference, video=input)))
     return job
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from facefusion_batch.config import ReferenceSettings, SwapSettings, swap_settings
+from facefusion_batch.config import ReferenceSettings, SwapSettings
 from facefusion_batch.errors import InputError, ModelError, NoFaceError
 from facefusion_batch.faces.classify import FaceClassifier, FaceFilter, FaceFilterSettings
 from facefusion_batch.faces.detect import DetectorSettings, YuNetDetector
@@ -355,7 +355,7 @@ def meshing(models: Models, *, keep_all: bool) -> FaceMesh:
 def build_pipeline(
     models: Models,
     source_paths: tuple[Path, ...],
-    swap: ClassicalSettings | SwapSettings,
+    settings: SwapSettings,
     faces_mode: str,
     timer: StageTimer | None = None,
     source_face_index: int = 0,
@@ -365,7 +365,6 @@ def build_pipeline(
 
     One pipeline serves every kernel set (each executor worker passes its own). `tracking`:
     faces linked into tracks and swapped per track (None: every frame on its own)."""
-    settings = swap_settings(swap)
     learned = settings.learned
     swapper_name = choose_swapper(settings, models.models_dir)
     if swapper_name is not None and "skin" in learned.masks.types:  # before any model is loaded

@@ -30,9 +30,8 @@ from facefusion_batch.settings.types import (
     SWAPPER_MODES,
     RenderSettings,
     SwapSettings,
-    swap_settings,
 )
-from facefusion_batch.swap.classical import EYES_MOUTH_CHOICES, ClassicalSettings
+from facefusion_batch.swap.classical import EYES_MOUTH_CHOICES
 from facefusion_batch.swap.masks import MASK_AREAS, MASK_TYPES, REGION_CLASSES
 from facefusion_batch.video.compositing import check_face_only_output
 from facefusion_batch.video.encoder_policy import validate_encoder
@@ -131,7 +130,7 @@ def validate_options(settings: RenderSettings) -> RenderSettings:
         start, end = settings.frames
         if start < 0 or (end is not None and end <= start):
             raise InputError(f"--frames {start}:{end}: need 0 <= START < END")
-    swap = swap_settings(settings.swap)
+    swap = settings.swap
     if not settings.sources and not swap.mapping and swap.swapper != "none":  # none: enhance only
         raise InputError("--source is required (a photo with the face to put in), or --map REF=SRC")
     if "auto" in (swap.face_filter.gender, swap.face_filter.race) and not settings.sources:
@@ -149,8 +148,7 @@ def validate_options(settings: RenderSettings) -> RenderSettings:
     return settings
 
 
-def validate_swap(swap: ClassicalSettings | SwapSettings, faces: str) -> None:
-    swap = swap_settings(swap)
+def validate_swap(swap: SwapSettings, faces: str) -> None:
     classical, learned, reference = swap.classical, swap.learned, swap.reference
     validate_choices("--blend", classical.blend, BLEND_MODES)
     validate_choices("--eyes-mouth", classical.eyes_mouth, EYES_MOUTH_CHOICES)

@@ -24,10 +24,9 @@ def files_read(settings: RenderSettings) -> list[tuple[str, Path]]:
     reference photo."""
     reads = [("input", Path(settings.input))]
     reads += [("--source", Path(s)) for s in settings.sources]
-    for ref, src in getattr(settings.swap, "mapping", ()):
+    for ref, src in settings.swap.mapping:
         reads += [("--map", Path(ref)), ("--map", Path(src))]
-    reference = getattr(settings.swap, "reference", None)
-    image = getattr(reference, "image", None)
+    image = settings.swap.reference.image
     if settings.faces == "reference" and image is not None:
         reads.append(("--reference-face", Path(image)))
     return reads

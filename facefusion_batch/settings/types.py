@@ -70,7 +70,9 @@ class RenderSettings:
     threads: int | None = None  # onnxruntime intra-op threads per session
     device: DeviceSettings = field(default_factory=DeviceSettings)
     encoder: EncoderSettings = field(default_factory=EncoderSettings)
-    swap: ClassicalSettings | SwapSettings = field(default_factory=ClassicalSettings)
+    # RenderSettings(...) without swap: the classical swap, as the library has always rendered
+    # (no model to fetch); the command line's --swapper default is SwapSettings.swapper (auto)
+    swap: SwapSettings = field(default_factory=lambda: SwapSettings(swapper="classical"))
     detector: DetectorSettings = field(default_factory=DetectorSettings)
     mesh: MeshSettings = field(default_factory=MeshSettings)
     tracking: TrackSettings = field(default_factory=TrackSettings)
@@ -97,15 +99,17 @@ class RenderSettings:
     input_colorspace: str = "auto"
     ocio_config: str | None = None
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.swap, SwapSettings):  # a library caller's ClassicalSettings
+            raise TypeError(
+                f"RenderSettings.swap takes a SwapSettings (got {type(self.swap).__name__}): "
+                "SwapSettings(swapper='classical', classical=ClassicalSettings(...))"
+            )
+
     @property
     def batch_policy(self) -> BatchPolicy:
         """The one answer to "how many" for this job (frames per batch, items per model call)."""
         return BatchPolicy(frames=self.batch_size, on_gpu=self.device.on_gpu, max_batch=self.device.max_batch)
-
-
-def swap_settings(swap: ClassicalSettings | SwapSettings) -> SwapSettings:
-    """Plain classical settings mean the classical swap (as before the learned models)."""
-    return swap if isinstance(swap, SwapSettings) else SwapSettings(swapper="classical", classical=swap)
 
 
 def settings_record(settings: RenderSettings) -> dict[str, Any]:
