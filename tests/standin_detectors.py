@@ -100,6 +100,31 @@ def distances(seed: int) -> onnx.ModelProto:
     )
 
 
+def insightface_signature(model: onnx.ModelProto, size: int = 640) -> onnx.ModelProto:
+    """The same graph with the signature insightface's exported retinaface / scrfd files declare
+    (a strict replica from insightface's and FaceFusion's readers, not from the files: neither may
+    be fetched here): the batch fixed at 1, height and width symbolic ('?'; insightface's
+    model_zoo tests `isinstance(shape[2], str)`), and every output declared with its fixed count
+    at `size` (onnxruntime's 'Expected shape from model of {800,10}' when such a file runs at
+    320: the anchors are the first dim, there is no batch dim; FaceFusion's detect_with_retinaface
+    indexes `numpy.where(detection[index] >= score)[0]` as anchors)."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    dims = out.graph.input[0].type.tensor_type.shape.dim
+    dims[0].Clear()
+    dims[0].dim_value = 1
+    for axis in (2, 3):
+        dims[axis].Clear()
+        dims[axis].dim_param = "?"
+    for value in out.graph.output:
+        stride = int("".join(c for c in value.name if c.isdigit()))
+        dims = value.type.tensor_type.shape.dim
+        dims[0].Clear()
+        dims[0].dim_value = 2 * (size // stride) ** 2
+    onnx.checker.check_model(out)
+    return out
+
+
 DETECTOR_STANDINS = {
     "yoloface_8n": yoloface,
     "retinaface_10g": lambda: distances(12),

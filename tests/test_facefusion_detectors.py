@@ -163,6 +163,34 @@ def test_faces_are_facefusions(case, ff_models, reference, pictures):
         np.testing.assert_allclose(table.landmarks5[mine], theirs["five"], atol=2e-3)
 
 
+@pytest.mark.parametrize("name", ["retinaface_10g", "scrfd_2.5g"])
+def test_insightfaces_signature_runs_from_its_batch_copy(name, ff_models, pictures, tmp_path, monkeypatch):
+    """insightface's files fix the batch at 1, leave height and width symbolic and declare their
+    outputs as fixed anchor counts: ffbatch makes their batch copy (the probe at the catalogue's
+    640, the anchors folded item after item) and finds the same faces, scores, boxes and points
+    as with the dynamic stand-in of the same weights. Before, the copy was refused ('symbolic
+    non-batch dim; cannot probe it'), so FaceFusion's real retinaface/scrfd could not run."""
+    monkeypatch.setenv("FFBATCH_HOME", str(tmp_path / "home"))  # its own batch copy, made here
+    directory = tmp_path / "insightface"
+    directory.mkdir()
+    standins.write_standin(
+        directory, name, standin_detectors.insightface_signature(standin_detectors.DETECTOR_STANDINS[name]())
+    )
+    replica = Models(backend=ff_models.backend, detector=ff_models.detector, models_dir=directory)
+    session, _ = load_learned(replica, name)
+    assert replica.paths[name].endswith(".batch.onnx")  # the copy, made and checked
+    model = MODELS[name].family
+    settings = FaceFusionDetectorSettings(model, 640, (0, 90), 0.5)
+    images = [read_image(p) for p in pictures]
+    theirs = FaceFusionDetector(sessions(ff_models, model), settings).detect(K, images)
+    mine = FaceFusionDetector({model: session}, settings).detect(K, images)
+    assert len(theirs.score) > 0
+    np.testing.assert_array_equal(mine.frame_index, theirs.frame_index)
+    np.testing.assert_allclose(mine.score, theirs.score, atol=1e-6)
+    np.testing.assert_allclose(mine.box, theirs.box, atol=2e-3)
+    np.testing.assert_allclose(mine.landmarks5, theirs.landmarks5, atol=2e-3)
+
+
 @pytest.mark.parametrize("name", list(ff_reference.MARGIN_CASES))
 def test_a_margin_finds_facefusions_faces(name, ff_models, reference, pictures):
     """--face-detector-margin: the frame padded with black at each side (a share of its height or

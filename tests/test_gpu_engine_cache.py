@@ -39,6 +39,12 @@ def test_batch_profile_and_shapes():
     assert y.accepts((4, 3, 384, 640)) and not y.accepts((9, 3, 384, 640)) and not y.accepts((1, 3, 704, 640))
     with pytest.raises(Exception, match="no profile range"):
         input_profiles(YUNET_INPUTS, 8)
+    # insightface's retinaface/scrfd batch copy: [batch, 3, ?, ?], height and width by their place
+    unnamed = (TensorInfo("input.1", ("batch", 3, "?", "?"), "tensor(float)"),)
+    (r,) = input_profiles(unnamed, 8, dynamic={"height": (32, 640, 640), "width": (32, 640, 640)})
+    assert r.min == (1, 3, 32, 32) and r.opt == (8, 3, 640, 640) and r.max == (8, 3, 640, 640)
+    with pytest.raises(Exception, match="no profile range"):
+        input_profiles((TensorInfo("x", ("batch", "?"), "tensor(float)"),), 8, dynamic={"height": (1, 2, 3)})
     with pytest.raises(Exception, match="at least 1"):
         batch_range(0)
 

@@ -40,6 +40,12 @@ if TYPE_CHECKING:
 
 BATCH_RTOL = 1e-3  # |batched − single| ≤ BATCH_RTOL · max(1, max |single|)
 PROBE_BATCH = 2
+# the batch copy's metadata key for the extent its probe gives a symbolic non-batch dim (a
+# detector's height and width: insightface's retinaface/scrfd take [1, 3, ?, ?])
+PROBE_EXTENT = "ffbatch.probe_extent"
+# the symbol an output's first dim gets when the file declares it as a fixed count other than 1
+# (insightface's detector outputs [anchors, values]: a batch folds into the anchors, item-major)
+FOLDED = "batch_folded"
 DEVIATION_ITEMS = 16  # calibration items on which a variant's deviation is measured
 # `--precision int8` on the CPU runs a model's INT8 variant only while its deviation from float32 on
 # real face crops (levels of the output crop, 0–255) stays within both bounds; beyond, it runs in float32.
@@ -137,11 +143,28 @@ def make_dynamic_batch(model: onnx.ModelProto, *, check: bool = True) -> tuple[o
     ranked = [v.name for v in _graph_inputs(model) if len(v.type.tensor_type.shape.dim) >= 2]
     # rank ≥ 2, or a single value per item (a classifier's class ids, [1] at batch 1)
     outputs = [v.name for v in model.graph.output if _per_item(v.type.tensor_type.shape.dim)]
+    folded = {v.name for v in model.graph.output if _folded(v.type.tensor_type.shape.dim)}
     out = make_batch_dynamic(model, "batch", inputs=ranked, outputs=outputs, check=False)
+    for value in out.graph.output:
+        if value.name in folded:
+            value.type.tensor_type.shape.dim[0].dim_param = FOLDED
     rewritten = _fixed_batch_reshapes(out)
     if check:
         onnx.checker.check_model(out)
     return out, rewritten
+
+
+def _folded(dims) -> bool:
+    """A first dim the file fixes at a count other than 1: not a batch, a batch folds into it."""
+    return len(dims) >= 2 and dims[0].HasField("dim_value") and dims[0].dim_value > 1
+
+
+def symbolic_extent(model: onnx.ModelProto) -> bool:
+    """Whether an input of rank ≥ 2 has a symbolic dim after the batch (a detector's height)."""
+    return any(
+        len(dims) >= 2 and any(not d.HasField("dim_value") for d in dims[1:])
+        for dims in (v.type.tensor_type.shape.dim for v in _graph_inputs(model))
+    )
 
 
 def _per_item(dims) -> bool:
@@ -159,8 +182,11 @@ def _session(path: Path | str):
 _NP = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64}
 
 
-def probe_feeds(session, batch: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Seeded inputs for every graph input: values in 0–1, the batch axis `batch` long."""
+def probe_feeds(
+    session, batch: int, rng: np.random.Generator, extent: int | None = None
+) -> dict[str, np.ndarray]:
+    """Seeded inputs for every graph input: values in 0–1, the batch axis `batch` long, a
+    symbolic dim after it `extent` long (the model's working size)."""
     feeds = {}
     for i in session.get_inputs():
         shape = list(i.shape)
@@ -168,7 +194,12 @@ def probe_feeds(session, batch: int, rng: np.random.Generator) -> dict[str, np.n
             feeds[i.name] = np.full([d if isinstance(d, int) else 1 for d in shape], 0.5, _NP[i.type])
             continue
         if any(not isinstance(d, int) for d in shape[1:]):
-            raise ValidationError(f"input {i.name} has a symbolic non-batch dim {shape}; cannot probe it")
+            if extent is None:
+                raise ValidationError(
+                    f"input {i.name} has a symbolic non-batch dim {shape} and the model's working "
+                    "size is not known; cannot probe it"
+                )
+            shape = [shape[0], *(d if isinstance(d, int) else extent for d in shape[1:])]
         feeds[i.name] = rng.uniform(0, 1, [batch, *shape[1:]]).astype(_NP.get(i.type, np.float32))
     return feeds
 
@@ -181,17 +212,22 @@ def check_batch_equality(path: Path, batch: int = PROBE_BATCH) -> float:
     last one is compared with its single run (every item would cost a model run each: inswapper's
     take seconds apiece on a CPU)."""
     session = _session(path)
-    feeds = probe_feeds(session, batch, np.random.default_rng(0))
+    extent = session.get_modelmeta().custom_metadata_map.get(PROBE_EXTENT)
+    feeds = probe_feeds(session, batch, np.random.default_rng(0), int(extent) if extent else None)
     names = [o.name for o in session.get_outputs()]
     batched = session.run(names, feeds)
     worst = 0.0
     for k in (batch - 1,):
         single = session.run(names, {n: (v[k : k + 1] if v.ndim > 1 else v) for n, v in feeds.items()})
         for b, s in zip(batched, single, strict=True):
-            if b.shape[0] != batch or s.shape[0] != 1:
-                raise ValidationError(f"fed a batch of {batch}, an output has batch {b.shape[0]}")
+            # an item's rows: one, or a folded output's n (its rows item after item)
+            n = s.shape[0]
+            if b.shape[0] != batch * n:
+                raise ValidationError(
+                    f"fed a batch of {batch}, an output has {b.shape[0]} rows against {n} for one"
+                )
             scale = max(1.0, float(np.abs(s).max()))
-            worst = max(worst, float(np.abs(b[k : k + 1].astype(np.float64) - s).max()) / scale)
+            worst = max(worst, float(np.abs(b[k * n : (k + 1) * n].astype(np.float64) - s).max()) / scale)
     if worst > BATCH_RTOL:
         raise ValidationError(f"a batch of {batch} deviates from single runs by {worst:.3g} (relative)")
     return worst
@@ -206,6 +242,12 @@ def derive_dynamic_batch(ctx: DeriveContext) -> dict[str, Any]:
     def change(model: onnx.ModelProto) -> onnx.ModelProto:
         nonlocal rewritten
         out, rewritten = make_dynamic_batch(model, check=False)
+        size = working_size(ctx.spec.derived_from)
+        if size is not None and symbolic_extent(model):  # the probe's height and width
+            kept = [(p.key, p.value) for p in out.metadata_props if p.key != PROBE_EXTENT]
+            del out.metadata_props[:]
+            for key, value in [*kept, (PROBE_EXTENT, str(size))]:
+                out.metadata_props.add(key=key, value=value)
         return out
 
     # the weights are streamed from the file, never parsed (inswapper's are 530 MiB)
@@ -219,6 +261,14 @@ def derive_dynamic_batch(ctx: DeriveContext) -> dict[str, Any]:
         "tools": tool_versions("onnx", "onnxruntime", "numpy"),
         store.WRITTEN_SHA256: sha,
     }
+
+
+def working_size(name: str | None) -> int | None:
+    """The side of the square picture a catalogued learned model works at (a detector's 640)."""
+    from .facefusion import MODELS
+
+    model = MODELS.get(name.split("@", 1)[0]) if name else None
+    return model.size if model is not None and model.size else None
 
 
 def validate_batch_equality(path: Path, cached: Any = None) -> dict[str, Any]:

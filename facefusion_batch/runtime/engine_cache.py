@@ -88,6 +88,11 @@ def batch_range(max_batch: int, opt: int | None = None) -> tuple[int, int, int]:
     return 1, opt, max_batch
 
 
+def _nchw(shape: tuple, axis: int) -> str | None:
+    """'height' or 'width' for axis 2 or 3 of a rank-4 input, else None."""
+    return ("height", "width")[axis - 2] if len(shape) == 4 and axis in (2, 3) else None
+
+
 def input_profiles(
     inputs: Iterable[TensorInfo],
     max_batch: int,
@@ -98,7 +103,8 @@ def input_profiles(
     """Profiles for every input: a symbolic axis 0 is the batch; fixed dims stay fixed, axis 0
     included (TensorRT refuses a range on a static dim: FaceFusion's files fix the batch at 1);
     other symbolic dims take their (min, opt, max) from `dynamic` by dim name (YuNet's height
-    and width)."""
+    and width), or an unnamed one ('?', insightface's retinaface/scrfd) of an image input
+    [N, C, H, W] by its place."""
     b_min, b_opt, b_max = batch_range(max_batch, opt_batch)
     dynamic = dynamic or {}
     out = []
@@ -111,8 +117,8 @@ def input_profiles(
                 low, opt, high = dim, dim, dim
             elif axis == 0:
                 low, opt, high = b_min, b_opt, b_max
-            elif isinstance(dim, str) and dim in dynamic:
-                a, b, c = dynamic[dim]
+            elif (named := dim if dim in dynamic else _nchw(info.shape, axis)) in dynamic:
+                a, b, c = dynamic[named]
                 if not a <= b <= c:
                     raise InputError(
                         f"profile for {info.name}.{dim}: need min <= opt <= max (got {a}, {b}, {c})"
