@@ -12,6 +12,7 @@ the index, as FaceFusion filters before choosing.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 import numpy as np
 
@@ -22,17 +23,21 @@ from facefusion_batch.models.facefusion import CLASSIFIER, MODELS, LearnedModel
 from facefusion_batch.runtime.batching import HOST, BatchPolicy
 from facefusion_batch.runtime.session import Session
 
-GENDERS = ("male", "female")  # by class id
-RACES = ("white", "black", "latino", "asian", "asian", "indian", "arabic")  # by class id
-RACE_NAMES = ("white", "black", "latino", "asian", "indian", "arabic")
+Gender = Literal["male", "female"]
+Race = Literal["white", "black", "latino", "asian", "indian", "arabic"]
+GenderFilter = Literal["auto", Gender]  # auto: the source face's
+RaceFilter = Literal["auto", Race]
+GENDERS: tuple[Gender, ...] = get_args(Gender)  # by class id
+RACES: tuple[Race, ...] = ("white", "black", "latino", "asian", "asian", "indian", "arabic")  # by class id
+RACE_NAMES: tuple[Race, ...] = get_args(Race)
 AGE_BANDS = ((0, 2), (3, 9), (10, 19), (20, 29), (30, 39), (40, 49), (50, 59), (60, 69), (70, 100))
 AGE_LIMIT = 100
 
 
 @dataclass(frozen=True)
 class FaceFilterSettings:
-    gender: str | None = None  # female | male | auto (the source's); None: no filter
-    race: str | None = None  # one of RACE_NAMES | auto; None: no filter
+    gender: GenderFilter | None = None  # None: no filter
+    race: RaceFilter | None = None  # None: no filter
     age_start: int | None = None  # years, FaceFusion's range(start, end)
     age_end: int | None = None
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Literal, TypeVar, get_args
 
 import numpy as np
 
@@ -38,7 +38,8 @@ from facefusion_batch.runtime.session import Session, run_chunked
 # was built for, so its convention is followed.
 RENORMALISE_INSWAPPER_LATENT = True
 EMBEDDING_FAMILIES = ("inswapper", "hyperswap", "simswap", "ghost", "hififace")
-CONVENTIONS = ("insightface", "facefusion")
+Convention = Literal["insightface", "facefusion"]
+CONVENTIONS: tuple[Convention, ...] = get_args(Convention)
 CONVERTED_RAW = ("ghost",)  # converter output and target side kept raw (FaceFusion's balance)
 IMAGE_SOURCE_CROPS = {"blendswap": ("arcface_112_v2", 112), "uniface": ("ffhq_512", 256)}
 

@@ -13,14 +13,15 @@ distances into the `person` column and drops the faces nobody is mapped to:
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Literal, Protocol, get_args
 
 import numpy as np
 
 from facefusion_batch.faces.table import FaceTable
 from facefusion_batch.kernels.base import Frames, Kernels
 
-UNMATCHED = ("skip", "nearest", "source")
+Unmatched = Literal["skip", "nearest", "source"]
+UNMATCHED: tuple[Unmatched, ...] = get_args(Unmatched)
 
 
 class SelectionRecogniser(Protocol):

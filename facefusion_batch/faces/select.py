@@ -4,6 +4,8 @@ positions in that order (`--face-index`), so "the second face from the left" is 
 
 from __future__ import annotations
 
+from typing import Literal, get_args
+
 import numpy as np
 
 from facefusion_batch.faces.persons import SelectionRecogniser, recognise
@@ -11,7 +13,17 @@ from facefusion_batch.faces.table import FaceTable
 from facefusion_batch.kernels.base import Frames, Kernels
 
 # FaceFusion's --face-selector-order: (sort key over the table, descending)
-FACE_ORDERS = {
+FaceOrder = Literal[
+    "left-right",
+    "right-left",
+    "top-bottom",
+    "bottom-top",
+    "small-large",
+    "large-small",
+    "best-worst",
+    "worst-best",
+]
+FACE_ORDERS: dict[str, tuple[str, bool]] = {  # each FaceOrder's
     "left-right": ("left", False),
     "right-left": ("left", True),
     "top-bottom": ("top", False),
@@ -21,6 +33,7 @@ FACE_ORDERS = {
     "best-worst": ("score", True),
     "worst-best": ("score", False),
 }
+FACE_ORDER_NAMES: tuple[FaceOrder, ...] = get_args(FaceOrder)
 
 
 def order_faces(table: FaceTable, order: str) -> tuple[np.ndarray, np.ndarray]:

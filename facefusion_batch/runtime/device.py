@@ -8,16 +8,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, get_args
 
 from facefusion_batch.errors import InputError
 
 BACKENDS = ("cpu", "cuda", "tensorrt")  # as chosen; the user may also ask for "auto"
-PRECISIONS = ("auto", "fp32", "fp16", "int8")
+Precision = Literal["auto", "fp32", "fp16", "int8"]
+PRECISIONS: tuple[Precision, ...] = get_args(Precision)
 ENGINE_POLICIES = ("build", "refuse")
 # what runs the models on `--backend cuda`: the ONNX interpreter on torch (runtime/onnx_torch.py),
 # or onnxruntime's CUDA provider with I/O binding (needs onnxruntime-gpu); docs/gpu.md says why
 # torch is the default
-GPU_RUNTIMES = ("torch", "onnxruntime")
+GpuRuntime = Literal["torch", "onnxruntime"]
+GPU_RUNTIMES: tuple[GpuRuntime, ...] = get_args(GpuRuntime)
 
 
 @dataclass(frozen=True)
@@ -37,7 +40,7 @@ class DeviceSettings:
     """
 
     backend: str = "cpu"
-    precision: str = "fp32"
+    precision: Precision = "fp32"
     streams: int = 1
     max_batch: int | None = None
     gpu: int = 0
@@ -46,7 +49,7 @@ class DeviceSettings:
     engine_policy: str = "build"
     memory_fraction: float = 0.8  # share of free device memory the memory guard plans with
     auto: bool = False  # the user asked for `--backend auto`; `backend` is what it chose here
-    gpu_runtime: str = "torch"
+    gpu_runtime: GpuRuntime = "torch"
 
     @property
     def on_gpu(self) -> bool:

@@ -12,7 +12,7 @@ from facefusion_batch.errors import InputError, did_you_mean
 from facefusion_batch.faces.classify import AGE_LIMIT, GENDERS, RACE_NAMES, FaceFilterSettings
 from facefusion_batch.faces.identity import CONVENTIONS
 from facefusion_batch.faces.persons import UNMATCHED
-from facefusion_batch.faces.select import FACE_ORDERS
+from facefusion_batch.faces.select import FACE_ORDER_NAMES
 from facefusion_batch.fsutil import check_name_length
 from facefusion_batch.kernels.base import BLEND_MODES, COLOUR_MODES
 from facefusion_batch.models.facefusion import (
@@ -165,7 +165,7 @@ def validate_swap(swap: SwapSettings, faces: str) -> None:
             hint = did_you_mean(value.split("@", 1)[0], known)
             raise InputError(f"{option} must be one of {', '.join(known)} (got {value!r}){hint}")
     if swap.face_order is not None:
-        validate_choices("--face-order", swap.face_order, tuple(FACE_ORDERS))
+        validate_choices("--face-order", swap.face_order, FACE_ORDER_NAMES)
     if any(i < 0 for i in swap.face_indices):
         raise InputError(f"--face-index must not be negative (got {list(swap.face_indices)})")
     if swap.face_indices and faces == "one":

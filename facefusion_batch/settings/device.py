@@ -10,11 +10,18 @@ from dataclasses import dataclass
 from facefusion_batch.errors import InputError
 from facefusion_batch.runtime.backends import choose_backend
 from facefusion_batch.runtime.batching import CPU_BATCH, BatchPolicy
-from facefusion_batch.runtime.device import GPU_RUNTIMES, DeviceSettings, default_streams, parse_gpu_list
+from facefusion_batch.runtime.device import (
+    GPU_RUNTIMES,
+    DeviceSettings,
+    GpuRuntime,
+    Precision,
+    default_streams,
+    parse_gpu_list,
+)
 from facefusion_batch.runtime.nvml import list_gpus
 from facefusion_batch.settings.checks import validate_choices
 from facefusion_batch.settings.types import BACKENDS, BackendChoice, RenderSettings
-from facefusion_batch.video.hwaccel import HWACCELS
+from facefusion_batch.video.hwaccel import HWACCELS, Hwaccel
 
 log = logging.getLogger("ffbatch")
 
@@ -25,12 +32,12 @@ class DeviceRequest:
     from the GPU's memory): `resolve_device` turns it into DeviceSettings on this machine."""
 
     backend: BackendChoice = "auto"
-    precision: str = "auto"
+    precision: Precision = "auto"
     streams: int | None = None  # None: from the GPU's memory
     max_batch: int | None = None  # None: GPU_BATCH
     gpus: str | None = None  # several: one process each (None: this process, GPU 0)
-    hwaccel: str = "none"
-    gpu_runtime: str = "torch"
+    hwaccel: Hwaccel = "none"
+    gpu_runtime: GpuRuntime = "torch"
 
 
 @dataclass(frozen=True)
@@ -46,16 +53,16 @@ class DevicePlan:
 
 def resolve_device(
     *,
-    backend: str = DeviceRequest.backend,
-    precision: str = DeviceRequest.precision,
+    backend: BackendChoice = DeviceRequest.backend,
+    precision: Precision = DeviceRequest.precision,
     streams: int | None = DeviceRequest.streams,
     max_batch: int | None = DeviceRequest.max_batch,
     gpus: str | None = DeviceRequest.gpus,
-    hwaccel: str = DeviceRequest.hwaccel,
+    hwaccel: Hwaccel = DeviceRequest.hwaccel,
     workers: int = RenderSettings.workers,
     batch_size: int | None = None,
     resolve: bool = True,
-    gpu_runtime: str = DeviceRequest.gpu_runtime,
+    gpu_runtime: GpuRuntime = DeviceRequest.gpu_runtime,
 ) -> DevicePlan:
     """`--backend auto` → the backend chosen (said once in the log, with why); on a GPU the
     streams (default from the GPU's memory) become the batch workers and the frame batch
@@ -65,7 +72,7 @@ def resolve_device(
     validate_choices("--backend", backend, BACKENDS)
     validate_choices("--hwaccel", hwaccel, HWACCELS)
     validate_choices("--gpu-runtime", gpu_runtime, GPU_RUNTIMES)
-    chosen = backend
+    chosen: str = backend
     if backend == "auto":
         chosen = "cpu"
         if resolve:
@@ -83,7 +90,7 @@ def resolve_device(
     auto = backend == "auto"
     if chosen == "cpu":
         # int8 on the CPU: learned models whose INT8 variant holds its bound (models/prepare.py)
-        cpu_precision = "int8" if precision == "int8" else "fp32"
+        cpu_precision: Precision = "int8" if precision == "int8" else "fp32"
         device = DeviceSettings(backend="cpu", precision=cpu_precision, hwaccel=hwaccel, auto=auto)
         if precision not in ("auto", "fp32", "int8"):
             DeviceSettings(precision=precision).validated()  # an unknown word is still refused

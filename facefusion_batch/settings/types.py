@@ -11,12 +11,15 @@ from typing import Any, Literal, get_args
 from facefusion_batch.faces.classify import FaceFilterSettings
 from facefusion_batch.faces.detect import DetectorSettings
 from facefusion_batch.faces.mesh import MeshSettings
+from facefusion_batch.faces.persons import Unmatched
+from facefusion_batch.faces.select import FaceOrder
 from facefusion_batch.faces.track import TrackSettings
 from facefusion_batch.runtime.batching import BatchPolicy
 from facefusion_batch.runtime.device import DeviceSettings
 from facefusion_batch.swap.classical import ClassicalSettings
 from facefusion_batch.swap.learned import LearnedSettings
 from facefusion_batch.video.encoder_policy import EncoderSettings
+from facefusion_batch.video.reader import DecodeErrorMode
 
 # the choices of the settings' own words; the command line's choices and did-you-mean read them
 FaceMode = Literal["many", "one", "reference"]
@@ -27,6 +30,8 @@ FACE_MODES: tuple[FaceMode, ...] = get_args(FaceMode)
 BACKENDS: tuple[BackendChoice, ...] = get_args(BackendChoice)
 SWAPPER_MODES: tuple[SwapperMode, ...] = get_args(SwapperMode)
 RECOGNISERS: tuple[Recogniser, ...] = get_args(Recogniser)
+PlanFormat = Literal["json", "shell", "slurm", "opencue", "openjd"]  # openjd: Open Job Description
+PLAN_FORMATS: tuple[PlanFormat, ...] = get_args(PlanFormat)
 
 
 @dataclass(frozen=True)
@@ -49,13 +54,22 @@ class SwapSettings:
     classical: ClassicalSettings = field(default_factory=ClassicalSettings)
     learned: LearnedSettings = field(default_factory=LearnedSettings)
     reference: ReferenceSettings = field(default_factory=ReferenceSettings)
-    face_order: str | None = None  # FaceFusion's orders, per frame (None: as detected; one: largest)
+    face_order: FaceOrder | None = None  # FaceFusion's orders, per frame (None: as detected; one: largest)
     face_indices: tuple[int, ...] = ()  # positions kept in that order, per frame (empty: all)
     # --map REF=SRC: each person (a reference photo) swapped with their own source photo
     mapping: tuple[tuple[Path, Path], ...] = ()
-    map_unmatched: str = "skip"  # a face near no reference: skip | nearest | source (--source)
+    map_unmatched: Unmatched = "skip"  # a face near no reference: skip | nearest | source (--source)
     recogniser: Recogniser = "auto"  # who a face is, for reference and --map: arcface | dlib | auto
     face_filter: FaceFilterSettings = field(default_factory=FaceFilterSettings)  # gender, race, age
+
+
+@dataclass(frozen=True)
+class PlanSettings:
+    """`ffbatch plan`: how a render is cut into farm tasks, and how the tasks are written."""
+
+    chunk_frames: int = 1500  # frames per chunk, one farm task each
+    format: PlanFormat = "shell"
+    ffbatch: str = "ffbatch"  # how the farm's hosts run ffbatch
 
 
 @dataclass(frozen=True)
@@ -89,7 +103,7 @@ class RenderSettings:
     force: bool = False
     reuse_across_versions: bool = False  # reuse work another ffbatch version rendered (farm/reuse.py)
     # what a frame the decoder cannot deliver does: fail the job, or skip (replaced, pts kept)
-    on_decode_error: str = "fail"
+    on_decode_error: DecodeErrorMode = "fail"
     source_face_index: int = 0  # which face of each --source photo, largest first
     fail_if_no_faces: bool = False  # exit 2, writing nothing, when not one face was swapped
     fail_on_truncated: bool = False  # exit 2 before rendering when the input's video stops early

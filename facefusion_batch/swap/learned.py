@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from facefusion_batch.errors import InputError, ModelError
 from facefusion_batch.faces.align import align_crops, transform_points
-from facefusion_batch.faces.identity import IdentityEncoder, MappedIdentity
+from facefusion_batch.faces.identity import Convention, IdentityEncoder, MappedIdentity
 from facefusion_batch.faces.table import FaceTable
 from facefusion_batch.kernels.base import Array, Frames, Kernels
 from facefusion_batch.models.facefusion import LearnedModel
@@ -38,7 +38,7 @@ class LearnedSettings:
     enhancer_model: str | None = None
     enhancer_blend: int = 80  # percent of the enhanced face kept
     enhancer_weight: float = 0.5  # codeformer's fidelity input (FaceFusion's --face-enhancer-weight)
-    embedding_convention: str | None = None  # insightface | facefusion; None: the model publisher's
+    embedding_convention: Convention | None = None  # None: the model publisher's
     masks: MaskSettings = MaskSettings()
 
 

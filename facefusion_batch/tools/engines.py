@@ -14,6 +14,7 @@ import json
 import logging
 from dataclasses import replace
 from pathlib import Path
+from typing import cast
 
 import onnx
 
@@ -21,7 +22,7 @@ from facefusion_batch.errors import InputError
 from facefusion_batch.models import store
 from facefusion_batch.models.catalog import DEFAULT_DETECTOR, DEFAULT_MESH
 from facefusion_batch.models.records import trusted_sha256
-from facefusion_batch.runtime.device import DeviceSettings
+from facefusion_batch.runtime.device import DeviceSettings, Precision
 from facefusion_batch.runtime.engine_cache import (
     SIDECAR_SUFFIX,
     EngineCache,
@@ -47,9 +48,11 @@ log = logging.getLogger("ffbatch")
 def engine_device(
     *, gpu: int = 0, precision: str = "auto", max_batch: int | None = None, engines_dir: Path | None = None
 ) -> DeviceSettings:
-    """The device settings the engine commands work with (TensorRT on GPU `gpu`), validated."""
+    """The device settings the engine commands work with (TensorRT on GPU `gpu`), validated
+    (`precision`, as typed, is checked by `validated`)."""
+    word = cast(Precision, precision)
     return DeviceSettings(
-        backend="tensorrt", gpu=gpu, precision=precision, max_batch=max_batch, engines_dir=engines_dir
+        backend="tensorrt", gpu=gpu, precision=word, max_batch=max_batch, engines_dir=engines_dir
     ).validated()
 
 

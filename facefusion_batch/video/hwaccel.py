@@ -6,12 +6,13 @@ Each probe answers '' when the thing works here, else why not; nothing here rais
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import Literal, cast
+from typing import Literal, cast, get_args
 
 import av
 from av.video.codeccontext import VideoCodecContext
 
-HWACCELS = ("none", "cuda")
+Hwaccel = Literal["none", "cuda"]
+HWACCELS: tuple[Hwaccel, ...] = get_args(Hwaccel)
 NVENC = ("h264_nvenc", "hevc_nvenc", "av1_nvenc")
 NVDEC = ("h264_cuvid", "hevc_cuvid", "av1_cuvid")
 

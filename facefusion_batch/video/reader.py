@@ -53,7 +53,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 import av
 import av.error
@@ -107,7 +107,8 @@ class _Failure:
 
 _END = _End()
 
-DECODE_ERROR_MODES = ("fail", "skip")
+DecodeErrorMode = Literal["fail", "skip"]
+DECODE_ERROR_MODES: tuple[DecodeErrorMode, ...] = get_args(DecodeErrorMode)
 
 
 def rotate_upright(image: np.ndarray, rotation: int) -> np.ndarray:
