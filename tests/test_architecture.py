@@ -8,6 +8,7 @@ and cluster packages lazy: torch, TensorRT, Ray).
 from __future__ import annotations
 
 import ast
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -199,3 +200,42 @@ def test_only_the_command_line_imports_typer():
             if any(n.split(".")[0] in ("typer", "click") for n in names) and module not in TYPER_IMPORTERS:
                 found.append(f"{module}:{node.lineno}")
     assert not found, "typer or click imported outside cli.py: " + ", ".join(found)
+
+
+DOC = PACKAGE.parent / "docs" / "architecture.md"
+
+
+def doc_rooms() -> dict[str, tuple[str, set[str]]]:
+    """docs/architecture.md's rooms table: room → (what it is, the rooms it may import)."""
+    rows = {}
+    text = DOC.read_text(encoding="utf-8").split("## Rooms and arrows", 1)[1].split("\n## ", 1)[0]
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0].startswith("`"):
+            name = cells[0].strip("`").removesuffix("/").removesuffix(".py")
+            rows[name] = (cells[1], set() if cells[2] == "—" else {r.strip() for r in cells[2].split(",")})
+    return rows
+
+
+def test_the_architecture_doc_draws_every_room_with_its_arrows_and_modules():
+    rows = doc_rooms()
+    assert set(rows) == set(ALLOWED), set(rows) ^ set(ALLOWED)
+    for name, (text, arrows) in rows.items():
+        assert arrows == ALLOWED[name], (
+            f"{name}: the doc says {sorted(arrows)}, the test {sorted(ALLOWED[name])}"
+        )
+        folder = PACKAGE / name
+        if folder.is_dir():  # a folder's row names each of its modules
+            stems = [p.stem for p in folder.glob("*.py") if p.stem != "__init__"]
+            unnamed = [m for m in stems if not re.search(rf"(?<![\w/]){m}\b", text)]
+            assert not unnamed, f"docs/architecture.md's {name}/ row does not name {unnamed}"
+
+
+def test_every_module_path_the_architecture_doc_names_exists():
+    named = set(re.findall(r"`([a-z_]+/[a-z_]+)(?:\.py|\.[A-Za-z_]+)?`", DOC.read_text(encoding="utf-8")))
+    missing = [
+        n
+        for n in sorted(named)
+        if not any((root / f"{n}.py").exists() or (root / n).is_dir() for root in (PACKAGE, PACKAGE.parent))
+    ]
+    assert named and not missing, f"docs/architecture.md names modules that do not exist: {missing}"
