@@ -64,7 +64,7 @@ def test_many_inputs_one_broken(work, inputs, source):
     out_dir.mkdir()
     report = work / "batch.json"
     args = ("render", inputs["a"], inputs["b"], inputs["c"], "-s", source, "--output-dir", out_dir)
-    proc = ffbatch(*args, "--report", report, check=False)
+    proc = ffbatch_here(*args, "--report", report)  # in this process: the models loaded once
     assert proc.returncode == 2, proc.stderr
     good = [out_dir / "a-swapped.mp4", out_dir / "c one-swapped.mp4"]
     assert proc.stdout.splitlines() == [str(p) for p in good]
