@@ -41,7 +41,7 @@ agrees.
 
     .venv-quality/bin/python scripts/bench_quality.py [--frames 40] [--out out/bench/quality]
         [--mask skin] [--set FIELD=VALUE ...] [--sources astronaut,t1-face2]
-        [--wide-frames 6] [--wide-per-pair 1] [--seed 0] [--wide-only]
+        [--wide-frames 6] [--wide-per-pair 1] [--seed 0] [--wide-only] [--worst N]
 
 Writes quality.json ("wide": the split, per half numbers, every clip and face) and quality.png
 (per source: 1:1 before/after crops, and the table; then each half's line and the judging half's
@@ -330,6 +330,12 @@ def main() -> None:
     parser.add_argument("--wide-per-pair", type=int, default=1, help="conditions per source/target pair")
     parser.add_argument("--seed", type=int, default=0, help="the condition generator's seed")
     parser.add_argument("--wide-only", action="store_true", help="only the wider set, not the pan over t1")
+    parser.add_argument(
+        "--worst",
+        type=int,
+        default=0,
+        help="write the judging half's N worst faces (one per clip) at 1:1, before|after, to OUT/worst/",
+    )
     args = parser.parse_args()
     settings = classical_settings(args.set)
     masks = MaskSettings(types=tuple(args.mask.split(",")))
@@ -580,9 +586,11 @@ def wider_set(models, embed, swap: SwapSettings, args, t1: np.ndarray, t1_boxes:
             pipelines[source] = build_pipeline(models, (faces[source][0],), swap, "many")
         pipeline = pipelines[source]
         pipeline.start_job()
-        out = []
+        out, decisions = [], Counter()
         for start in range(0, len(clip), 8):
-            out += pipeline(HOST, clip[start : start + 8], seq=start // 8).frames
+            result = pipeline(HOST, clip[start : start + 8], seq=start // 8)
+            out += result.frames
+            decisions.update({k: int(v.sum()) for k, v in result.decisions_per_frame.items()})
         t_in = models.mesh(HOST, HOST.upload(clip), models.detector(HOST, HOST.upload(clip)))
         t_out = models.mesh(HOST, HOST.upload(out), models.detector(HOST, HOST.upload(out)))
         # how shut each eye is, told from the picture (the mesh keeps its eye loops open over lids)
@@ -654,10 +662,19 @@ def wider_set(models, embed, swap: SwapSettings, args, t1: np.ndarray, t1_boxes:
                 )
         flips = sum(a != b for a, b in zip(states, states[1:], strict=False))
         clips.append(
-            {"half": half, "source": source, "target": target, "toggles": int(flips), **cond.describe()}
+            {
+                "half": half,
+                "source": source,
+                "target": target,
+                "toggles": int(flips),
+                # the swap's do-no-harm decisions (swap/fit.py), swapped faces by decision
+                "swap_decisions": dict(sorted(decisions.items())),
+                **cond.describe(),
+            }
         )
         print(
-            f"wider set {half} {source}>{target} {cond.kind}: {len(states)} faces, {flips} toggles",
+            f"wider set {half} {source}>{target} {cond.kind}: {len(states)} faces, {flips} toggles, "
+            f"decisions {dict(sorted(decisions.items()))}",
             flush=True,
         )
     worst.sort(key=lambda w: -w[0])
@@ -678,6 +695,14 @@ def wider_set(models, embed, swap: SwapSettings, args, t1: np.ndarray, t1_boxes:
         "clips": clips,
         "faces": rows,
     }
+    if args.worst > 0:  # the judging half's worst faces at 1:1, before|after, one file each
+        where = args.out / "worst"
+        where.mkdir(parents=True, exist_ok=True)
+        for old in where.glob("*.png"):
+            old.unlink()
+        for rank, (badness, label, pair) in enumerate(worst[: args.worst]):
+            name = label.replace(">", "_on_").replace(" ", "_")
+            cv2.imwrite(str(where / f"{rank:02d}-{badness:.2f}-{name}.png"), pair)
     return summary, worst[:6]
 
 
@@ -700,6 +725,9 @@ def half_summary(rows: list[dict], clips: list[dict]) -> dict:
     gaze = np.array([r["gaze_change"] for r in rows], float)
     over = [r for r in rows if (r["opening_change"] or 0.0) > OPENING_LIMIT]
     weak = [r for r in rows if r["confidence_ratio"] < CONFIDENCE_LIMIT]
+    decisions: Counter = Counter()
+    for c in clips:
+        decisions.update(c["swap_decisions"])
     return {
         "clips": len(clips),
         "faces": len(rows),
@@ -724,6 +752,9 @@ def half_summary(rows: list[dict], clips: list[dict]) -> dict:
         "transferred_pct_mean": round(float(np.mean(list(per_source.values()))), 1) if per_source else None,
         "faces_worst_block_le8_pct": round(100 * float(np.mean(de <= 8)), 1) if len(de) else None,
         "swap_toggles": int(sum(c["toggles"] for c in clips)),
+        # swapped faces by the swap's decision (swap/fit.py: full, own_eyes_<reason>), as the
+        # render's report counts them
+        "swap_decisions": dict(sorted(decisions.items())),
     }
 
 

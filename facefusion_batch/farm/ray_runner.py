@@ -128,6 +128,7 @@ class SegmentWorker:
             "faces_found": report.faces_found,
             "frames_with_faces": report.frames_with_faces,
             "faces_not_swapped": dict(report.faces_not_swapped),
+            "swap_decisions": dict(report.swap_decisions),
             "seconds": time.perf_counter() - started,
             "worker": self.where(),
             "stage_seconds": dict(timer.seconds),
@@ -160,6 +161,7 @@ class InputJob:
     faces_found: int = 0
     frames_with_faces: int = 0
     faces_not_swapped: dict[str, int] = field(default_factory=dict)  # by reason, summed over segments
+    swap_decisions: dict[str, int] = field(default_factory=dict)  # swapped faces by decision, summed
     started: float = 0.0
     join_seconds: float = 0.0
     retries: int = 0
@@ -179,6 +181,7 @@ class InputJob:
             "faces_swapped": self.faces_swapped,
             "frames_with_faces": self.frames_with_faces,
             "faces_not_swapped": dict(sorted(self.faces_not_swapped.items())),
+            "swap_decisions": dict(sorted(self.swap_decisions.items())),
             "clock_discontinuities": len(self.info.clock.discontinuities) if self.info is not None else 0,
             "segments": {
                 "total": self.total,
@@ -466,6 +469,8 @@ def _schedule(
         entry.frames_with_faces += result["frames_with_faces"]
         for reason, count in result["faces_not_swapped"].items():
             entry.faces_not_swapped[reason] = entry.faces_not_swapped.get(reason, 0) + count
+        for decision, count in result.get("swap_decisions", {}).items():
+            entry.swap_decisions[decision] = entry.swap_decisions.get(decision, 0) + count
         entry.workers.add(result["worker"])
         progress.update(result["frames"])
         log.info(

@@ -23,16 +23,14 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, get_args
+from typing import Any, Protocol
 
 import numpy as np
 from numpy.typing import ArrayLike
 
-BlendMode = Literal["multiband", "feather", "poisson"]
-BLEND_MODES: tuple[BlendMode, ...] = get_args(BlendMode)
+BLEND_MODES = ("multiband", "feather", "poisson")
 LUMA_BGR = (0.114, 0.587, 0.299)  # grey from B, G, R (BT.601 luma)
-ColourMode = Literal["local", "global", "none"]
-COLOUR_MODES: tuple[ColourMode, ...] = get_args(ColourMode)
+COLOUR_MODES = ("local", "global", "none")
 # colour transfer: the std ratio is clipped (a noisy region cannot blow it up). Its upper end is
 # also how far a flat-lit source's shading contrast is stretched to a contrasty target's, which
 # carries identity (docs/default-swap.md, "How the constants were chosen")
@@ -158,9 +156,6 @@ class FaceRegion:
     # px over which the face's weight falls to 0 toward the edge of what its map covers
     # (`inset_ramp`): the source texture's own soft edge does not always land there
     edge: int = 1
-    # how much of each eye shows the source's lid drawn shut (texture channels 7–9, the eye
-    # a pixel belongs to in 10): a closed target eye takes the source's closed eye
-    close_eyes: tuple[float, float] = (0.0, 0.0)
     # how this frame's colour statistics are corrected toward its track's (swap/colour_track.py):
     # [2, 3] the factor on the target's LAB spread over the source's and the shift added to the
     # difference of their means; None: the frame's own statistics as they are

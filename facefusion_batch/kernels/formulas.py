@@ -275,28 +275,22 @@ def face_layers(
     target: Array,
     covered: Array,
     ramp: Array,
-    close: tuple[Any, Any] | None = None,
     hold: tuple[Any, Any] | None = None,
     visible: Array | None = None,
 ) -> tuple[Array, Array, Array, Array]:
     """The painted face's layers over a region, from the source texture sampled there (`warped`:
-    BGR, alpha, skin, then the eye masks (5, 6), then the eyes drawn shut (7–9) and which eye a
-    pixel belongs to (10)) and the target's pixels: (face, alpha, skin, tinted).
+    BGR, alpha, skin, then the eye masks (5, 6)) and the target's pixels: (face, alpha, skin,
+    tinted).
 
     `covered`: where the warp map reaches (elsewhere the target stays and the alpha is 0);
-    `ramp`: the weight's fall toward that edge (`inset_ramp`); `close`: how much of each eye
-    (subject's left, right) shows the source's lid drawn shut; `hold`: how much of each eye stays
-    the target's; `visible`: how visible the target face is (an occluder stays in front, and
-    counts as no one's skin). `skin` (where the colour statistics and shading are measured) and
-    `tinted` (where the tint is held, TINT_LEVEL: the skin and the ring round the features) are
-    bool. `close` and `hold` are numbers on the host, one per face on the device; None: not asked
-    for, or the texture has no such channels."""
+    `ramp`: the weight's fall toward that edge (`inset_ramp`); `hold`: how much of each eye
+    (subject's left, right) stays the target's; `visible`: how visible the target face is (an
+    occluder stays in front, and counts as no one's skin). `skin` (where the colour statistics
+    and shading are measured) and `tinted` (where the tint is held, TINT_LEVEL: the skin and the
+    ring round the features) are bool. `hold` is numbers on the host, one per face on the
+    device; None: not asked for, or the texture has no such channels."""
     xp = ops.xp
     colour = ops.channels(warped, 0, 3)
-    if close is not None:  # the source's eyes drawn shut
-        which = ops.plane(warped, 10)
-        shut = close[0] * which + close[1] * (1 - which)
-        colour = colour + ops.per_pixel(shut) * (ops.channels(warped, 7, 10) - colour)
     face = xp.where(ops.per_pixel(covered), colour, target)
     alpha = xp.where(covered, ops.plane(warped, 3), 0.0) * ramp
     if hold is not None:

@@ -155,7 +155,6 @@ class HostKernels:
                 matte=frames.mattes is not None,
                 edge=r.edge,
                 tint_limit=settings.tint_limit,
-                close_eyes=r.close_eyes,
                 colour_fix=r.colour_fix,
                 shade_limit=settings.shade_limit,
             )

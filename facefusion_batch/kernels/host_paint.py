@@ -45,12 +45,10 @@ def paint_region(
     matte: bool = False,
     edge: int = 1,
     tint_limit: float = TINT_LIMIT,
-    close_eyes: tuple[float, float] = (0.0, 0.0),
     colour_fix: np.ndarray | None = None,
     shade_limit: float = SHADE_LIMIT,
 ) -> np.ndarray | None:
-    """Sample the source texture ([h,w,5]: BGR, alpha, skin, or [h,w,7] with the eye masks, or
-    [h,w,11] with the eyes drawn shut)
+    """Sample the source texture ([h,w,5]: BGR, alpha, skin, or [h,w,7] with the eye masks)
     through the map and blend it into frame[y0:, x0:], in place; the weight falls to 0 over
     `edge` px toward the edge of what the map covers (`inset_ramp`). `matte`: return the blend's
     weight of the face over the region ([h, w], 0–1; for multiband the widest of its levels',
@@ -67,7 +65,6 @@ def paint_region(
         target,
         covered,
         inset_ramp(covered, edge),
-        close_eyes if warped.shape[2] >= 11 and max(close_eyes) > 0 else None,
         hold_eyes if warped.shape[2] >= 7 and max(hold_eyes) > 0 else None,
         visible,
     )

@@ -213,7 +213,6 @@ def _paint_chunk(frames, regions, origins, canvas, textures, settings, host_blen
     covered = ~torch.isnan(maps[:, 0])
     maps = torch.where(covered[:, None], maps, torch.full_like(maps, -1e4))
     warped = _sample_textures(textures, np.array([r.source for r in regions]), maps)
-    closes = np.array([r.close_eyes for r in regions], np.float32)
     holds = np.array([r.hold_eyes for r in regions], np.float32)
     visibility = _visibility(regions, origins, canvas)
     visible = None if visibility is None else D.to_device(visibility, device)
@@ -223,7 +222,6 @@ def _paint_chunk(frames, regions, origins, canvas, textures, settings, host_blen
         target,
         covered,
         D.inset_ramp(covered, [r.edge for r in regions]),
-        _per_face(closes, device) if warped.shape[1] >= 11 and closes.max() > 0 else None,
         _per_face(holds, device) if warped.shape[1] >= 7 and holds.max() > 0 else None,
         visible,
     )

@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import weakref
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, get_args
+from typing import Any
 
 import cv2
 import numpy as np
@@ -27,8 +27,6 @@ from facefusion_batch.kernels.base import (
     LUMA_BGR,
     SHADE_LIMIT,
     TINT_LIMIT,
-    BlendMode,
-    ColourMode,
     FaceRegion,
     Frames,
     Kernels,
@@ -61,8 +59,7 @@ from facefusion_batch.swap.symmetry import (
     wink_shares,
 )
 
-EyesMouth = Literal["eyes", "target", "source"]
-EYES_MOUTH_CHOICES: tuple[EyesMouth, ...] = get_args(EyesMouth)
+EYES_MOUTH_CHOICES = ("eyes", "target", "source")
 RASTER_SPAN = 40.0  # eye-corner span (px) at which the warp map is rasterised
 # the occlusion model's crop (as the learned swap's inswapper crop: FaceFusion's xseg setting)
 OCCLUSION_TEMPLATE, OCCLUSION_CROP = "arcface_128", 256
@@ -100,11 +97,11 @@ LIP_SHADOW_LIFT = 0.3
 
 @dataclass(frozen=True)
 class ClassicalSettings:
-    blend: BlendMode = "multiband"
+    blend: str = "multiband"  # multiband | feather | poisson
     # whose eyes and mouth show: eyes, the source's eyes warped to the target's eyelids and the
     # target's inner mouth (teeth, tongue); target, the target's own; source, the source's both
-    eyes_mouth: EyesMouth = "eyes"
-    colour: ColourMode = "local"  # local (target light and tint) | global (LAB mean/std) | none
+    eyes_mouth: str = "eyes"
+    colour: str = "local"  # local (target light and tint) | global (LAB mean/std) | none
     colour_strength: float = 1.0  # 0–1: how far the colour moves toward the target
     shading_scale: float = 0.12  # local colour: Gaussian sigma of the carried shading, in IOD
     shading_limit: tuple[float, float, float] = (60.0, 30.0, 30.0)  # local colour: LAB bounds
@@ -519,11 +516,11 @@ class ClassicalSwapper:
             choice, geometry[:, :, :2] * scales[:, None, None], mesh[:, :, 2], bounds, scales, shapes
         )
         if self.fit_tracks is not None:
-            holds, closes, names = self.fit_holds(table, choice, lids, gaze, seq)
+            holds, names = self.fit_holds(table, choice, lids, gaze, seq)
             if decided is not None:
                 decided[:] = names
         else:
-            holds, closes = self.eye_holds(table, choice, lids)
+            holds = self.eye_holds(table, choice, lids)
         out: list[FaceRegion] = []
         for f, face_maps in enumerate(maps):
             if face_maps is None:
@@ -532,7 +529,6 @@ class ClassicalSwapper:
             iod = 0.7 * eye_frame(mesh[f])[1]
             sigma = max(1.0, self.settings.shading_scale * iod)
             hold = (float(holds[f, 0]), float(holds[f, 1]))
-            close = (float(closes[f, 0]), float(closes[f, 1]))
             visible = None
             if occlusion is not None:
                 visible = crop_to_region(occlusion[0][f], occlusion[1][f], x0, y0, map_x.shape)
@@ -550,29 +546,24 @@ class ClassicalSwapper:
                     hold,
                     visible,
                     edge,
-                    close,
                     face=f,
                 )
             )
         return out
 
-    def eye_holds(
-        self, table: FaceTable, choice: np.ndarray, lids: np.ndarray | None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """[F,2] twice, the rules with the fit off: how much of each eye stays the target's own,
-        and how much shows a source eye drawn shut (none: no source eye is drawn shut). A
+    def eye_holds(self, table: FaceTable, choice: np.ndarray, lids: np.ndarray | None) -> np.ndarray:
+        """[F,2] the rules with the fit off: how much of each eye stays the target's own. A
         target's closed eye (a blink the mesh sees, a lid read from the picture), a far eye of a
         turned face and an eye the source photo has shut stay the target's."""
-        none = np.zeros((len(table), 2))
         if self.settings.eyes_mouth != "eyes":
-            return none, none
+            return np.zeros((len(table), 2))
         source_open = np.array([self.sources[c].eye_open for c in choice])
         closed = held_eyes(eye_openness(table.required("mesh"), self.face_regions), source_open)
         if lids is not None:
             closed = np.maximum(closed, lids)
         far = far_eye_holds(table.required("mesh"))
         source_shut = np.array([self.sources[c].lid_shut for c in choice]).reshape(-1, 2)
-        return np.maximum(np.maximum(closed, far), source_shut), none
+        return np.maximum(np.maximum(closed, far), source_shut)
 
     def fit_inputs(
         self, table: FaceTable, choice: np.ndarray, lids: np.ndarray | None, gaze: np.ndarray | None
@@ -596,17 +587,17 @@ class ClassicalSwapper:
         lids: np.ndarray | None,
         gaze: np.ndarray | None,
         seq: int | None,
-    ) -> tuple[np.ndarray, np.ndarray, list[str]]:
-        """[F,2] twice, as `eye_holds`, and each face's decision's name: with the fit
-        (swap/fit.py) a face whose eyes the source cannot give keeps both its own, along its
-        track; a turned face's far eye as before; no eye is drawn shut."""
+    ) -> tuple[np.ndarray, list[str]]:
+        """[F,2] as `eye_holds`, and each face's decision's name: with the fit (swap/fit.py) a
+        face whose eyes the source cannot give keeps both its own, along its track; a turned
+        face's far eye as before."""
         holds = reason_holds(self.fit_inputs(table, choice, lids, gaze))
         if self.fit_tracks is not None and table.track is not None and table.frame_no is not None:
             holds = self.fit_tracks.step(seq, table.track, table.frame_no, holds)
         names = reason_of(holds)
         whole = holds.max(axis=1)[:, None]
         far = far_eye_holds(table.required("mesh"))
-        return np.maximum(far, whole), np.zeros_like(far), names
+        return np.maximum(far, whole), names
 
     def warp_maps(
         self,
