@@ -23,14 +23,16 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, get_args
 
 import numpy as np
 from numpy.typing import ArrayLike
 
-BLEND_MODES = ("multiband", "feather", "poisson")
+BlendMode = Literal["multiband", "feather", "poisson"]
+BLEND_MODES: tuple[BlendMode, ...] = get_args(BlendMode)
 LUMA_BGR = (0.114, 0.587, 0.299)  # grey from B, G, R (BT.601 luma)
-COLOUR_MODES = ("local", "global", "none")
+ColourMode = Literal["local", "global", "none"]
+COLOUR_MODES: tuple[ColourMode, ...] = get_args(ColourMode)
 # colour transfer: the std ratio is clipped (a noisy region cannot blow it up). Its upper end is
 # also how far a flat-lit source's shading contrast is stretched to a contrasty target's, which
 # carries identity (docs/default-swap.md, "How the constants were chosen")

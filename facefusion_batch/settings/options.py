@@ -10,43 +10,35 @@ the settings type it belongs in), in the panel and place it shows in render's he
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import MISSING, asdict, dataclass, fields, replace
 from pathlib import Path
-from typing import Any
+from types import UnionType
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from facefusion_batch.errors import InputError
-from facefusion_batch.faces.classify import GENDERS, RACE_NAMES, FaceFilterSettings
+from facefusion_batch.faces.classify import FaceFilterSettings
 from facefusion_batch.faces.detect import DetectorSettings
 from facefusion_batch.faces.facefusion_detectors import facefusion_detector_settings
 from facefusion_batch.faces.facefusion_landmarks import (
     FaceFusionLandmarkerSettings,
     facefusion_landmarker_settings,
 )
-from facefusion_batch.faces.identity import CONVENTIONS
-from facefusion_batch.faces.persons import UNMATCHED
-from facefusion_batch.faces.select import FACE_ORDERS
 from facefusion_batch.faces.track import TrackSettings, presence_thresholds
-from facefusion_batch.kernels.base import BLEND_MODES, COLOUR_MODES
-from facefusion_batch.runtime.device import GPU_RUNTIMES
 from facefusion_batch.settings.checks import validate_choices, validate_options
 from facefusion_batch.settings.device import DeviceRequest, resolve_device
 from facefusion_batch.settings.types import (
-    BACKENDS,
-    FACE_MODES,
-    RECOGNISERS,
-    SWAPPER_MODES,
+    PlanSettings,
     ReferenceSettings,
     RenderSettings,
     SwapSettings,
 )
-from facefusion_batch.swap.classical import EYES_MOUTH_CHOICES, ClassicalSettings
+from facefusion_batch.swap.classical import ClassicalSettings
 from facefusion_batch.swap.learned import LearnedSettings
 from facefusion_batch.swap.masks import MaskSettings
 from facefusion_batch.video.encoder_policy import EncoderSettings
-from facefusion_batch.video.hwaccel import HWACCELS
-from facefusion_batch.video.reader import DECODE_ERROR_MODES
 
 # the panels render, preview and plan list their options in, in this order
 PANEL_IO = "Input and output"
@@ -73,6 +65,7 @@ SETTINGS_TYPES: dict[str, type] = {
     "detector.facefusion_landmarker": FaceFusionLandmarkerSettings,
     "tracking": TrackSettings,
     "device_request": DeviceRequest,
+    "plan": PlanSettings,  # plan's own options (not part of a render's settings)
 }
 
 
@@ -101,6 +94,19 @@ def field_default(path: str) -> Any:
     raise KeyError(path)
 
 
+@functools.cache
+def field_choices(path: str) -> tuple[str, ...] | None:
+    """The words of the settings field at `path` when its type is a `Literal` (or one or None):
+    "swap.classical.blend" → ("multiband", "feather", "poisson"); else None."""
+    prefix, _, name = path.rpartition(".")
+    kind = get_type_hints(SETTINGS_TYPES[prefix])[name]
+    if get_origin(kind) in (Union, UnionType):  # FaceOrder | None
+        kind = next((k for k in get_args(kind) if k is not type(None)), None)
+    if get_origin(kind) is not Literal:
+        return None
+    return get_args(kind)
+
+
 @dataclass(frozen=True)
 class Option:
     """One option of the command line (or its positional argument)."""
@@ -113,7 +119,8 @@ class Option:
     field: str | None = None  # the settings field it fills (None: the command's own option)
     parse: Callable[[Any], Any] | None = None  # the command line's value → the field's (None: as is)
     to_text: Callable[[Any], Any] | None = None  # the field's default as the command line spells it
-    choices: tuple[str, ...] | None = None  # the words it takes (with did-you-mean when mistyped)
+    # the words it takes, with did-you-mean when mistyped (None: its settings field's `Literal`'s)
+    choices: tuple[str, ...] | None = None
     derived: bool = False  # worked out with other options (the device, the tracker), not set as is
     argument: bool = False  # positional
     metavar: str | None = None
@@ -124,6 +131,13 @@ class Option:
     def flag(self) -> str:
         """The name a message gives it: --batch-size."""
         return self.flags[0].split("/")[0] if self.flags else "--" + self.name.replace("_", "-")
+
+    @property
+    def words(self) -> tuple[str, ...] | None:
+        """The words it takes: its `choices`, else those of its settings field's `Literal` type."""
+        if self.choices is not None or self.field is None:
+            return self.choices
+        return field_choices(self.field)
 
     @property
     def cli_default(self) -> Any:
@@ -190,8 +204,6 @@ def parse_mapping(pairs: list[str] | None) -> tuple[tuple[Path, Path], ...]:
         mapping.append((Path(ref.strip()), Path(src.strip())))
     return tuple(mapping)
 
-
-FACE_ORDER_NAMES = tuple(FACE_ORDERS)
 
 # render's options, in the order its help lists them within each panel
 RENDER: tuple[Option, ...] = (
@@ -312,7 +324,6 @@ RENDER: tuple[Option, ...] = (
         ),
         panel=PANEL_FACES,
         field="faces",
-        choices=FACE_MODES,
     ),
     Option(
         "batch_size",
@@ -353,7 +364,6 @@ RENDER: tuple[Option, ...] = (
         help="auto | cpu | cuda | tensorrt.",
         panel=PANEL_GPU,
         field="device_request.backend",
-        choices=BACKENDS,
         derived=True,
     ),
     Option(
@@ -365,7 +375,6 @@ RENDER: tuple[Option, ...] = (
         ),
         panel=PANEL_GPU,
         field="device_request.gpu_runtime",
-        choices=GPU_RUNTIMES,
         derived=True,
     ),
     Option(
@@ -573,7 +582,6 @@ RENDER: tuple[Option, ...] = (
         help="multiband | feather | poisson.",
         panel=PANEL_SWAP,
         field="swap.classical.blend",
-        choices=BLEND_MODES,
     ),
     Option(
         "eyes_mouth",
@@ -586,7 +594,6 @@ RENDER: tuple[Option, ...] = (
         ),
         panel=PANEL_SWAP,
         field="swap.classical.eyes_mouth",
-        choices=EYES_MOUTH_CHOICES,
     ),
     Option(
         "colour",
@@ -595,7 +602,6 @@ RENDER: tuple[Option, ...] = (
         help="local | global | none: how the face is recoloured to the target's skin and light.",
         panel=PANEL_SWAP,
         field="swap.classical.colour",
-        choices=COLOUR_MODES,
     ),
     Option(
         "lip_shadow",
@@ -617,7 +623,6 @@ RENDER: tuple[Option, ...] = (
         ),
         panel=PANEL_SWAP,
         field="swap.swapper",
-        choices=SWAPPER_MODES,
     ),
     Option(
         "swapper_model",
@@ -674,7 +679,6 @@ RENDER: tuple[Option, ...] = (
         ),
         panel=PANEL_SWAP,
         field="swap.learned.embedding_convention",
-        choices=CONVENTIONS,
     ),
     Option(
         "face_detector_model",
@@ -839,7 +843,6 @@ RENDER: tuple[Option, ...] = (
         ),
         panel=PANEL_FACES,
         field="swap.face_order",
-        choices=FACE_ORDER_NAMES,
     ),
     Option(
         "face_index",
@@ -876,7 +879,6 @@ RENDER: tuple[Option, ...] = (
         ),
         panel=PANEL_FACES,
         field="swap.map_unmatched",
-        choices=UNMATCHED,
     ),
     Option(
         "recogniser",
@@ -888,12 +890,10 @@ RENDER: tuple[Option, ...] = (
         ),
         panel=PANEL_FACES,
         field="swap.recogniser",
-        choices=RECOGNISERS,
     ),
     Option(
         "face_selector_gender",
         str | None,
-        choices=("auto", *GENDERS),
         help=(
             "Only faces of this gender: female, male, auto (the --source face's). Needs FaceFusion's "
             "fairface model."
@@ -905,7 +905,6 @@ RENDER: tuple[Option, ...] = (
     Option(
         "face_selector_race",
         str | None,
-        choices=("auto", *RACE_NAMES),
         help=(
             "Only faces of this race (FaceFusion's classes): white, black, latino, asian, indian, arabic,"
             " auto. Needs fairface."
@@ -963,7 +962,6 @@ RENDER: tuple[Option, ...] = (
         ),
         panel=PANEL_IO,
         field="on_decode_error",
-        choices=DECODE_ERROR_MODES,
     ),
     Option(
         "hwaccel",
@@ -974,7 +972,6 @@ RENDER: tuple[Option, ...] = (
         ),
         panel=PANEL_GPU,
         field="device_request.hwaccel",
-        choices=HWACCELS,
         derived=True,
     ),
     Option(
@@ -1168,7 +1165,11 @@ PLAN: tuple[Option, ...] = (
         default=REQUIRED,
     ),
     Option(
-        "chunk_frames", int, help="Frames per chunk (one farm task each).", panel=PANEL_FARM, default=1500
+        "chunk_frames",
+        int,
+        help="Frames per chunk (one farm task each).",
+        panel=PANEL_FARM,
+        field="plan.chunk_frames",
     ),
     Option(
         "format",
@@ -1176,7 +1177,7 @@ PLAN: tuple[Option, ...] = (
         flags=("--format",),
         help="json | shell | slurm | opencue | openjd (Open Job Description).",
         panel=PANEL_FARM,
-        default="shell",
+        field="plan.format",
     ),
     Option(
         "output",
@@ -1200,7 +1201,7 @@ PLAN: tuple[Option, ...] = (
         flags=("--ffbatch",),
         help="How the farm's hosts run ffbatch, e.g. '/opt/venv/bin/ffbatch'.",
         panel=PANEL_FARM,
-        default="ffbatch",
+        field="plan.ffbatch",
     ),
     Option(
         "sbatch",
@@ -1244,8 +1245,8 @@ def render_settings(
         if option.field is None:
             continue
         value = params[option.name] if option.name in params else option.cli_default
-        if option.choices is not None and value is not None:
-            validate_choices(option.flag, value, option.choices)
+        if option.words is not None and value is not None:
+            validate_choices(option.flag, value, option.words)
         value = option.parse(value) if option.parse else value
         if value is not None or option.parse is None:
             values[option.field] = value

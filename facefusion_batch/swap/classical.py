@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import weakref
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal, get_args
 
 import cv2
 import numpy as np
@@ -27,6 +27,8 @@ from facefusion_batch.kernels.base import (
     LUMA_BGR,
     SHADE_LIMIT,
     TINT_LIMIT,
+    BlendMode,
+    ColourMode,
     FaceRegion,
     Frames,
     Kernels,
@@ -59,7 +61,8 @@ from facefusion_batch.swap.symmetry import (
     wink_shares,
 )
 
-EYES_MOUTH_CHOICES = ("eyes", "target", "source")
+EyesMouth = Literal["eyes", "target", "source"]
+EYES_MOUTH_CHOICES: tuple[EyesMouth, ...] = get_args(EyesMouth)
 RASTER_SPAN = 40.0  # eye-corner span (px) at which the warp map is rasterised
 # the occlusion model's crop (as the learned swap's inswapper crop: FaceFusion's xseg setting)
 OCCLUSION_TEMPLATE, OCCLUSION_CROP = "arcface_128", 256
@@ -97,11 +100,11 @@ LIP_SHADOW_LIFT = 0.3
 
 @dataclass(frozen=True)
 class ClassicalSettings:
-    blend: str = "multiband"  # multiband | feather | poisson
+    blend: BlendMode = "multiband"
     # whose eyes and mouth show: eyes, the source's eyes warped to the target's eyelids and the
     # target's inner mouth (teeth, tongue); target, the target's own; source, the source's both
-    eyes_mouth: str = "eyes"
-    colour: str = "local"  # local (target light and tint) | global (LAB mean/std) | none
+    eyes_mouth: EyesMouth = "eyes"
+    colour: ColourMode = "local"  # local (target light and tint) | global (LAB mean/std) | none
     colour_strength: float = 1.0  # 0–1: how far the colour moves toward the target
     shading_scale: float = 0.12  # local colour: Gaussian sigma of the carried shading, in IOD
     shading_limit: tuple[float, float, float] = (60.0, 30.0, 30.0)  # local colour: LAB bounds
