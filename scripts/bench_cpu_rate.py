@@ -1,18 +1,24 @@
-"""The CPU's ceiling for the learned swapper: GEMM peak, and the swapper's rate over a sweep of
-batch sizes and thread counts, against the layout ffbatch's cpu backend picks.
+"""The CPU's ceiling for the learned models: GEMM peak, and the swapper's and recogniser's rates
+over a sweep of batch sizes and thread counts, against the layout ffbatch's cpu backend picks.
 
-- GEMM peak: onnxruntime's own MatMul (the MLAS kernels the swapper's convolutions run on) on
-  2048x2048 float32, at 1 and at all cores;
-- the inswapper stand-in (scripts/make_standins.py: the real layer structure, random weights):
-  its multiply-adds counted from the graph's inferred shapes, timed at batch 1/2/4 and
-  1/all intra-op threads; GFLOP/s = 2 x MACs x faces / seconds;
-- ffbatch's layout (the cpu backend's threads; as many faces per call as a render has, up to
-  its memory budget) as a share of the sweep's best.
+- GEMM peak: onnxruntime's own MatMul (the MLAS kernels the convolutions run on) on 2048x2048
+  float32, at 1 and at all cores;
+- the inswapper and IResNet-50 stand-ins (scripts/make_standins.py: the real layer structure,
+  random weights): multiply-adds counted from the graph's inferred shapes, timed at
+  1/2/4/8/16 faces per call (--batches) and 1/all intra-op threads; GFLOP/s = 2 x MACs x faces /
+  seconds. The configurations alternate within each round (the rounds alternating in
+  direction), so a change in the machine's load falls on all alike; each keeps its fastest call
+  and its median;
+- ffbatch's layout (the cpu backend's threads; as many faces per call as a busy shot gives, up
+  to the stage's memory budget, runtime/batching.py items_per_call: the largest batch of the
+  sweep up to it) as a share of the sweep's best.
 
-    python scripts/bench_cpu_rate.py [--standins DIR] [--reps 2] [--out out/bench/cpu_rate.json]
+    python scripts/bench_cpu_rate.py [--standins DIR] [--reps 3] [--batches 1,2,4,8,16]
+                                     [--models swapper,recogniser] [--out out/bench/cpu_rate.json]
 
-Writes the JSON and a PNG chart beside it. The figures are this machine's, under its load at the
-time (recorded in the JSON): only ratios from one run compare.
+Writes the JSON (with the load average before and after, and the CPU's caches) and a PNG chart
+beside it. The figures are this machine's, under its load at the time: only ratios from one run
+compare.
 """
 
 from __future__ import annotations
@@ -94,65 +100,158 @@ def multiply_adds(model: onnx.ModelProto) -> int:
     return macs
 
 
+STANDIN_FILES = {"swapper": "inswapper_128.onnx", "recogniser": "arcface_w600k_r50.onnx"}
+# how the stages size their calls (swap/learned.py, faces/identity.py)
+CALL_KWARGS: dict[str, dict] = {"swapper": {}, "recogniser": {"channels": 64, "budget_mb": 512.0}}
+
+
+def swapper_feeds(rng: np.random.Generator, b: int) -> dict[str, np.ndarray]:
+    return {
+        "target": rng.uniform(0, 1, (b, 3, 128, 128)).astype(np.float32),
+        "source": rng.standard_normal((b, 512)).astype(np.float32),
+    }
+
+
+def recogniser_feeds(rng: np.random.Generator, b: int) -> dict[str, np.ndarray]:
+    return {"input": rng.uniform(-1, 1, (b, 3, 112, 112)).astype(np.float32)}
+
+
+def cache_sizes() -> dict[str, str]:
+    """This CPU's caches as cpu0 sees them (sysfs: level, type, size, the CPUs sharing it)."""
+    sizes = {}
+    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+        try:
+            level, kind = (index / "level").read_text().strip(), (index / "type").read_text().strip()
+            size, shared = (
+                (index / "size").read_text().strip(),
+                (index / "shared_cpu_list").read_text().strip(),
+            )
+        except OSError:
+            continue
+        sizes[f"L{level} {kind}"] = f"{size} (cpus {shared})"
+    return sizes
+
+
+def sweep_model(
+    path: Path, macs: int, feeds_of, thread_counts: list[int], batches: list[int], reps: int
+) -> list[dict]:
+    """Every (threads, batch) configuration timed once per round, the rounds alternating in
+    direction, so a change in the machine's load falls on all of them alike; each keeps its
+    fastest call (the least disturbed) and its median."""
+    rng = np.random.default_rng(1)
+    sessions = {t: session(path, t) for t in thread_counts}
+    feeds = {b: feeds_of(rng, b) for b in batches}
+    configs = [(t, b) for t in thread_counts for b in batches]
+    for t, b in configs:
+        sessions[t].run(None, feeds[b])  # warm-up: first-call allocations and kernel selection
+    times: dict[tuple[int, int], list[float]] = {c: [] for c in configs}
+    for round_ in range(reps):
+        for t, b in configs if round_ % 2 == 0 else configs[::-1]:
+            start = time.perf_counter()
+            sessions[t].run(None, feeds[b])
+            times[(t, b)].append(time.perf_counter() - start)
+    del sessions
+    sweep = []
+    for (threads, batch), seconds in times.items():
+        fastest, median = min(seconds), float(np.median(seconds))
+        sweep.append({
+            "threads": threads, "batch": batch, "s_per_call": fastest, "s_per_call_median": median,
+            "gflops": 2 * macs * batch / fastest / 1e9, "gflops_median": 2 * macs * batch / median / 1e9,
+        })  # fmt: skip
+        print(
+            f"{path.stem} threads {threads} batch {batch}: {fastest:.2f} s/call "
+            f"({2 * macs * batch / fastest / 1e9:.1f} GFLOP/s; median {2 * macs * batch / median / 1e9:.1f})",
+            flush=True,
+        )
+    return sweep
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--standins", type=Path, help="a directory with inswapper_128.onnx (else made)")
-    parser.add_argument("--batches", default="1,2,4,8")
-    parser.add_argument("--reps", type=int, default=2)
+    parser.add_argument(
+        "--standins",
+        type=Path,
+        help="a directory with inswapper_128.onnx, arcface_w600k_r50.onnx (else made)",
+    )
+    parser.add_argument("--batches", default="1,2,4,8,16")
+    parser.add_argument("--models", default="swapper,recogniser", help="swapper, recogniser or both")
+    parser.add_argument("--reps", type=int, default=3, help="alternated rounds after a warm-up round")
     parser.add_argument("--out", type=Path, default=ROOT / "out" / "bench" / "cpu_rate.json")
     args = parser.parse_args()
     cores = os.cpu_count() or 1
     thread_counts = sorted({1, cores})
     batches = [int(b) for b in args.batches.split(",")]
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="ffbatch-rate-") as tmp:
         work = Path(tmp)
-        source = args.standins / "inswapper_128.onnx" if args.standins else None
-        model = onnx.load(str(source)) if source else make_standins.inswapper()
-        macs = multiply_adds(model)
-        swapper = work / "inswapper_128.batch.onnx"
-        onnx.save(make_dynamic_batch(model)[0], str(swapper))
-        del model
+        models = {}
+        for name, make, size, feeds_of in (
+            ("swapper", make_standins.inswapper, 128, swapper_feeds),
+            ("recogniser", make_standins.iresnet50, 112, recogniser_feeds),
+        ):
+            if name not in args.models:
+                continue
+            file = (args.standins / STANDIN_FILES[name]) if args.standins else None
+            model = onnx.load(str(file)) if file else make()
+            macs = multiply_adds(model)
+            path = work / f"{name}.batch.onnx"
+            onnx.save(make_dynamic_batch(model)[0], str(path))
+            del model
+            models[name] = (path, macs, size, feeds_of)
         peaks = {t: gemm_peak(work, t) for t in thread_counts}
-        sweep = []
-        rng = np.random.default_rng(1)
-        for threads in thread_counts:
-            sess = session(swapper, threads)
-            for batch in batches:
-                feeds = {
-                    "target": rng.uniform(0, 1, (batch, 3, 128, 128)).astype(np.float32),
-                    "source": rng.standard_normal((batch, 512)).astype(np.float32),
-                }
-                seconds = best_seconds(lambda s=sess, f=feeds: s.run(None, f), args.reps)
-                rate = 2 * macs * batch / seconds / 1e9
-                sweep.append({"threads": threads, "batch": batch, "s_per_call": seconds, "gflops": rate})
-                print(
-                    f"threads {threads} batch {batch}: {seconds:.2f} s/call, {rate:.1f} GFLOP/s", flush=True
-                )
-            del sess
-    best = max(sweep, key=lambda r: r["gflops"])
-    # a render hands the swapper every face of its frame batch, up to the call's memory budget
-    ours_threads, ours_most = OnnxRuntimeCpuBackend().threads, BatchPolicy().items_per_call(128)
-    ours = max(
-        (r for r in sweep if r["threads"] == ours_threads and r["batch"] <= (ours_most or 1 << 16)),
-        key=lambda r: r["gflops"],
-        default=None,
-    )
+        results = {
+            name: sweep_model(path, macs, feeds_of, thread_counts, batches, args.reps)
+            for name, (path, macs, _, feeds_of) in models.items()
+        }
+    # a render hands a model every face of its frame batch, in calls of at most items_per_call:
+    # on a busy shot that is the largest batch of the sweep up to it
+    ours_threads = OnnxRuntimeCpuBackend().threads
+    per_model = {}
+    for name, sweep in results.items():
+        path, macs, size, _ = models[name]
+        best = max(sweep, key=lambda r: r["gflops"])
+        ours_most = BatchPolicy().items_per_call(size, **CALL_KWARGS[name])
+        ours = max(
+            (r for r in sweep if r["threads"] == ours_threads and r["batch"] <= (ours_most or 1 << 16)),
+            key=lambda r: r["batch"],
+            default=None,
+        )
+        per_model[name] = {
+            "gflop_per_face": 2 * macs / 1e9,
+            "sweep": sweep,
+            "best": best,
+            "ffbatch_layout": {"threads": ours_threads, "most_faces_per_call": ours_most},
+            "ffbatch_share_of_best": ours["gflops"] / best["gflops"] if ours else None,
+            "ffbatch_share_of_best_median": (
+                ours["gflops_median"] / max(r["gflops_median"] for r in sweep) if ours else None
+            ),
+            "best_share_of_gemm_peak": best["gflops"] / peaks[best["threads"]],
+        }
     result = {
         "machine": f"{platform.machine()}, {cores} cores, {platform.processor() or 'cpu'}",
+        "cache": cache_sizes(),
+        "load_average_before": load_before,
         "load_average_at_end": os.getloadavg(),
         "onnxruntime": ort.__version__,
-        "swapper_gflop_per_face": 2 * macs / 1e9,
+        "reps": args.reps,
         "gemm_peak_gflops": {str(t): round(v, 1) for t, v in peaks.items()},
-        "sweep": sweep,
-        "best": best,
-        "ffbatch_layout": {"threads": ours_threads, "most_faces_per_call": ours_most},
-        "ffbatch_share_of_best": ours["gflops"] / best["gflops"] if ours else None,
-        "best_share_of_gemm_peak": best["gflops"] / peaks[best["threads"]],
+        "models": per_model,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
     chart(result, args.out.with_suffix(".png"))
-    print(json.dumps({k: result[k] for k in ("gemm_peak_gflops", "best", "ffbatch_share_of_best")}, indent=1))
+    print(
+        json.dumps(
+            {
+                "gemm_peak_gflops": result["gemm_peak_gflops"],
+                **{
+                    n: {k: m[k] for k in ("best", "ffbatch_layout", "ffbatch_share_of_best")}
+                    for n, m in per_model.items()
+                },
+            },
+            indent=1,
+        )
+    )
 
 
 def chart(result: dict, path: Path) -> None:
@@ -161,16 +260,27 @@ def chart(result: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4))
-    threads = sorted({r["threads"] for r in result["sweep"]})
-    for t in threads:
-        rows = [r for r in result["sweep"] if r["threads"] == t]
-        ax.plot([r["batch"] for r in rows], [r["gflops"] for r in rows], "o-", label=f"swapper, {t} threads")
-        ax.axhline(result["gemm_peak_gflops"][str(t)], ls="--", lw=1, color=ax.lines[-1].get_color())
-    ax.set_xlabel("faces per call")
-    ax.set_ylabel("GFLOP/s")
-    ax.set_title(f"inswapper stand-in on {result['machine']} (dashed: MatMul peak)", fontsize=9)
-    ax.legend(fontsize=8)
+    fig, axes = plt.subplots(1, len(result["models"]), figsize=(6 * len(result["models"]), 4), squeeze=False)
+    for ax, (name, m) in zip(axes[0], result["models"].items(), strict=True):
+        threads = sorted({r["threads"] for r in m["sweep"]})
+        for t in threads:
+            rows = [r for r in m["sweep"] if r["threads"] == t]
+            ax.plot(
+                [r["batch"] for r in rows], [r["gflops"] for r in rows], "o-", label=f"{t} threads, fastest"
+            )
+            colour = ax.lines[-1].get_color()
+            medians = [r["gflops_median"] for r in rows]
+            ax.plot([r["batch"] for r in rows], medians, ":", color=colour, label=f"{t} threads, median")
+            ax.axhline(result["gemm_peak_gflops"][str(t)], ls="--", lw=1, color=colour)
+        ours = m["ffbatch_layout"]
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel(
+            f"faces per call (ffbatch: up to {ours['most_faces_per_call']}, {ours['threads']} threads)"
+        )
+        ax.set_ylabel("GFLOP/s")
+        ax.set_title(f"{name} stand-in (dashed: MatMul peak)", fontsize=9)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"{result['machine']}, load {result['load_average_before'][0]:.1f}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
 

@@ -237,6 +237,27 @@ def test_pixel_boost_tiles_round_trip_and_share_one_model_call(backend, standin_
     assert session.calls == [48]  # every tile of every face in one call
 
 
+def test_faces_per_call_leave_the_swapped_crops_as_they_are(backend, standin_dir, tmp_path):
+    """The CPU layout chooses how many faces share a model call (runtime/batching.py): 7 faces in
+    calls of 1, of 3 and of all 7 give the same crops within float rounding."""
+    x = np.random.default_rng(1).integers(0, 255, (7, 128, 128, 3)).astype(np.uint8)
+    rows = np.random.default_rng(2).standard_normal((7, 512)).astype(np.float32)
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    session = Counting(load(backend, standin_dir, "inswapper_128", tmp_path))
+    model = MODELS["inswapper_128"]
+    identity = IdentityEncoder(model, SourceIdentity(rows[0], None), emap=np.eye(512, dtype=np.float32))
+    swapper = LearnedSwapper(session, model, identity, CropMasker(MaskSettings()))
+    outs = {}
+    for per_call in (1, 3, 7):
+        swapper.max_batch = per_call
+        session.calls.clear()
+        outs[per_call] = swapper.swap_crops(K, x, rows)
+        assert session.calls == [per_call] * (7 // per_call) + ([7 % per_call] if 7 % per_call else [])
+    assert outs[7].shape == (7, 128, 128, 3) and float(np.ptp(outs[7])) > 10  # a picture, not a constant
+    for per_call in (1, 3):
+        np.testing.assert_allclose(outs[per_call], outs[7], atol=1e-2, rtol=0)  # levels 0-255
+
+
 # --- selection ---------------------------------------------------------------------------------
 
 
