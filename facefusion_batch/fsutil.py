@@ -254,24 +254,33 @@ def stale_partials(path: Path) -> list[Path]:
         return []
 
 
-@contextlib.contextmanager
-def waiting_lock(lock: Path) -> Iterator[None]:
-    """Hold the lock file `lock`, waiting for another process that holds it; the file is removed
-    as the block ends, however it ends (a second signal's abrupt exit too: a model store was
-    left with a `.lock` for every file ever fetched, and an interrupted fetch's)."""
+def _lock_file(lock: Path, *, wait: bool) -> int | None:
+    """An open descriptor of `lock` holding its exclusive flock (waiting for the holder when
+    `wait`, else None while another holds it); locked again when the holder before removed the
+    file it had locked, so two processes never both hold "the" lock."""
     while True:
         fd = os.open(lock, os.O_RDWR | os.O_CREAT, default_file_mode())
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            same = os.fstat(fd).st_ino == os.stat(lock).st_ino  # the holder before us removed it?
-        except FileNotFoundError:
-            same = False
+            fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
         except BaseException:
             os.close(fd)
             raise
+        try:
+            same = os.fstat(fd).st_ino == os.stat(lock).st_ino
+        except FileNotFoundError:
+            same = False
         if same:
-            break
+            return fd
         os.close(fd)
+
+
+@contextlib.contextmanager
+def _holding(lock: Path, fd: int) -> Iterator[None]:
+    """Keep the lock `fd` holds until the block ends, however it ends (a second signal's abrupt
+    exit too, through _held_locks), then remove the file."""
     _held_locks.add(lock)
     try:
         yield
@@ -280,6 +289,17 @@ def waiting_lock(lock: Path) -> Iterator[None]:
             os.unlink(lock)
         _held_locks.discard(lock)
         os.close(fd)
+
+
+@contextlib.contextmanager
+def waiting_lock(lock: Path) -> Iterator[None]:
+    """Hold the lock file `lock`, waiting for another process that holds it; the file is removed
+    as the block ends, however it ends (a model store was left with a `.lock` for every file ever
+    fetched, and an interrupted fetch's)."""
+    fd = _lock_file(lock, wait=True)
+    assert fd is not None
+    with _holding(lock, fd):
+        yield
 
 
 @contextlib.contextmanager
@@ -290,34 +310,17 @@ def claim_output(path: Path, what: str = "output") -> Iterator[None]:
     lock = lock_path(path)
     if not lock.parent.is_dir():
         raise OutputError(f"cannot write {path}: the directory {lock.parent} does not exist")
-    while True:
-        try:
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT, default_file_mode())
-        except OSError as exc:
-            raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise InputError(
-                f"another ffbatch process is writing {what} {path} (it holds {lock}); "
-                "wait for it to finish or stop it"
-            ) from None
-        try:  # the holder before us may have removed the file we locked: lock the new one
-            same = os.fstat(fd).st_ino == os.stat(lock).st_ino
-        except FileNotFoundError:
-            same = False
-        if same:
-            break
-        os.close(fd)
-    _held_locks.add(lock)
     try:
+        fd = _lock_file(lock, wait=False)
+    except OSError as exc:
+        raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
+    if fd is None:
+        raise InputError(
+            f"another ffbatch process is writing {what} {path} (it holds {lock}); "
+            "wait for it to finish or stop it"
+        )
+    with _holding(lock, fd):
         for stale in stale_partials(path):
             with contextlib.suppress(OSError):
                 os.unlink(stale)
         yield
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(lock)
-        _held_locks.discard(lock)
-        os.close(fd)

@@ -47,6 +47,14 @@ def astronaut_path() -> Path:
     return asset_path("astronaut.png")
 
 
+@pytest.fixture(scope="module")
+def source(tmp_path_factory) -> Path:
+    """A module's source photo: the astronaut written as a PNG of its own."""
+    path = tmp_path_factory.mktemp("source") / "face.png"
+    cv2.imwrite(str(path), cv2.imread(str(asset_path("astronaut.png"))))
+    return path
+
+
 @pytest.fixture(scope="session")
 def t1_image(t1_path) -> np.ndarray:
     """t1.jpg (1280x886, six faces), BGR uint8, read-only."""

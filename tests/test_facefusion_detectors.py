@@ -126,6 +126,16 @@ def ff_models(model_dir) -> Models:
                   models_dir=model_dir)  # fmt: skip
 
 
+def assert_faces(table, frame: int, score, box, five) -> None:
+    """`table`'s faces in `frame` are these, in this order: scores within 1e-6, boxes and five
+    points within 0.002 px."""
+    mine = np.flatnonzero(table.frame_index == frame)
+    assert len(mine) == len(score) > 0
+    np.testing.assert_allclose(table.score[mine], score, atol=1e-6)
+    np.testing.assert_allclose(table.box[mine], box, atol=2e-3)
+    np.testing.assert_allclose(table.landmarks5[mine], five, atol=2e-3)
+
+
 def sessions(models: Models, model: str) -> dict:
     return {MODELS[f].family: load_learned(models, f)[0] for f in FACE_DETECTORS[model]}
 
@@ -156,11 +166,7 @@ def test_faces_are_facefusions(case, ff_models, reference, pictures):
         K, [read_image(p) for p in pictures]
     )
     for i, theirs in enumerate(reference["cases"][case]):
-        mine = np.flatnonzero(table.frame_index == i)
-        assert len(mine) == len(theirs["score"]) > 0
-        np.testing.assert_allclose(table.score[mine], theirs["score"], atol=1e-6)
-        np.testing.assert_allclose(table.box[mine], theirs["box"], atol=2e-3)
-        np.testing.assert_allclose(table.landmarks5[mine], theirs["five"], atol=2e-3)
+        assert_faces(table, i, theirs["score"], theirs["box"], theirs["five"])
 
 
 @pytest.mark.parametrize("name", ["retinaface_10g", "scrfd_2.5g"])
@@ -184,11 +190,9 @@ def test_insightfaces_signature_runs_from_its_batch_copy(name, ff_models, pictur
     images = [read_image(p) for p in pictures]
     theirs = FaceFusionDetector(sessions(ff_models, model), settings).detect(K, images)
     mine = FaceFusionDetector({model: session}, settings).detect(K, images)
-    assert len(theirs.score) > 0
-    np.testing.assert_array_equal(mine.frame_index, theirs.frame_index)
-    np.testing.assert_allclose(mine.score, theirs.score, atol=1e-6)
-    np.testing.assert_allclose(mine.box, theirs.box, atol=2e-3)
-    np.testing.assert_allclose(mine.landmarks5, theirs.landmarks5, atol=2e-3)
+    for i in range(len(images)):
+        at = theirs.frame_index == i
+        assert_faces(mine, i, theirs.score[at], theirs.box[at], theirs.landmarks5[at])
 
 
 @pytest.mark.parametrize("name", list(ff_reference.MARGIN_CASES))
@@ -204,11 +208,7 @@ def test_a_margin_finds_facefusions_faces(name, ff_models, reference, pictures):
         K, [read_image(p) for p in pictures]
     )
     for i, theirs in enumerate(reference["margin_cases"][name]):
-        mine = np.flatnonzero(table.frame_index == i)
-        assert len(mine) == len(theirs["score"]) > 0
-        np.testing.assert_allclose(table.score[mine], theirs["score"], atol=1e-6)
-        np.testing.assert_allclose(table.box[mine], theirs["box"], atol=2e-3)
-        np.testing.assert_allclose(table.landmarks5[mine], theirs["five"], atol=2e-3)
+        assert_faces(table, i, theirs["score"], theirs["box"], theirs["five"])
     plain = reference["cases"][case]
     assert any(  # the margin changes what the detector sees
         a["score"] != b["score"] for a, b in zip(plain, reference["margin_cases"][name], strict=True)

@@ -40,13 +40,6 @@ def photo() -> np.ndarray:
 
 
 @pytest.fixture(scope="module")
-def source(work) -> Path:
-    path = work / "face.png"
-    cv2.imwrite(str(path), cv2.imread(str(asset_path("astronaut.png"))))
-    return path
-
-
-@pytest.fixture(scope="module")
 def inputs(work, photo) -> dict[str, Path]:
     folder = work / "in puts"
     folder.mkdir()

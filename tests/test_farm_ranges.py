@@ -45,13 +45,6 @@ def work(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def source(work) -> Path:
-    path = work / "face.png"
-    cv2.imwrite(str(path), cv2.imread(str(asset_path("astronaut.png"))))
-    return path
-
-
-@pytest.fixture(scope="module")
 def numbered_plate(work) -> Path:
     """Frames 1001-1012 of a plate as PNG files, each with its index (0-11) drawn in."""
     folder = work / "numbered"

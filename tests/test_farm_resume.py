@@ -43,13 +43,6 @@ def clip(work) -> Path:
 
 
 @pytest.fixture(scope="module")
-def source(work) -> Path:
-    path = work / "face.png"
-    cv2.imwrite(str(path), cv2.imread(str(asset_path("astronaut.png"))))
-    return path
-
-
-@pytest.fixture(scope="module")
 def settings(clip, source, work) -> RenderSettings:
     from facefusion_batch.video.encoder_policy import EncoderSettings
 

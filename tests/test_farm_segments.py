@@ -58,13 +58,6 @@ def face_clip(work) -> Path:
 
 
 @pytest.fixture(scope="module")
-def source(work) -> Path:
-    path = work / "face.png"
-    cv2.imwrite(str(path), cv2.imread(str(asset_path("astronaut.png"))))
-    return path
-
-
-@pytest.fixture(scope="module")
 def full_lossless(work, face_clip, source) -> Path:
     out = work / "full lossless.mp4"
     ffbatch("render", face_clip, "-s", source, "-o", out, "--crf", "0", "-q")

@@ -94,13 +94,6 @@ def plates(work) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def source(work) -> Path:
-    path = work / "face.png"
-    cv2.imwrite(str(path), cv2.imread(str(asset_path("astronaut.png"))))
-    return path
-
-
-@pytest.fixture(scope="module")
 def job(plates, source, work) -> RenderSettings:
     return RenderSettings(
         input=plates["half"], output=work / "unused.%04d.exr", sources=(source,), workers=1, quiet=True

@@ -37,13 +37,6 @@ def work(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def source(work) -> Path:
-    path = work / "face.png"
-    cv2.imwrite(str(path), cv2.imread(str(asset_path("astronaut.png"))))
-    return path
-
-
-@pytest.fixture(scope="module")
 def faces() -> np.ndarray:
     return cv2.resize(cv2.imread(str(asset_path("t1.jpg"))), SIZE, interpolation=cv2.INTER_AREA)
 
