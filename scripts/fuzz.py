@@ -1,10 +1,22 @@
 """Seeded fuzzing of `ffbatch render`: corrupted copies of small clips, each outcome classified.
 
 Five small clips are generated (H.264 + AAC in .mp4 and .mkv, H.264 + PCM in .mov, H.264 +
-MP2 in MPEG-TS, MPEG-4 Part 2 with B-frames + MP3 in .avi). Case `i` applies corruption class
-`CLASSES[i % 6]` to clip `CLIPS[(i // 6) % 5]` with `numpy.random.default_rng(seed + i)`, so
-any 30 consecutive cases cover every (class, clip) pair, and a case is reproduced by its number
-alone. Each corrupted file is rendered in its own empty directory, and classified:
+MP2 in MPEG-TS, MPEG-4 Part 2 with B-frames + MP3 in .avi), each also with a keyframe every 5
+frames. Case `i` applies class `classes[i % len(classes)]` to clip
+`CLIPS[(i // len(classes)) % 5]` with `numpy.random.default_rng(seed + i)`, so any
+5 x len(classes) consecutive cases cover every (class, clip) pair, and a case is reproduced by
+its number alone. The classes are the byte-level corruptions `CLASSES` (truncate, random bytes,
+zero runs, duplicated chunks, header flips, dropped packets) and the stream shapes of real files
+`STREAM_CLASSES` (`--classes all`, the default, runs both):
+
+- `gop_cut`: the short-GOP clip without its first 1-4 video packets (a cut mid-GOP), rendered
+  with `--on-decode-error skip`: `ok` is one output frame per video packet left;
+- `repeated_pts`: remuxed into .mkv with 1-3 frames given the time of the frame before,
+  rendered in chunks (`--chunk-frames 6`): `ok` also needs strictly increasing output times;
+- `extra_video`: an MJPEG cover (attached picture, .mp4/.mov) or a second video stream (.mkv)
+  added: `ok` also needs stderr to say the stream was left out.
+
+Each file is rendered in its own empty directory, and classified:
 
 - `ok`: exit 0 and the output has exactly as many frames as a reference decode of the
   corrupted input with PyAV (every packet decoded, errors skipped, decoder flushed);
@@ -12,7 +24,8 @@ alone. Each corrupted file is rendered in its own empty directory, and classifie
 - FAIL, one of: `lost_frames` (exit 0, fewer frames than the reference), `extra_frames`
   (exit 0, more), `traceback`, `exit_N` (any other status), `hang` (over `--timeout`),
   `leftovers` (a file other than the input and a finished output in the directory),
-  `harness_error` (the fuzzer itself failed on the case),
+  `harness_error` (the fuzzer itself failed on the case), `repeated_times` (output times not
+  strictly increasing), `silent_drop` (a stream left out without a word),
   `unclear` (exit 2 without the error line, or with a file at the output).
 
 Writes `fuzz.json` (every case, and outcomes by class) and `fuzz.png` (a bar chart of
@@ -51,6 +64,9 @@ ROOT = Path(__file__).resolve().parents[1]
 from facefusion_batch.models.assets import asset_path  # noqa: E402
 
 CLASSES = ("truncate", "random_bytes", "zero_run", "duplicate", "header_flip", "packet_drop")
+STREAM_CLASSES = ("gop_cut", "repeated_pts", "extra_video")
+ALL_CLASSES = CLASSES + STREAM_CLASSES
+GOP = 5  # the short-GOP clips' keyframe interval
 
 
 @dataclass(frozen=True)
@@ -127,16 +143,90 @@ def _write_tone(out, stream, seconds: float) -> None:
     out.mux(stream.encode(None))
 
 
+def short_gop(spec: ClipSpec) -> ClipSpec:
+    """`spec` with a keyframe every GOP frames (the byte-level clips have one keyframe)."""
+    keys = (("g", str(GOP)), ("keyint_min", str(GOP)), ("sc_threshold", "0"))
+    options = keys if spec.video == "libx264" else (("g", str(GOP)),)
+    return ClipSpec(
+        f"{spec.name}-gop", spec.suffix, spec.format, spec.video, spec.audio, spec.options + options
+    )
+
+
 def make_clips(folder: Path) -> dict[str, Path]:
-    """Every fuzz clip in `folder` (kept: made once per folder)."""
+    """Every fuzz clip in `folder` (kept: made once per folder): NAME and NAME-gop."""
     folder.mkdir(parents=True, exist_ok=True)
     paths = {}
-    for spec in CLIPS:
-        path = folder / f"clip{spec.suffix}"
+    for spec in (*CLIPS, *map(short_gop, CLIPS)):
+        path = folder / f"{spec.name}{spec.suffix}"
         if not path.exists():
             make_clip(spec, folder / f"tmp{spec.suffix}").rename(path)
         paths[spec.name] = path
     return paths
+
+
+def _remux(path: Path, target: Path, fmt: str, keep, change=None, add=None) -> None:
+    """Copy `path`'s packets into `target` (format `fmt`): those `keep(i, packet)` accepts, each
+    through `change(i, packet)`; `add(dst)` adds streams (and their packets) first."""
+    with av.open(str(path)) as src:
+        packets = [p for p in src.demux() if p.size]
+        with av.open(str(target), mode="w", format=fmt) as dst:
+            streams = {s.index: dst.add_stream_from_template(s) for s in src.streams}
+            if add is not None:
+                add(dst)
+            for i, packet in enumerate(packets):
+                if not keep(i, packet):
+                    continue
+                if change is not None:
+                    change(i, packet)
+                packet.stream = streams[packet.stream.index]
+                dst.mux(packet)
+
+
+def cut_mid_gop(path: Path, target: Path, rng: np.random.Generator) -> tuple[str, int]:
+    """Remux without the first 1-4 video packets (decode order), as a cut mid-GOP; what was done
+    and the video packets left."""
+    with av.open(str(path)) as src:
+        fmt = src.format.name.split(",")[0]
+        video = [i for i, p in enumerate(p for p in src.demux() if p.size) if p.stream.type == "video"]
+    lost = set(video[: int(rng.integers(1, 5))])
+    _remux(path, target, fmt, lambda i, p: i not in lost)
+    return f"the first {len(lost)} video packets cut", len(video) - len(lost)
+
+
+def repeat_times(path: Path, target: Path, rng: np.random.Generator) -> str:
+    """Remux into Matroska with 1-3 video frames given the time of the frame before them."""
+    with av.open(str(path)) as src:
+        times = sorted(p.pts for p in src.demux(video=0) if p.size and p.pts is not None)
+    chosen = sorted(
+        int(k) for k in rng.choice(np.arange(1, len(times)), size=int(rng.integers(1, 4)), replace=False)
+    )
+    before = {times[k]: times[k - 1] for k in chosen}
+
+    def change(_, packet):
+        if packet.stream.type == "video" and packet.pts in before:
+            packet.pts = before[packet.pts]
+
+    _remux(path, target, "matroska", lambda i, p: True, change)
+    return f"frames {chosen} given the time of the frame before"
+
+
+def add_video(path: Path, target: Path, rng: np.random.Generator) -> str:
+    """Add an MJPEG picture: a cover (attached picture) in .mp4/.mov, a second video in .mkv."""
+    fmt = {".mp4": "mp4", ".mov": "mov"}.get(target.suffix, "matroska")
+    colour = tuple(int(c) for c in rng.integers(0, 256, 3))
+    jpeg = cv2.imencode(".jpg", np.full((64, 64, 3), colour, np.uint8))[1].tobytes()
+
+    def add(dst):
+        art = dst.add_stream("mjpeg", rate=1)
+        art.width, art.height, art.pix_fmt = 64, 64, "yuvj420p"
+        if fmt != "matroska":
+            art.disposition = av.stream.Disposition.attached_pic
+        packet = av.Packet(jpeg)
+        packet.stream, packet.pts, packet.dts, packet.is_keyframe = art, 0, 0, True
+        dst.mux(packet)
+
+    _remux(path, target, fmt, lambda i, p: True, add=add)
+    return "a cover added" if fmt != "matroska" else "a second video stream added"
 
 
 def drop_packets(path: Path, target: Path, rng: np.random.Generator) -> str:
@@ -217,6 +307,12 @@ def reference_frames(path: Path) -> int:
         return count
 
 
+def output_times(path: Path) -> list[int]:
+    """The pts of a finished output's frames, in decode order."""
+    with av.open(str(path)) as container:
+        return [f.pts for f in container.decode(video=0)]
+
+
 def output_frames(path: Path) -> int | None:
     """Frames of a finished output; None when it does not decode (a failure of its own)."""
     try:
@@ -242,29 +338,51 @@ class CaseResult:
     detail: str = ""
 
 
-def case_plan(case: int, seed: int = 0) -> tuple[str, ClipSpec, int]:
-    """(corruption class, clip, rng seed) of case number `case`."""
-    return CLASSES[case % len(CLASSES)], CLIPS[(case // len(CLASSES)) % len(CLIPS)], seed + case
+def case_plan(case: int, seed: int = 0, classes: tuple[str, ...] = CLASSES) -> tuple[str, ClipSpec, int]:
+    """(class, clip, rng seed) of case number `case`."""
+    return classes[case % len(classes)], CLIPS[(case // len(classes)) % len(CLIPS)], seed + case
 
 
 def run_case(
-    case: int, clips: dict[str, Path], work: Path, *, seed: int = 0, timeout: float = 120.0
+    case: int,
+    clips: dict[str, Path],
+    work: Path,
+    *,
+    seed: int = 0,
+    timeout: float = 120.0,
+    classes: tuple[str, ...] = CLASSES,
 ) -> CaseResult:
-    """Corrupt, render and classify case `case` in a new directory under `work`."""
-    kind, spec, case_seed = case_plan(case, seed)
+    """Corrupt (or reshape), render and classify case `case` in a new directory under `work`."""
+    kind, spec, case_seed = case_plan(case, seed, classes)
     rng = np.random.default_rng(case_seed)
     folder = work / f"case {case:04d}"  # a space in the path, on purpose
     folder.mkdir(parents=True)
-    src = folder / f"input{spec.suffix}"
+    suffix = (
+        ".mkv"
+        if kind == "repeated_pts" or (kind == "extra_video" and spec.suffix in (".ts", ".avi"))
+        else spec.suffix
+    )
+    src = folder / f"input{suffix}"
+    extra: list[str] = []
+    packets_left = None
     if kind == "packet_drop":
         what = drop_packets(clips[spec.name], src, rng)
+    elif kind == "gop_cut":
+        what, packets_left = cut_mid_gop(clips[f"{spec.name}-gop"], src, rng)
+        extra = ["--on-decode-error", "skip"]
+    elif kind == "repeated_pts":
+        what = repeat_times(clips[spec.name], src, rng)
+        extra = ["--chunk-frames", "6"]
+    elif kind == "extra_video":
+        what = add_video(clips[spec.name], src, rng)
     else:
         what, data = corrupt(kind, clips[spec.name].read_bytes(), rng)
         src.write_bytes(data)
     out = folder / ("out.mp4" if rng.random() < 0.5 else "out.mkv")
-    reference = reference_frames(src)
+    # skip renders one frame per packet (those it cannot decode replaced); else the decoder's frames
+    reference = packets_left if packets_left is not None else reference_frames(src)
     cmd = [sys.executable, "-m", "facefusion_batch", "render", str(src), "--source"]
-    cmd += [str(asset_path("astronaut.png")), "-o", str(out), "--backend", "cpu", "--quiet"]
+    cmd += [str(asset_path("astronaut.png")), "-o", str(out), "--backend", "cpu", "--quiet", *extra]
     started = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True, env=this_checkout_env())  # fmt: skip
@@ -278,6 +396,12 @@ def run_case(
     seconds = round(time.monotonic() - started, 2)
     frames = output_frames(out) if code == 0 and out.exists() else None
     outcome, detail = classify(code, stderr, folder, src, out, reference, frames)
+    if outcome == "ok" and kind == "repeated_pts":
+        times = output_times(out)
+        if any(b <= a for a, b in zip(times, times[1:], strict=False)):
+            outcome, detail = "repeated_times", f"output times {times}"
+    if outcome == "ok" and kind == "extra_video" and "left out of the output: stream #" not in stderr:
+        outcome, detail = "silent_drop", "the added stream was left out without a word"
     return CaseResult(case, case_seed, kind, spec.name, what, outcome, outcome in ("ok", "refused"), code,
                       reference, frames, seconds, detail)  # fmt: skip
 
@@ -310,8 +434,8 @@ def classify(
     return "ok", ""
 
 
-def by_class(results: list[CaseResult]) -> dict[str, dict[str, int]]:
-    table: dict[str, Counter] = {kind: Counter() for kind in CLASSES}
+def by_class(results: list[CaseResult], classes: tuple[str, ...] = ALL_CLASSES) -> dict[str, dict[str, int]]:
+    table: dict[str, Counter] = {kind: Counter() for kind in classes if any(r.kind == kind for r in results)}
     for r in results:
         table[r.kind][r.outcome] += 1
     return {kind: dict(sorted(c.items())) for kind, c in table.items()}
@@ -320,15 +444,16 @@ def by_class(results: list[CaseResult]) -> dict[str, dict[str, int]]:
 def chart(results: list[CaseResult], path: Path) -> None:
     """A stacked bar per corruption class: ok, refused, and each failure outcome."""
     table = by_class(results)
+    kinds = list(table)
     outcomes = ["ok", "refused"] + sorted({r.outcome for r in results} - {"ok", "refused"})
     colours = {"ok": "#2e7d32", "refused": "#1565c0"}
     failures = ["#c62828", "#ef6c00", "#6a1b9a", "#ad1457", "#4e342e", "#f9a825", "#000000", "#757575"]
-    fig, ax = plt.subplots(figsize=(9, 4.5))
-    bottom = np.zeros(len(CLASSES))
+    fig, ax = plt.subplots(figsize=(11, 4.5))
+    bottom = np.zeros(len(kinds))
     for outcome in outcomes:
-        counts = np.array([table[k].get(outcome, 0) for k in CLASSES])
+        counts = np.array([table[k].get(outcome, 0) for k in kinds])
         colour = colours.get(outcome) or failures[(outcomes.index(outcome) - 2) % len(failures)]
-        ax.bar(CLASSES, counts, bottom=bottom, label=outcome, color=colour)
+        ax.bar(kinds, counts, bottom=bottom, label=outcome, color=colour)
         bottom += counts
     fails = sum(not r.ok for r in results)
     ax.set_title(f"ffbatch render on {len(results)} corrupted inputs: {fails} failures")
@@ -347,7 +472,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds before a render is a hang")
     parser.add_argument("--out", type=Path, default=ROOT / "out" / "fuzz")
+    parser.add_argument(
+        "--classes",
+        choices=("all", "bytes", "streams"),
+        default="all",
+        help="byte-level corruptions, stream shapes of real files (cut mid-GOP, repeated times, "
+        "cover art or a second video), or both",
+    )
     args = parser.parse_args(argv)
+    classes = {"all": ALL_CLASSES, "bytes": CLASSES, "streams": STREAM_CLASSES}[args.classes]
     args.out.mkdir(parents=True, exist_ok=True)
     clips = make_clips(args.out / "clips")
     started = time.monotonic()
@@ -355,9 +488,11 @@ def main(argv: list[str] | None = None) -> int:
 
         def one(case: int) -> CaseResult:
             try:
-                result = run_case(case, clips, Path(work), seed=args.seed, timeout=args.timeout)
+                result = run_case(
+                    case, clips, Path(work), seed=args.seed, timeout=args.timeout, classes=classes
+                )
             except Exception as exc:  # the harness's own fault: recorded, the run goes on
-                kind, spec, case_seed = case_plan(case, args.seed)
+                kind, spec, case_seed = case_plan(case, args.seed, classes)
                 why = repr(exc)
                 result = CaseResult(
                     case, case_seed, kind, spec.name, "", "harness_error", False, None, 0, None, 0.0, why
@@ -373,10 +508,11 @@ def main(argv: list[str] | None = None) -> int:
     report = {
         "cases": len(results),
         "seed": args.seed,
+        "classes": list(classes),
         "jobs": args.jobs,
         "wall_seconds": round(time.monotonic() - started, 1),
         "outcomes": dict(Counter(r.outcome for r in results)),
-        "by_class": by_class(results),
+        "by_class": by_class(results, classes),
         "by_clip": {c.name: dict(Counter(r.outcome for r in results if r.clip == c.name)) for c in CLIPS},
         "failures": [asdict(r) for r in fails],
         "results": [asdict(r) for r in results],

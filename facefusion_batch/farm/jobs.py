@@ -67,7 +67,7 @@ from facefusion_batch.video.compositing import describe_output, open_compositing
 from facefusion_batch.video.encoder_policy import check_output, encoder_parameters
 from facefusion_batch.video.formats import CONTAINERS, check_fits
 from facefusion_batch.video.hwaccel import hwaccel_problem
-from facefusion_batch.video.probe import probe
+from facefusion_batch.video.probe import check_not_a_pipe, probe
 from facefusion_batch.video.reader import FrameReader
 from facefusion_batch.video.segments import check_complete, format_range, frames_of_range, parse_range
 from facefusion_batch.video.sequence import (
@@ -278,7 +278,11 @@ def _render_claimed(
             {"input": info.video_stream_index, "kind": "video", "codec": info.codec, "output": 0,
              "action": f"re-encoded to {settings.encoder.codec}"},
         ] + ([{"input": None, "kind": "audio", "count": info.audio_streams, "action": report.audio}]
-             if info.audio_streams else [])  # fmt: skip
+             if info.audio_streams else []) + [
+            {"input": index, "kind": kind, "codec": codec, "action": "dropped",
+             "reason": "segments hold one video"}
+            for index, kind, codec in info.other_streams if kind in ("cover art", "second video")
+        ]  # fmt: skip
     if report.faces_swapped == 0 and report.frames_out and not report.segments.get("reused"):
         log.warning(
             "0 faces swapped in %s (%d faces found in %d frames): the output is the input re-encoded",
@@ -646,6 +650,8 @@ def farm_paths_and_range(
     """The inputs and output with `####`/`@` padding spelt as printf patterns, and `--frame-range`
     (inclusive, in the input's own numbers) as the equivalent `--frames` range."""
     inputs = [Path(printf_pattern(p)) for p in inputs]
+    for path in inputs:
+        check_not_a_pipe(path, "input")  # before anything waits on it
     output = Path(printf_pattern(output)) if output else output
     if frame_range is not None:
         if frames is not None:

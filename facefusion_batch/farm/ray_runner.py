@@ -194,6 +194,41 @@ class InputJob:
         }
 
 
+RAY_PORTS = {"ray": 10001, "": 6379}  # Ray Client's port (ray://), the head's GCS port
+ANSWER_SECONDS = 3.0  # a head that does not take a connection in this long is not there
+
+
+def check_address(address: str) -> None:
+    """Exit 2 at once, naming the address, when nothing takes a TCP connection there: Ray itself
+    waits about 190 s for an unreachable head before it gives up. `auto` and `local` are Ray's."""
+    if address in ("auto", "local"):
+        return
+    scheme, sep, rest = address.partition("://")
+    if not sep:
+        scheme, rest = "", address
+    host, port_text = rest.rstrip("/"), ""
+    if host.startswith("["):  # [IPv6]:port
+        host, _, tail = host[1:].partition("]")
+        port_text = tail.removeprefix(":")
+    elif host.count(":") == 1:
+        host, port_text = host.split(":")
+    try:
+        port = int(port_text) if port_text else RAY_PORTS.get(scheme, 6379)
+    except ValueError:
+        raise InputError(f"--ray {address}: write HOST:PORT, ray://HOST:PORT, auto or local") from None
+    if not host or not 0 < port < 65536:
+        raise InputError(f"--ray {address}: write HOST:PORT, ray://HOST:PORT, auto or local")
+    try:
+        with socket.create_connection((host, port), timeout=ANSWER_SECONDS):
+            pass
+    except OSError as exc:
+        reason = "no answer" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
+        raise InputError(
+            f"--ray {address}: no Ray cluster answers at {host}:{port} ({reason}); start its head there "
+            "(ray start --head) or give --ray auto or local"
+        ) from None
+
+
 def connect(address: str, ray) -> bool:
     """Connect to (or start) Ray; True when this process started it and must shut it down."""
     if ray.is_initialized():
@@ -254,6 +289,7 @@ def render_with_ray(
     """
     if workers is not None and workers < 1:
         raise InputError(f"--ray-workers must be at least 1 (got {workers})")
+    check_address(address)  # before Ray waits minutes on it
     ray = import_ray()
     validate_options(jobs[0])
     started = time.perf_counter()

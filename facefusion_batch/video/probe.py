@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+import stat
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -115,8 +116,28 @@ def _bit_depth(pix_fmt: str) -> int:
     return max(bits) if bits else 8
 
 
+_STREAM_NAME = re.compile(r"^(-|pipe:\d*)$")
+
+
+def check_not_a_pipe(path: Path, what: str = "input video") -> None:
+    """ffbatch reads its input more than once (probe, frame index, the frames, the audio), so it
+    needs a file it can seek in: `-` and FFmpeg's `pipe:N` (standard input) or a FIFO are exit 2
+    here, never a read that waits on a pipe. A file that is really named `pipe:0` is that file."""
+    try:
+        mode = path.stat().st_mode
+        pipe = stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+    except OSError:  # no such file: a name that means standard input to FFmpeg and to shells
+        pipe = bool(_STREAM_NAME.match(str(path)))
+    if pipe:
+        raise InputError(
+            f"{what} {path}: ffbatch reads a file it can seek in, not standard input or a pipe; "
+            "save the stream to a file first"
+        )
+
+
 def check_readable_file(path: Path, what: str = "input video") -> None:
     """Raise InputError unless `path` is an existing, readable, non-empty file."""
+    check_not_a_pipe(path, what)
     if not path.exists():
         if path.is_symlink():
             raise InputError(f"{what} {path} is a broken symbolic link")
@@ -296,6 +317,8 @@ def _probe_open(path: Path, container: av.container.InputContainer, sequence: bo
         raise InputError(f"input video {path} is a still image ({format_name}), not a video")
     stream = pick_video_stream(container)
     if stream is None:
+        if any(s.disposition & av.stream.Disposition.attached_pic for s in container.streams.video):
+            raise InputError(f"input video {path} has no video stream (only cover art: a still picture)")
         kinds = sorted({s.type for s in container.streams})
         found = ", ".join(kinds) if kinds else "no streams at all"
         raise InputError(f"input video {path} has no video stream (found: {found})")
@@ -334,7 +357,9 @@ def _probe_open(path: Path, container: av.container.InputContainer, sequence: bo
     sar = stream.sample_aspect_ratio
     sar = Fraction(sar) if sar and Fraction(sar) != 1 else None
     others = tuple(
-        (s.index, s.type, _stream_codec(s)) for s in container.streams if s.type not in ("video", "audio")
+        (s.index, _stream_kind(s), _stream_codec(s))
+        for s in container.streams
+        if s.type != "audio" and s.index != stream.index
     )
     container_tags = dict(container.metadata)
     for s in container.streams:
@@ -397,6 +422,14 @@ def _tag(frame_value, stream_value, unspecified: int) -> int:
     return value
 
 
+def _stream_kind(stream) -> str:
+    """A stream's type for the report; a video stream other than the one rendered is named as
+    what it is: cover art (an attached picture) or a second video."""
+    if stream.type != "video":
+        return stream.type
+    return "cover art" if stream.disposition & av.stream.Disposition.attached_pic else "second video"
+
+
 def _stream_codec(stream) -> str:
     ctx = getattr(stream, "codec_context", None)
     if ctx is not None and ctx.name:
@@ -405,12 +438,22 @@ def _stream_codec(stream) -> str:
 
 
 def _first_frame(path: Path, container: av.container.InputContainer, stream) -> av.VideoFrame:
+    """The first picture the decoder gives. Packets it refuses are stepped over: a stream cut
+    mid-GOP (VP8/VP9 refuse an inter frame without its keyframe) has its picture further on, and
+    the reader then decides (exit 2, or `--on-decode-error skip` fills the frames in)."""
+    first_error: av.error.FFmpegError | None = None
     try:
         for packet in container.demux(stream):
-            for frame in packet.decode():
-                return frame
+            try:
+                for frame in packet.decode():
+                    return frame
+            except av.error.FFmpegError as exc:
+                first_error = first_error or exc
     except av.error.FFmpegError as exc:
+        first_error = first_error or exc
+    if first_error is not None:
         raise InputError(
-            f"input video {path} is corrupt: its first video frame cannot be decoded ({_ffmpeg_reason(exc)})"
-        ) from None
+            f"input video {path} is corrupt: none of its video frames can be decoded "
+            f"({_ffmpeg_reason(first_error)})"
+        )
     raise InputError(f"input video {path} contains no decodable video frames")

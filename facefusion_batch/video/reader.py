@@ -181,6 +181,7 @@ class FrameReader:
         self.frames_replaced = 0  # frames filled in by on_decode_error="skip"
         self.frames_concealed = 0  # frames the decoder flagged damaged and concealed ("skip" keeps them)
         self.decode_errors = 0  # errors the decoder raised and "skip" stepped over
+        self.frames_surplus = 0  # pictures "skip" left out: more than the stream's packets, a time repeated
         self.frames_promised = 0  # video packets that should each give a frame (not hidden by an edit list)
         self._end = PacketEnd()  # where they stop (video/stream_end.py)
         self._queue: queue.Queue = queue.Queue(maxsize=queue_size)
@@ -224,6 +225,13 @@ class FrameReader:
                             self.path,
                             self.frames_replaced,
                             self.decode_errors,
+                        )
+                    if self.frames_surplus:
+                        log.warning(
+                            "%s: %d picture(s) the decoder gave beyond the stream's frames, each at a time "
+                            "already shown (pictures of a lost reference), were left out",
+                            self.path,
+                            self.frames_surplus,
                         )
                     if self.frames_concealed:
                         log.warning(
@@ -354,10 +362,11 @@ class FrameReader:
         decoded: set[int] = set()
         last: np.ndarray | None = None
         number = 0
+        shown: int | None = None  # the pts of the last frame emitted
 
         def fill(up_to: int | None) -> bool:
             """Emit a replacement for every pending pts below `up_to` (all of them if None)."""
-            nonlocal last, number
+            nonlocal last, number, shown
             while pending and (up_to is None or pending[0] < up_to):
                 pts = heapq.heappop(pending)
                 if pts in decoded:
@@ -369,16 +378,24 @@ class FrameReader:
                 frame = Frame(index=number, pts=pts, time_base=time_base, image=last.copy(), replaced=True)
                 if not self._put(frame):
                     return False
+                shown = pts if shown is None else max(shown, pts)
                 number += 1
             return True
 
         def show(ready: list[tuple[av.VideoFrame, int | None]]) -> bool:
             """Emit decoded frames (in display order, with display pts), replacements first."""
-            nonlocal last, number
+            nonlocal last, number, shown
             for av_frame, pts in ready:
                 if pts is not None:
                     if not fill(pts):
                         return False
+                    if shown is not None and pts <= shown and not (pending and pending[0] == pts):
+                        # a picture no packet is left for, stamped with a time already shown (a
+                        # stream cut mid-GOP: MPEG-4 part 2 hands one over for its lost reference)
+                        self.frames_surplus += 1
+                        log.debug("%s: a surplus picture at pts %d left out", self.path, pts)
+                        continue
+                    shown = pts
                     if pending and pending[0] == pts:
                         heapq.heappop(pending)
                     else:
@@ -454,16 +471,38 @@ class FrameReader:
         times: DisplayTimes[av.VideoFrame] = DisplayTimes()
         rebaser = self.info.clock.rebaser()  # a clock that jumps: each part after the one before
         counts = FramePackets(stream)
+        last: int | None = None
+        moved = 0
+
+        def one_tick_on(ready: list[tuple[av.VideoFrame, int | None]]):
+            # A frame that repeats the pts before it goes one tick later (as the writer would), here,
+            # where every read of the file counts from frame 0: a chunk or range starting on it
+            # gives it the whole render's time, and segments never overlap.
+            nonlocal last, moved
+            for av_frame, pts in ready:
+                if pts is not None and last is not None and pts <= last:
+                    pts, moved = last + 1, moved + 1
+                last = pts if pts is not None else last
+                yield av_frame, pts
+
         for packet in container.demux(stream):
             if self._stop.is_set():
                 return
             rebaser.rebase(packet)
             self._note(packet, counts(packet))
             for av_frame in packet.decode():
-                yield from times.push(av_frame, av_frame.pts)
+                yield from one_tick_on(times.push(av_frame, av_frame.pts))
         if counts.at_end():  # a last N-VOP: its picture comes with the flush
             self.frames_promised += 1
-        yield from times.finish()
+        yield from one_tick_on(times.finish())
+        if moved:
+            log.warning(
+                "%s: %d frame(s) repeat the timestamp of the frame before; each is written one tick "
+                "(%s s) after it",
+                self.path,
+                moved,
+                self.info.time_base,
+            )
         if times.reordered:
             log.debug(
                 "%s: %d frame timestamps were out of display order; reordered", self.path, times.reordered

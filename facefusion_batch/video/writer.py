@@ -151,7 +151,7 @@ class VideoWriter:
                 self.width,
                 self.height,
             )
-        self.time_base = Fraction(info.time_base)
+        self.time_base = avi_time_base(info) if self._format == "avi" else Fraction(info.time_base)
         self._queue: queue.Queue = queue.Queue(maxsize=queue_size)
         self._abort = threading.Event()
         self._error: BaseException | None = None
@@ -204,8 +204,9 @@ class VideoWriter:
 
     def _open_container(self, audio_from: str | Path | None) -> None:
         options = {}
-        if self._format == "matroska":
+        if self._format in ("matroska", "avi"):
             # keep every pts as it was: the muxer's default shifts all streams when AAC starts < 0
+            # (AVI: every video frame but the first came 1024 samples, 21.3 ms, late)
             options["avoid_negative_ts"] = "disabled"
         if self._format in ("mp4", "mov"):
             # use_metadata_tags: keep our own tag names (the muxer otherwise drops unknown keys)
@@ -568,6 +569,19 @@ class VideoWriter:
             container.close()
         except (av.error.FFmpegError, OSError) as exc:
             raise _OutputFailure(getattr(exc, "strerror", None) or str(exc)) from exc
+
+
+def avi_time_base(info: VideoInfo) -> Fraction:
+    """The video tick of an .avi output. AVI times a frame by its chunk's place, one chunk a tick,
+    and FFmpeg's muxer takes a tick of 1 ms or longer as it is, else 1/600 s: exact for 24, 25, 30,
+    50 and 60 fps, not for the NTSC rates, whose frame duration is then the tick."""
+    time_base = Fraction(info.time_base)
+    if time_base >= Fraction(1, 1000):
+        return time_base
+    rate = Fraction(info.average_rate) if info.average_rate else None
+    if rate is not None and rate.denominator == 1001 and rate <= 1000:
+        return 1 / rate
+    return Fraction(1, 600)
 
 
 def iso_timescales(time_base: Fraction) -> dict[str, str]:
