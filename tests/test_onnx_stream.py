@@ -69,3 +69,32 @@ def test_a_damaged_file_is_refused_by_name(swapper_file: Path, tmp_path: Path, d
     bad.write_bytes(data[: len(data) // 2] if damage == "truncated" else bytes(range(256)) * 64)
     with pytest.raises(onnx_stream.WireError, match="bad.onnx is not an ONNX model"):
         onnx_stream.rewrite_graph(bad, tmp_path / "out.onnx", _dynamic)
+
+
+@pytest.mark.parametrize("mixes", [False, True])
+def test_the_batch_check_passes_independent_items_and_refuses_mixed_ones(tmp_path: Path, mixes: bool) -> None:
+    """check_batch_equality runs the batch and the single item at once: a graph whose items stay
+    apart passes at 0, one that mixes them (each item plus the batch's mean) is refused."""
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("Relu", ["x"], ["r"])]
+    if mixes:
+        nodes += [
+            helper.make_node("ReduceMean", ["r"], ["m"], axes=[0], keepdims=1),
+            helper.make_node("Add", ["r", "m"], ["y"]),
+        ]
+    else:
+        nodes += [helper.make_node("Identity", ["r"], ["y"])]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3, 8, 8])],
+    )
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+    if mixes:
+        with pytest.raises(prepare.ValidationError, match="deviates from single runs"):
+            prepare.check_batch_equality(path)
+    else:
+        assert prepare.check_batch_equality(path) == 0.0

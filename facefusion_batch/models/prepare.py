@@ -8,6 +8,7 @@ equal N single runs) and kept beside the original.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
@@ -171,11 +172,12 @@ def _per_item(dims) -> bool:
     return len(dims) >= 2 or (len(dims) == 1 and dims[0].HasField("dim_value") and dims[0].dim_value == 1)
 
 
-def _session(path: Path | str):
+def _session(path: Path | str, threads: int = 0):
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.log_severity_level = 3
+    options.intra_op_num_threads = threads  # 0: onnxruntime's default (the cores)
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
@@ -210,24 +212,30 @@ def check_batch_equality(path: Path, batch: int = PROBE_BATCH) -> float:
 
     A graph that still pins the batch somewhere mixes or drops the items after the first, so the
     last one is compared with its single run (every item would cost a model run each: inswapper's
-    take seconds apiece on a CPU)."""
-    session = _session(path)
+    take seconds apiece on a CPU). The batched run and the single one run at once, each on half
+    the cores: one face a call gains little from a second intra-op thread on the CPU (scripts/
+    bench_cpu_rate.py), so the single run takes the core the batch would hardly use."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    session = _session(path, threads=max(1, (os.cpu_count() or 2) // 2))
     extent = session.get_modelmeta().custom_metadata_map.get(PROBE_EXTENT)
     feeds = probe_feeds(session, batch, np.random.default_rng(0), int(extent) if extent else None)
     names = [o.name for o in session.get_outputs()]
-    batched = session.run(names, feeds)
-    worst = 0.0
-    for k in (batch - 1,):
+    k = batch - 1
+    with ThreadPoolExecutor(1) as pool:  # onnxruntime's run releases the GIL, and is thread-safe
+        pending = pool.submit(session.run, names, feeds)
         single = session.run(names, {n: (v[k : k + 1] if v.ndim > 1 else v) for n, v in feeds.items()})
-        for b, s in zip(batched, single, strict=True):
-            # an item's rows: one, or a folded output's n (its rows item after item)
-            n = s.shape[0]
-            if b.shape[0] != batch * n:
-                raise ValidationError(
-                    f"fed a batch of {batch}, an output has {b.shape[0]} rows against {n} for one"
-                )
-            scale = max(1.0, float(np.abs(s).max()))
-            worst = max(worst, float(np.abs(b[k * n : (k + 1) * n].astype(np.float64) - s).max()) / scale)
+        batched = pending.result()
+    worst = 0.0
+    for b, s in zip(batched, single, strict=True):
+        # an item's rows: one, or a folded output's n (its rows item after item)
+        n = s.shape[0]
+        if b.shape[0] != batch * n:
+            raise ValidationError(
+                f"fed a batch of {batch}, an output has {b.shape[0]} rows against {n} for one"
+            )
+        scale = max(1.0, float(np.abs(s).max()))
+        worst = max(worst, float(np.abs(b[k * n : (k + 1) * n].astype(np.float64) - s).max()) / scale)
     if worst > BATCH_RTOL:
         raise ValidationError(f"a batch of {batch} deviates from single runs by {worst:.3g} (relative)")
     return worst
