@@ -13,8 +13,8 @@ zero runs, duplicated chunks, header flips, dropped packets) and the stream shap
   with `--on-decode-error skip`: `ok` is one output frame per video packet left;
 - `repeated_pts`: remuxed into .mkv with 1-3 frames given the time of the frame before,
   rendered in chunks (`--chunk-frames 6`): `ok` also needs strictly increasing output times;
-- `extra_video`: an MJPEG cover (attached picture, .mp4/.mov) or a second video stream (.mkv)
-  added: `ok` also needs stderr to say the stream was left out.
+- `extra_video`: an MJPEG cover (attached picture, .mp4) or a second video stream (.mov,
+  .mkv) added: `ok` also needs stderr to say the stream was left out.
 
 Each file is rendered in its own empty directory, and classified:
 
@@ -196,9 +196,12 @@ def cut_mid_gop(path: Path, target: Path, rng: np.random.Generator) -> tuple[str
 def repeat_times(path: Path, target: Path, rng: np.random.Generator) -> str:
     """Remux into Matroska with 1-3 video frames given the time of the frame before them."""
     with av.open(str(path)) as src:
-        times = sorted(p.pts for p in src.demux(video=0) if p.size and p.pts is not None)
+        dts = {p.pts: p.dts for p in src.demux(video=0) if p.size and p.pts is not None}
+    times = sorted(dts)
+    # a frame can take the time before it only where that is not before its decode time (AVI)
+    can = [k for k in range(1, len(times)) if dts[times[k]] is None or times[k - 1] >= dts[times[k]]]
     chosen = sorted(
-        int(k) for k in rng.choice(np.arange(1, len(times)), size=int(rng.integers(1, 4)), replace=False)
+        int(k) for k in rng.choice(can, size=min(len(can), int(rng.integers(1, 4))), replace=False)
     )
     before = {times[k]: times[k - 1] for k in chosen}
 
@@ -211,7 +214,8 @@ def repeat_times(path: Path, target: Path, rng: np.random.Generator) -> str:
 
 
 def add_video(path: Path, target: Path, rng: np.random.Generator) -> str:
-    """Add an MJPEG picture: a cover (attached picture) in .mp4/.mov, a second video in .mkv."""
+    """Add an MJPEG picture: a cover (attached picture) in .mp4, a second video in .mov and .mkv
+    (FFmpeg's .mov muxer leaves a cover out)."""
     fmt = {".mp4": "mp4", ".mov": "mov"}.get(target.suffix, "matroska")
     colour = tuple(int(c) for c in rng.integers(0, 256, 3))
     jpeg = cv2.imencode(".jpg", np.full((64, 64, 3), colour, np.uint8))[1].tobytes()
@@ -219,14 +223,14 @@ def add_video(path: Path, target: Path, rng: np.random.Generator) -> str:
     def add(dst):
         art = dst.add_stream("mjpeg", rate=1)
         art.width, art.height, art.pix_fmt = 64, 64, "yuvj420p"
-        if fmt != "matroska":
+        if fmt == "mp4":
             art.disposition = av.stream.Disposition.attached_pic
         packet = av.Packet(jpeg)
         packet.stream, packet.pts, packet.dts, packet.is_keyframe = art, 0, 0, True
         dst.mux(packet)
 
     _remux(path, target, fmt, lambda i, p: True, add=add)
-    return "a cover added" if fmt != "matroska" else "a second video stream added"
+    return "a cover added" if fmt == "mp4" else "a second video stream added"
 
 
 def drop_packets(path: Path, target: Path, rng: np.random.Generator) -> str:
