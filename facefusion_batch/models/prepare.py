@@ -28,6 +28,7 @@ from .convert import (
     make_batch_dynamic,
     tool_versions,
 )
+from .facefusion import MODELS
 
 if TYPE_CHECKING:
     from .sources import DeriveContext
@@ -273,8 +274,6 @@ def derive_dynamic_batch(ctx: DeriveContext) -> dict[str, Any]:
 
 def working_size(name: str | None) -> int | None:
     """The side of the square picture a catalogued learned model works at (a detector's 640)."""
-    from .facefusion import MODELS
-
     model = MODELS.get(name.split("@", 1)[0]) if name else None
     return model.size if model is not None and model.size else None
 
