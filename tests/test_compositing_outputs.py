@@ -447,6 +447,7 @@ def test_plan_passes_compositing_sequences_to_every_chunk(tmp_path, clip):
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_a_planned_video_matte_is_joined_by_a_task_of_its_own(tmp_path, clip, whole):
     """Each chunk writes its piece of the matte into the job's work directory; a join task of
     the matte's own gives the whole render's matte; the two joins leave no work directory."""
@@ -533,6 +534,7 @@ def test_compositing_templates_expand_as_the_output_pattern_does():
         compositing_paths([("--matte-output", Path("m/{input}.mkv"))], odd)
 
 
+@pytest.mark.slow
 def test_several_inputs_each_write_their_compositing_outputs(tmp_path, clip, second, whole):
     """`--output-dir` with templated compositing paths: each input's matte (FFV1 video) and face
     layer (PNG sequence) are its single-input render's, pixel for pixel and pts for pts. Run
@@ -581,6 +583,7 @@ def test_several_inputs_each_write_their_compositing_outputs(tmp_path, clip, sec
     assert (mattes / "in.matte.mkv").stat().st_mtime_ns == written[mattes / "in.matte.mkv"]
 
 
+@pytest.mark.slow
 def test_a_plan_of_two_inputs_gives_each_its_compositing_outputs(tmp_path, clip, second, whole):
     """Each input's job has its own matte pieces and matte join, and passes its own face layer
     sequence to its chunks; all tasks run, each input's matte and layer are its single render's."""

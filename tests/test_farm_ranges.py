@@ -258,6 +258,7 @@ def whole_faces(work, face_plate, source) -> Path:
     return folder / "out.%04d.png"
 
 
+@pytest.mark.slow
 def test_plan_over_a_sequence_writes_every_frame_at_its_name_without_a_join(
     work, face_plate, source, whole_faces
 ):
@@ -285,6 +286,7 @@ def test_plan_over_a_sequence_writes_every_frame_at_its_name_without_a_join(
     assert [r["status"] for r in reports] == ["ok"] * 3 and [r["frames_out"] for r in reports] == [3, 3, 2]
 
 
+@pytest.mark.slow
 def test_plan_gives_each_task_its_report_and_the_join_a_merged_one(work, source):
     clip = make_timecoded(work / "reported.mp4", frames=10)
     out, report = work / "reported out.mp4", work / "run.json"

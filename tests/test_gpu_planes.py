@@ -128,6 +128,7 @@ def cpu_torch_models(models):
     return Models(backend=backend, detector=detector, paths=dict(models.paths))
 
 
+@pytest.mark.slow
 def test_torch_kernels_on_planes_match_bgr_and_pass_the_rest_through(
     cpu_torch_models, t1_image, astronaut_path
 ):

@@ -159,6 +159,7 @@ def test_source_face_index_picks_the_nth_largest_face(models, t1_image, t1_path)
         pick_source_faces(table, [str(t1_path)], 6)
 
 
+@pytest.mark.slow
 def test_source_face_index_changes_the_swapped_face(tmp_path, one_face_clip, t1_path, models):
     outs = {}
     for k in (0, 3):
