@@ -189,7 +189,12 @@ def cut_mid_gop(path: Path, target: Path, rng: np.random.Generator) -> tuple[str
         fmt = src.format.name.split(",")[0]
         video = [i for i, p in enumerate(p for p in src.demux() if p.size) if p.stream.type == "video"]
     lost = set(video[: int(rng.integers(1, 5))])
-    _remux(path, target, fmt, lambda i, p: i not in lost)
+
+    def change(_, packet):
+        if fmt == "matroska" and packet.stream.type == "video":
+            packet.dts = None  # Matroska stores none: the demuxer's guesses, cut, are refused
+
+    _remux(path, target, fmt, lambda i, p: i not in lost, change)
     return f"the first {len(lost)} video packets cut", len(video) - len(lost)
 
 
