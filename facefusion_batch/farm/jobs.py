@@ -61,6 +61,7 @@ from facefusion_batch.pipeline.run import (
     sigterm_as_interrupt,
 )
 from facefusion_batch.progress import Progress
+from facefusion_batch.settings.types import PlanSettings
 from facefusion_batch.stdout import say
 from facefusion_batch.timing import StageTimer
 from facefusion_batch.video.compositing import describe_output, open_compositing_writers
@@ -94,7 +95,7 @@ log = logging.getLogger("ffbatch")
 # Videos longer than this are rendered in chunks of AUTO_CHUNK_FRAMES (resumable);
 # --chunk-frames N sets the chunk size for any video, --chunk-frames 0 turns chunks off.
 AUTO_CHUNK_ABOVE = 3000
-AUTO_CHUNK_FRAMES = 1500
+AUTO_CHUNK_FRAMES = PlanSettings().chunk_frames
 
 
 def render(

@@ -59,6 +59,7 @@ from facefusion_batch.farm.resume import open_job_manifest, plan_segments
 from facefusion_batch.farm.segment import segment_tags, write_segment
 from facefusion_batch.pipeline.run import JobReport, Renderer
 from facefusion_batch.progress import Progress
+from facefusion_batch.settings.types import PlanSettings
 from facefusion_batch.stdout import say
 from facefusion_batch.timing import StageTimer
 from facefusion_batch.video.formats import segment_suffix
@@ -68,7 +69,7 @@ from facefusion_batch.video.segments import frame_index
 log = logging.getLogger("ffbatch")
 
 MAX_ATTEMPTS = 3  # a segment whose actor died is tried this many times in all
-DEFAULT_CHUNK = 1500
+DEFAULT_CHUNK = PlanSettings().chunk_frames
 MIN_CHUNK = 25
 START_TIMEOUT = 600.0  # seconds with no actor started and none rendering before the job fails
 
