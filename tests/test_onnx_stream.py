@@ -36,7 +36,7 @@ def test_the_streamed_copy_equals_the_copy_made_in_memory(swapper_file: Path, tm
     assert max(sizes) > onnx_stream.LARGE > min(sizes)  # both paths: copied records and parsed ones
     expected, _ = prepare.make_dynamic_batch(original)
     out = tmp_path / "streamed.onnx"
-    sha = onnx_stream.rewrite_graph(swapper_file, out, _dynamic)
+    sha = onnx_stream.rewrite_graph(swapper_file, out, _dynamic, check=True)
     assert sha == hashlib.sha256(out.read_bytes()).hexdigest()
     onnx.checker.check_model(str(out))
     got = onnx.load(str(out))
@@ -98,3 +98,34 @@ def test_the_batch_check_passes_independent_items_and_refuses_mixed_ones(tmp_pat
             prepare.check_batch_equality(path)
     else:
         assert prepare.check_batch_equality(path) == 0.0
+
+
+@pytest.mark.parametrize("damage", ["short weights", "a node on an unknown name", "none"])
+def test_the_streamed_check_agrees_with_the_checker_on_the_whole_file(tmp_path: Path, damage: str) -> None:
+    """rewrite_graph(check=True) checks the copy without loading its weights: it refuses what
+    onnx's checker refuses in the whole file (a large initializer whose raw data is shorter than
+    its shape, a node reading a name nothing defines) and passes what it passes."""
+    from onnx import TensorProto, helper
+
+    weight = numpy_helper.from_array(np.ones((256, 256), np.float32), "w")  # 256 KiB: copied, not parsed
+    if damage == "short weights":
+        weight.raw_data = weight.raw_data[:-4]
+    reads = "nowhere" if damage == "a node on an unknown name" else "w"
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", reads], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 256])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 256])],
+        [weight],
+    )
+    src = tmp_path / "src.onnx"
+    src.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
+    out = tmp_path / "out.onnx"
+    if damage == "none":
+        onnx_stream.rewrite_graph(src, out, _dynamic, check=True)
+        onnx.checker.check_model(str(out))
+        return
+    with pytest.raises(onnx.checker.ValidationError):
+        onnx.checker.check_model(str(src))
+    with pytest.raises(onnx.checker.ValidationError):
+        onnx_stream.rewrite_graph(src, out, _dynamic, check=True)

@@ -28,6 +28,9 @@ MODEL_GRAPH = 7  # ModelProto.graph
 GRAPH_INITIALIZER = 5  # GraphProto.initializer
 GRAPH_VALUE_INFO = 13  # GraphProto.value_info
 TENSOR_NAME = 8  # TensorProto.name
+TENSOR_RAW_DATA = 9  # TensorProto.raw_data
+# TensorProto's value fields: float, int32, string, int64, raw, double, uint64 data
+TENSOR_VALUES = frozenset({4, 5, 6, 7, 9, 10, 11})
 LARGE = 64 << 10  # an initializer record above this many bytes is copied, not parsed
 CHUNK = 8 << 20
 
@@ -125,20 +128,95 @@ def rewrite_graph(
     change: Callable[[onnx.ModelProto], onnx.ModelProto],
     *,
     what: str = "rewriting",
+    check: bool = False,
 ) -> str:
     """Write `change(model of src)` to `dst` and return the sha256 of what was written.
+
+    With `check`, what is written is checked as `onnx.checker.check_model` checks the whole file,
+    without loading its weights: the changed graph, with each large initializer declared by its
+    name, type and shape, and each large initializer's own record (one value field, raw data of
+    the size its shape and type need). A large initializer stored otherwise (typed fields,
+    external data) makes it check the file written as a whole.
 
     `change` sees the model with every large initializer as a name-only placeholder (no data, no
     dims): it may read their names and rewrite nodes, inputs, outputs, value_info and small
     initializers, but must keep the placeholders, in order, after the other initializers.
     """
     try:
-        return _rewrite(src, dst, change, what)
+        return _rewrite(src, dst, change, what, check)
     except WireError as exc:
         raise WireError(f"{src} is not an ONNX model ({exc})") from None
 
 
-def _rewrite(src: Path, dst: Path, change: Callable[[onnx.ModelProto], onnx.ModelProto], what: str) -> str:
+def _tensor_header(buf: mmap.mmap, start: int, end: int) -> tuple[onnx.TensorProto, list[int], int]:
+    """An initializer record's TensorProto without its values, the value fields it has, and the
+    size of its raw data."""
+    header = bytearray()
+    values: list[int] = []
+    raw = 0
+    for number, record, value, value_end in _fields(buf, start, end):
+        if number in TENSOR_VALUES:
+            values.append(number)
+            raw = value_end - value if number == TENSOR_RAW_DATA else raw
+        else:
+            header += buf[record:value_end]
+    tensor = onnx.TensorProto()
+    tensor.ParseFromString(bytes(header))
+    return tensor, values, raw
+
+
+def _raw_size_ok(tensor: onnx.TensorProto, raw: int) -> bool | None:
+    """Whether `raw` bytes hold the tensor's shape of its type (None: a type this cannot size)."""
+    try:
+        itemsize = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+    except (KeyError, ValueError, TypeError):
+        return None
+    if tensor.data_type in (onnx.TensorProto.STRING, onnx.TensorProto.UNDEFINED) or itemsize < 1:
+        return None
+    count = 1
+    for d in tensor.dims:
+        count *= d
+    return raw == count * itemsize
+
+
+def _check_small(
+    model: onnx.ModelProto, kept: int, headers: list[tuple[onnx.TensorProto, list[int], int]]
+) -> bool:
+    """onnx's checker on `model` with its large initializers (after `kept`) declared as inputs of
+    their type and shape, and their records checked here; False where a record is stored in a way
+    this cannot judge (the caller then checks the whole file)."""
+    for tensor, values, raw in headers:
+        name = tensor.name
+        if tensor.data_location == onnx.TensorProto.EXTERNAL or values != [TENSOR_RAW_DATA]:
+            if not values and tensor.data_location != onnx.TensorProto.EXTERNAL:
+                raise onnx.checker.ValidationError(
+                    f"TensorProto (tensor name: {name}) should contain one and only one value field."
+                )
+            return False
+        fits = _raw_size_ok(tensor, raw)
+        if fits is None:
+            return False
+        if not fits:
+            raise onnx.checker.ValidationError(
+                f"TensorProto (tensor name: {name}) raw_data size ({raw} bytes) does not match its "
+                f"shape {list(tensor.dims)} and type"
+            )
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    del probe.graph.initializer[kept:]
+    declared = {i.name for i in probe.graph.input}
+    for tensor, _, _ in headers:
+        if tensor.name not in declared:
+            probe.graph.input.append(
+                onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims))
+            )
+    onnx.checker.check_model(probe)
+    return True
+
+
+def _rewrite(
+    src: Path, dst: Path, change: Callable[[onnx.ModelProto], onnx.ModelProto], what: str, check: bool = False
+) -> str:
     with open(src, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
         size = len(buf)
         top_small = bytearray()
@@ -174,6 +252,9 @@ def _rewrite(src: Path, dst: Path, change: Callable[[onnx.ModelProto], onnx.Mode
         placeholders = [t.name for t in model.graph.initializer[kept:]]
         if placeholders != large_names:
             raise WireError("the change replaced, reordered or removed a large initializer")
+        checked = not check or _check_small(
+            model, kept, [_tensor_header(buf, *_payload(buf, a, b)) for a, b in large]
+        )
         del model.graph.initializer[kept:]
         graph_small = model.graph.SerializeToString()
         model.ClearField("graph")
@@ -201,4 +282,13 @@ def _rewrite(src: Path, dst: Path, change: Callable[[onnx.ModelProto], onnx.Mode
                         piece.release()
             finally:
                 view.release()
+    if not checked:
+        onnx.checker.check_model(str(dst))
     return digest.hexdigest()
+
+
+def _payload(buf: mmap.mmap, start: int, end: int) -> tuple[int, int]:
+    """The value span of the length-delimited record at start..end."""
+    _, pos = _varint(buf, start)
+    _, pos = _varint(buf, pos)
+    return pos, end
