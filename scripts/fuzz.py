@@ -253,6 +253,8 @@ def drop_packets(path: Path, target: Path, rng: np.random.Generator) -> str:
             for i, packet in enumerate(packets):
                 if i in drop:
                     continue
+                if dst.format.name == "matroska" and packet.stream.type == "video":
+                    packet.dts = None  # Matroska stores none: the demuxer's guesses, cut, are refused
                 packet.stream = streams[packet.stream.index]
                 dst.mux(packet)
     return f"video packets {dropped_video} dropped" + (
