@@ -62,6 +62,16 @@ TINT_LEVEL = 0.2
 # turned source's far side is mirrored, the mesh is reshaped or the map is rasterised coarser,
 # and a hard step there showed the source's temple hair as a dark line along a cheek
 EDGE_RAMP = 0.04
+# relighting (kernels/formulas.py relight): the ridge added to the spherical harmonics' normal
+# equations, as a share of their mean diagonal (a face's normals cover a half sphere at most)
+SH_RIDGE = 1e-3
+# relighting: the fit takes every SH_FIT_STEP-th pixel each way (9 smooth terms; a quarter of the
+# cost; kept within the CPU budget of docs/default-swap.md)
+SH_FIT_STEP = 2
+# relighting: a fitted shading is held above this share of its mean over the skin, and the
+# target's over the source's within 1/SH_RATIO–SH_RATIO (a quadratic fit dips toward 0, and
+# a ratio blows up, at normals the skin hardly covers: a turned face's side, its nose's)
+SH_FLOOR, SH_RATIO = 0.3, 3.0
 MODEL_MASK_BLUR = 5.0  # px: occlusion and region masks are blurred this much at crop size
 
 Array = Any  # a kernel set's own array: np.ndarray (host) or torch.Tensor (torch)
@@ -90,6 +100,10 @@ class PaintSettings:
     # the target's own fine grain (sensor noise, film grain) carried onto the skin of a face
     # smoother than its target, so a noisy shot gets no clean, pasted-looking face
     match_grain: bool = True
+    # `local` colour relights the source first (formulas.relight): the target's shading over the
+    # source's, spherical harmonics through the mesh's normals (regions with a rotation and a
+    # texture with normals only: the classical swap's)
+    relight: bool = False
 
 
 # blur widths (px) tried when matching sharpness, and the scale at which detail is measured
@@ -163,6 +177,9 @@ class FaceRegion:
     # difference of their means; None: the frame's own statistics as they are
     colour_fix: np.ndarray | None = None
     face: int = -1  # its row of the batch's face table
+    # [3, 3] the turn of the source's pose onto this face's (relighting: the source's normals,
+    # texture channels 7–9, turned to the target's pose); None: not relit
+    rotation: np.ndarray | None = None
 
     @property
     def height(self) -> int:

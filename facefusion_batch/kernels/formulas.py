@@ -19,6 +19,8 @@ from typing import Any
 from facefusion_batch.kernels.base import (
     DETAIL_SIGMA,
     LAB_NEUTRAL,
+    SH_FLOOR,
+    SH_RATIO,
     SHADE_LIMIT,
     STD_RATIO_RANGE,
     TINT_LEVEL,
@@ -60,6 +62,9 @@ class Primitives:
     # a bool mask as levels (0/1) an erosion takes, and its 3x3 erosion (outside counts as 1)
     levels: Callable[[Array], Array]
     erode: Callable[[Array], Array]
+    # least squares over a bool mask of each image's channels on a basis (an image of K channels,
+    # a small ridge added): the fitted image, as many channels as the values (relight)
+    fit_basis: Callable[[Array, Array, Array], Array]
 
 
 def transfer_colour(
@@ -169,6 +174,74 @@ def _hold_fine(
         darker = ops.masked_blur(light(left), skin, fine)
         lightness = lightness + xp.clip(darker - shade_limit, 0.0, None)
     return ops.join_channels([lightness, chroma])
+
+
+# --- relighting ------------------------------------------------------------------------------------
+
+
+def sh_basis(ops: Primitives, normals: Array) -> Array:
+    """The 9 real spherical harmonics up to order 2 of unit `normals` (3 channels: x, y, z), as
+    9 channels, up to each term's constant (a fit takes it): 1; y, z, x; xy, yz, 3z² − 1, xz,
+    x² − y²."""
+    x, y, z = (ops.channels(normals, i, i + 1) for i in range(3))
+    return ops.join_channels(
+        [ops.xp.ones_like(x), y, z, x, x * y, y * z, 3 * z * z - 1, x * z, x * x - y * y]
+    )
+
+
+def rotate_normals(ops: Primitives, normals: Array, rotation: Array) -> Array:
+    """`normals` (3 channels) turned by `rotation` ([..., 3, 3]: a 3x3 on the host, one per
+    image on the device), unit length again (a sampled normal is a blend of its neighbours')."""
+    parts = [ops.channels(normals, i, i + 1) for i in range(3)]
+    rows = []
+    for i in range(3):
+        r = ops.per_channel(rotation[..., i, :])
+        rows.append(sum(ops.channels(r, j, j + 1) * parts[j] for j in range(3)))
+    return unit(ops, ops.join_channels(rows))
+
+
+def unit(ops: Primitives, vectors: Array) -> Array:
+    """3-channel `vectors` at unit length."""
+    x, y, z = (ops.channels(vectors, i, i + 1) for i in range(3))
+    return vectors / ops.xp.clip(ops.xp.sqrt(x * x + y * y + z * z), 1e-3, None)
+
+
+def relight(
+    ops: Primitives,
+    face: Array,
+    target: Array,
+    skin: Array,
+    normals: Array,
+    rotation: Array,
+    sigma: Any,
+) -> Array:
+    """The source face under the target's light, before `local` colour (transfer_colour) matches
+    the rest: each face's shading as order-2 spherical harmonics of its surface normals (9
+    coefficients, least squares on its skin's linear-light luminance), the target's through the
+    mesh's normals turned to its pose (`normals`: the source's, sampled through the warp;
+    `rotation`: source → target, [..., 3, 3]), the source's through its own; the face is
+    multiplied by the ratio, target over source, in linear light: relit = face ·
+    ratio^(1/2.2). Each shading is held above SH_FLOOR of its mean over the skin (a quadratic
+    can dip toward 0 at normals the skin hardly covers), the ratio within SH_RATIO either way and
+    blurred over the skin at `sigma` (the shading's scale: a ratio as sharp as the normals drew
+    bright streaks along the mesh's folds). Luminance only: colour is transfer_colour's. Fewer
+    than 16 skin pixels: the face as it is."""
+    xp = ops.xp
+    enough = ops.has_pixels(skin, 16)
+    if enough is False:
+        return face
+
+    def shading(lin: Array, turned: Array) -> Array:
+        fitted = ops.fit_basis(sh_basis(ops, turned), ops.per_pixel(ops.grey(lin)), skin)
+        return xp.clip(fitted, SH_FLOOR * ops.mask_stats(fitted, skin)[0] + 1e-4, None)
+
+    lin_face = (xp.clip(face, 0.0, 255.0) / 255.0) ** 2.2
+    lin_target = (xp.clip(target, 0.0, 255.0) / 255.0) ** 2.2
+    s_source = shading(lin_face, unit(ops, normals))
+    s_target = shading(lin_target, rotate_normals(ops, normals, rotation))
+    ratio = ops.masked_blur(xp.clip(s_target / s_source, 1 / SH_RATIO, SH_RATIO), skin, sigma)
+    relit = face * ratio ** (1 / 2.2)
+    return relit if enough is True else xp.where(enough, relit, face)
 
 
 # --- blends ---------------------------------------------------------------------------------------

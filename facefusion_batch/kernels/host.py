@@ -157,6 +157,7 @@ class HostKernels:
                 tint_limit=settings.tint_limit,
                 colour_fix=r.colour_fix,
                 shade_limit=settings.shade_limit,
+                rotation=r.rotation if settings.relight else None,
             )
             frames.painted.append((r.frame, r.x0, r.y0, r.width, r.height))
             _record_matte(frames, r.frame, r.x0, r.y0, used)

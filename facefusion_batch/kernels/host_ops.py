@@ -21,6 +21,8 @@ from facefusion_batch.kernels.base import (
     GRAIN_CLIP,
     LUMA_BGR,
     MODEL_MASK_BLUR,
+    SH_FIT_STEP,
+    SH_RIDGE,
     SHADE_LIMIT,
     SHARPNESS_SIGMAS,
     TINT_LIMIT,
@@ -337,6 +339,22 @@ def inset_ramp(covered: np.ndarray, width: int) -> np.ndarray:
     return formulas.inset_ramp(PRIMITIVES, covered, width, width)
 
 
+def fit_basis(basis: np.ndarray, values: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Least squares of `values` [H, W, C] on `basis` [H, W, K] over `mask` (bool [H, W]), with
+    a ridge of SH_RIDGE of the mean diagonal, fitted on every SH_FIT_STEP-th pixel each way (the
+    fit is smooth): the fitted image [H, W, C] (float32)."""
+    step = (slice(None, None, SH_FIT_STEP),) * 2
+    chosen = mask[step]
+    b = basis[step][chosen].astype(np.float64)
+    if len(b) < basis.shape[-1]:
+        return values.astype(np.float32)
+    gram = b.T @ b / len(b)
+    rhs = b.T @ values[step][chosen].astype(np.float64) / len(b)
+    gram += SH_RIDGE * np.trace(gram) / len(gram) * np.eye(len(gram))
+    coefs = np.linalg.solve(gram, rhs).astype(np.float32)
+    return basis @ coefs
+
+
 _CROSS3 = np.ones((3, 3), np.uint8)  # a 3x3 erosion's kernel
 
 # the host set's primitives for the shared formulas (kernels/formulas.py): channel-last images
@@ -361,4 +379,5 @@ PRIMITIVES = formulas.Primitives(
     plane=lambda x, i: x[..., i],
     levels=lambda mask: mask.astype(np.uint8),
     erode=lambda x: cv2.erode(x, _CROSS3, borderType=cv2.BORDER_CONSTANT, borderValue=1),
+    fit_basis=fit_basis,
 )

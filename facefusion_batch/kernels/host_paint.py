@@ -47,12 +47,14 @@ def paint_region(
     tint_limit: float = TINT_LIMIT,
     colour_fix: np.ndarray | None = None,
     shade_limit: float = SHADE_LIMIT,
+    rotation: np.ndarray | None = None,
 ) -> np.ndarray | None:
     """Sample the source texture ([h,w,5]: BGR, alpha, skin, or [h,w,7] with the eye masks)
     through the map and blend it into frame[y0:, x0:], in place; the weight falls to 0 over
     `edge` px toward the edge of what the map covers (`inset_ramp`). `matte`: return the blend's
     weight of the face over the region ([h, w], 0–1; for multiband the widest of its levels',
-    `multiband_weights`)."""
+    `multiband_weights`). `rotation` ([3, 3], with a texture carrying normals in channels 7–9):
+    `local` colour relights the face first (formulas.relight)."""
     rh, rw = map_x.shape
     covered = ~np.isnan(map_x)
     map_x[~covered] = -1e4
@@ -71,6 +73,8 @@ def paint_region(
     have = goal = None
     if sharpness:
         face, have, goal = match_sharpness(face, target, skin)
+    if colour == "local" and rotation is not None and warped.shape[2] >= 10:  # the target's light first
+        face = formulas.relight(PRIMITIVES, face, target, skin, warped[..., 7:10], rotation, sigma)
     if colour != "none":
         face = transfer_colour(
             face,

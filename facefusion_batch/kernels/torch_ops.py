@@ -36,6 +36,8 @@ from facefusion_batch.kernels import formulas
 from facefusion_batch.kernels.base import (
     GRAIN_CLIP,
     LUMA_BGR,
+    SH_FIT_STEP,
+    SH_RIDGE,
     SHADE_LIMIT,
     SHARPNESS_SIGMAS,
     TINT_LIMIT,
@@ -617,6 +619,25 @@ def mask_stats(image: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
     return mean, torch.sqrt(var) + 1e-3
 
 
+def fit_basis(basis: Tensor, values: Tensor, mask: Tensor) -> Tensor:
+    """host_ops.fit_basis per image: `values` [..., C, H, W] fitted on `basis` [..., K, H, W] over
+    `mask` [..., H, W] (float64 normal equations, the ridge SH_RIDGE of their mean diagonal, on
+    every SH_FIT_STEP-th pixel each way); an image with fewer of those than K keeps its values."""
+    k, step = basis.shape[-3], SH_FIT_STEP
+    sel = mask[..., ::step, ::step].to(torch.float64).flatten(-2).unsqueeze(-2)  # [..., 1, P]
+    b = basis[..., ::step, ::step].to(torch.float64).flatten(-2)  # [..., K, P]
+    n = torch.clamp(sel.sum(dim=-1, keepdim=True), min=1.0)  # [..., 1, 1]
+    gram = (b * sel) @ b.transpose(-1, -2) / n
+    chosen = values[..., ::step, ::step].to(torch.float64).flatten(-2).transpose(-1, -2)
+    rhs = (b * sel) @ chosen / n  # [..., K, C]
+    diag = torch.diagonal(gram, dim1=-2, dim2=-1).mean(dim=-1)[..., None, None]
+    eye = torch.eye(k, dtype=torch.float64, device=basis.device)
+    coefs = torch.linalg.solve(gram + SH_RIDGE * diag * eye + 1e-12 * eye, rhs).to(basis.dtype)
+    fitted = torch.einsum("...kc,...khw->...chw", coefs, basis)
+    enough = (n >= k)[..., None]  # [..., 1, 1, 1]
+    return torch.where(enough, fitted, values)
+
+
 def grey(bgr: Tensor) -> Tensor:
     """[..., 3, H, W] BGR → [..., H, W] grey (LUMA_BGR)."""
     w = constant("sharpness-grey", lambda: np.array(LUMA_BGR, np.float32), bgr.device, bgr.dtype)
@@ -727,4 +748,5 @@ PRIMITIVES = formulas.Primitives(
     plane=lambda x, i: x[..., i, :, :],
     levels=lambda mask: mask.to(torch.float32),
     erode=_erode,
+    fit_basis=fit_basis,
 )

@@ -228,6 +228,11 @@ def _paint_chunk(frames, regions, origins, canvas, textures, settings, host_blen
     have = goal = None
     if settings.match_sharpness:
         face, have, goal = D.match_sharpness(face, target, skin)
+    relit = settings.colour == "local" and getattr(settings, "relight", False) and warped.shape[1] >= 10
+    if relit and all(r.rotation is not None for r in regions):  # the target's light first
+        rotation = D.to_device(np.stack([r.rotation for r in regions]).astype(np.float32), device)
+        sigmas = [r.sigma for r in regions]
+        face = formulas.relight(D.PRIMITIVES, face, target, skin, warped[:, 7:10], rotation, sigmas)
     if settings.colour != "none":
         sigmas = [r.sigma for r in regions]
         face = D.transfer_colour(

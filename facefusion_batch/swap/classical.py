@@ -49,6 +49,7 @@ from facefusion_batch.swap.lip_shadow import lift_lip_shadow
 from facefusion_batch.swap.masks import Occluder
 from facefusion_batch.swap.raster import rasterize
 from facefusion_batch.swap.regions import FaceRegions
+from facefusion_batch.swap.relight import normal_texture, rotations
 from facefusion_batch.swap.shape import mouth_weight, shaped_meshes
 from facefusion_batch.swap.skin import skin_visibility
 from facefusion_batch.swap.symmetry import (
@@ -140,6 +141,10 @@ class ClassicalSettings:
     # frames of a track whose median colour statistics the paint follows (swap/colour_track.py):
     # something passing in front of a face for a few frames does not pump it; 0: each frame's own
     colour_window: int = COLOUR_WINDOW
+    # local colour relights the source with the target's shading first, spherical harmonics
+    # through the mesh's normals (swap/relight.py, kernels/formulas.py relight): the judging half
+    # agreed (docs/default-swap.md)
+    relight: bool = True
 
     def __post_init__(self) -> None:
         if self.colour not in COLOUR_MODES:
@@ -160,6 +165,7 @@ class ClassicalSettings:
             shade_limit=self.shade_limit,
             match_sharpness=self.match_sharpness,
             match_grain=self.match_grain,
+            relight=self.relight,
         )
 
 
@@ -378,6 +384,19 @@ def prepare_source(
     )
 
 
+def source_normals(source: SourceFace, triangles: np.ndarray) -> np.ndarray:
+    """[h, w, 3] the source's normals over its texture (swap/relight.py), the atlas's flipped
+    half included."""
+    return normal_texture(
+        source.texture.shape[:2],
+        source.geometry,
+        source.mesh,
+        triangles,
+        source.mirror_mesh,
+        source.use_mirror,
+    )
+
+
 def eye_hole(loop: np.ndarray, iod: float, shape: tuple[int, int], whole: bool) -> np.ndarray:
     """[h,w] float32 0–1: where a held eye shows the target's (texture channel 5 or 6): the
     loop grown by EYE_MARGIN with a soft edge, or with `whole` (the fit) by HELD_MARGIN and
@@ -454,6 +473,11 @@ class ClassicalSwapper:
         self.settings = settings
         self.face_regions = regions
         self.triangles = swap_triangles(triangles, regions, settings.eyes_mouth)
+        self.relit = settings.relight and settings.colour == "local"
+        if self.relit:  # the source's normals over its texture, channels 7–9 (swap/relight.py)
+            self.sources = sources = [
+                replace(s, texture=np.dstack([s.texture, source_normals(s, self.triangles)])) for s in sources
+            ]
         self.occluder = occluder
         self.skin_occlusion = skin_occlusion  # `--mask skin`: swap/skin.py on the aligned crops
         # per source, every triangle's texture corners in the photo and, where the source is
@@ -524,6 +548,7 @@ class ClassicalSwapper:
                 decided[:] = names
         else:
             holds = self.eye_holds(table, choice, lids)
+        turns = rotations(np.stack([self.sources[c].geometry for c in choice]), mesh) if self.relit else None
         out: list[FaceRegion] = []
         for f, face_maps in enumerate(maps):
             if face_maps is None:
@@ -550,6 +575,7 @@ class ClassicalSwapper:
                     visible,
                     edge,
                     face=f,
+                    rotation=None if turns is None else turns[f],
                 )
             )
         return out
