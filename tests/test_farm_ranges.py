@@ -311,3 +311,31 @@ def test_plan_gives_each_task_its_report_and_the_join_a_merged_one(work, source)
     data = json.loads(report.read_text())
     assert data["status"] == "ok" and data["frames_in"] == data["frames_out"] == 10
     assert [t["status"] for t in data["tasks"]] == ["ok", "ok", "ok"]
+    for key in ("faces_not_swapped", "swap_decisions"):  # by name, summed over the tasks
+        summed: dict[str, int] = {}
+        for task in data["tasks"]:
+            for name, n in task[key].items():
+                summed[name] = summed.get(name, 0) + n
+        assert data[key] == summed, key
+    assert sum(data["swap_decisions"].values()) == data["faces_swapped"]
+
+
+def test_the_merged_report_sums_faces_by_reason_and_decision(tmp_path):
+    """The join's report adds the tasks' faces not swapped (by reason) and swapped faces (by the
+    swap's decision) as it adds their frames; a task without them adds nothing."""
+    from facefusion_batch.farm.task_reports import merged_report
+
+    tasks = [tmp_path / f"run.{i}.json" for i in range(3)]
+    written = [
+        {"faces_swapped": 5, "swap_decisions": {"full": 3, "own_eyes_lids": 2},
+         "faces_not_swapped": {"track_not_swapping": 1}},
+        {"faces_swapped": 4, "swap_decisions": {"full": 4},
+         "faces_not_swapped": {"track_not_swapping": 2, "too_small": 1}},
+    ]  # fmt: skip
+    for task, record in zip(tasks, written, strict=False):
+        task.write_text(json.dumps({"status": "ok", **record}))
+    tasks[2].write_text(json.dumps({"status": "ok", "faces_swapped": 0}))
+    data = merged_report(tmp_path / "out.mp4", None, tasks)
+    assert data["faces_swapped"] == 9
+    assert data["swap_decisions"] == {"full": 7, "own_eyes_lids": 2}
+    assert data["faces_not_swapped"] == {"too_small": 1, "track_not_swapping": 3}

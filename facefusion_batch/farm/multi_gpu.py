@@ -32,6 +32,7 @@ from facefusion_batch.farm.chunk_compositing import prepare_staged, publish_stag
 from facefusion_batch.farm.concat import join_segments
 from facefusion_batch.farm.jobs import render
 from facefusion_batch.farm.manifest import remove_work_dir, segment_name, work_dir_for
+from facefusion_batch.farm.task_reports import summed_counts
 from facefusion_batch.fsutil import claim_output, write_json_atomically
 from facefusion_batch.stdout import say
 from facefusion_batch.video.formats import segment_suffix
@@ -158,6 +159,7 @@ def render_on_gpus(settings: RenderSettings, gpus: tuple[int, ...]) -> dict[str,
         "frames_out": frames_out,
         "faces_found": sum(r.get("faces_found", 0) for r in reports.values()),
         "faces_swapped": sum(r.get("faces_swapped", 0) for r in reports.values()),
+        **summed_counts(list(reports.values())),
         "wall_seconds": round(wall, 3),
         "fps": round(sum(r.get("frames_out", 0) for r in reports.values()) / wall, 3) if wall > 0 else 0.0,
         "join_seconds": round(join.seconds, 3),

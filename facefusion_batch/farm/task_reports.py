@@ -22,6 +22,8 @@ from facefusion_batch.farm.jobs import command_line, failure_record
 from facefusion_batch.fsutil import write_json_atomically
 
 _SUMMED = ("frames_in", "frames_out", "faces_found", "faces_swapped", "wall_seconds")
+# counts by name (faces not swapped by reason, swapped faces by the swap's decision)
+COUNTED = ("faces_not_swapped", "swap_decisions")
 _FINISHED = ("ok", "skipped")
 
 
@@ -36,6 +38,20 @@ def read_task_report(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         return {"report": str(path), "status": "missing", "message": "not a report (no JSON object)"}
     return {"report": str(path), **data}
+
+
+def summed_counts(reports: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """Each of COUNTED summed over `reports` by name (names sorted; a report without one adds nothing)."""
+    out: dict[str, dict[str, int]] = {}
+    for key in COUNTED:
+        total: dict[str, int] = {}
+        for report in reports:
+            counts = report.get(key)
+            for name, n in (counts.items() if isinstance(counts, dict) else ()):
+                if isinstance(n, int):
+                    total[name] = total.get(name, 0) + n
+        out[key] = dict(sorted(total.items()))
+    return out
 
 
 def merged_report(
@@ -58,6 +74,7 @@ def merged_report(
         "output": str(output),
         **state,
         **totals,
+        **summed_counts(entries),
         "tasks": entries,
         "unfinished_tasks": unfinished,
         "ffbatch": __version__,
