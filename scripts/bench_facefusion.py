@@ -301,11 +301,24 @@ def ffbatch_command(clip: Path, source: Path, out: Path, models: Path, report: P
     ]  # fmt: skip
 
 
+CPU_SECONDS: dict[str, list[float]] = {}  # per command's program: user + system seconds of each run
+
+
 def timed(command: list[str], cwd: Path, out: Path) -> float:
+    """Wall seconds of one run; its CPU seconds (user + system, the process and its children)
+    are appended to CPU_SECONDS under the program's name."""
+    import resource
+
     out.unlink(missing_ok=True)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     done = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
     seconds = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    CPU_SECONDS.setdefault("facefusion" if "facefusion.py" in command else "ffbatch", []).append(
+        round(cpu, 2)
+    )
     if done.returncode != 0 or not out.is_file():
         log = done.stdout[-3000:] + done.stderr[-3000:]
         sys.exit(f"{' '.join(command)}\nexit {done.returncode}, no {out}:\n{log}")
@@ -360,10 +373,19 @@ def run_case(
     alternated, FaceFusion first in even rounds."""
     first = {tool: timed(*jobs[tool], outs[tool]) for tool in ("ffbatch", "facefusion")}
     times: dict[str, list[float]] = {"facefusion": [], "ffbatch": []}
+    CPU_SECONDS.clear()
+    loads = []
     for i in range(runs):
         for tool in ("facefusion", "ffbatch") if i % 2 == 0 else ("ffbatch", "facefusion"):
+            loads.append(loadavg())
             times[tool].append(round(timed(*jobs[tool], outs[tool]), 3))
     row = {"case": case, **summarise(frames, times["facefusion"], times["ffbatch"])}
+    # process CPU seconds: less moved by other work on the machine than the wall time
+    for tool in ("facefusion", "ffbatch"):
+        row[tool]["cpu_s"] = CPU_SECONDS[tool]
+        row[tool]["cpu_median_s"] = statistics.median(CPU_SECONDS[tool])
+    row["ratio_cpu_seconds"] = row["facefusion"]["cpu_median_s"] / row["ffbatch"]["cpu_median_s"]
+    row["load_before_each_run"] = loads
     row["first_run_s"] = {k: round(v, 2) for k, v in first.items()}
     row["changed_share"] = {tool: changed_share(clip, out) for tool, out in outs.items()}
     return row
@@ -443,7 +465,9 @@ def main(argv: list[str] | None = None) -> None:
             print(
                 f"{case}: FaceFusion {row['facefusion']['fps']:.2f} fps, ffbatch {row['ffbatch']['fps']:.2f} "
                 f"fps, ratio {row['ratio_ffbatch_over_facefusion_fps']:.2f} "
-                f"(runs {', '.join(f'{r:.2f}' for r in row['run_ratios'])})",
+                f"(runs {', '.join(f'{r:.2f}' for r in row['run_ratios'])}); CPU seconds "
+                f"{row['facefusion']['cpu_median_s']:.0f} / {row['ffbatch']['cpu_median_s']:.0f}, "
+                f"ratio {row['ratio_cpu_seconds']:.2f}",
                 flush=True,
             )
     results["load_after"] = loadavg()
