@@ -81,6 +81,14 @@ def mouth_weight(source_yaw: np.ndarray) -> np.ndarray:
     return t * t * (3 - 2 * t)
 
 
+def _squared_distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """[len(a), len(b)] squared distances between 2-D points, x² + y² in that order (the same
+    bits as summing the squared differences over the last axis, without the reduction)."""
+    dx = a[:, None, 0] - b[None, :, 0]
+    dy = a[:, None, 1] - b[None, :, 1]
+    return dx * dx + dy * dy
+
+
 def displacement(tgt: np.ndarray, fitted: np.ndarray, regions: FaceRegions, with_mouth: bool) -> np.ndarray:
     """[468, 2] how far each target point moves toward the fitted source (see the module's
     docstring); `with_mouth`: the lips take the source's shape, else they stay put and, like
@@ -106,12 +114,11 @@ def displacement(tgt: np.ndarray, fitted: np.ndarray, regions: FaceRegions, with
     moved[anchors] = False
     span = np.linalg.norm(tgt[RIGHT_EYE_OUTER, :2] - tgt[LEFT_EYE_OUTER, :2]) + 1e-6
     # the rest of the face follows its moved neighbours (Gaussian weights of 0.25 eye spans)
-    d2 = ((tgt[:, None, :2] - tgt[None, moved, :2]) ** 2).sum(axis=-1)
-    w = np.exp(-d2 / (2 * (0.25 * span) ** 2))
+    w = np.exp(-_squared_distances(tgt[:, :2], tgt[moved, :2]) / (2 * (0.25 * span) ** 2))
     spread = (w @ delta[moved]) / np.maximum(w.sum(axis=1, keepdims=True), 1e-9)
     delta = np.where(moved[:, None], delta, spread * np.clip(w.sum(axis=1, keepdims=True), 0, 1))
     # fading to nothing at the anchors
-    to_anchor = np.sqrt(((tgt[:, None, :2] - tgt[None, anchors, :2]) ** 2).sum(axis=-1)).min(axis=1)
+    to_anchor = np.sqrt(_squared_distances(tgt[:, :2], tgt[anchors, :2]).min(axis=1))
     fade = np.clip(to_anchor / (FADE * span), 0.0, 1.0)
     return (fade * fade * (3 - 2 * fade))[:, None] * delta
 
