@@ -14,6 +14,7 @@ import numpy as np
 from facefusion_batch.faces.table import FaceTable
 from facefusion_batch.kernels.base import Frames, Kernels
 from facefusion_batch.kernels.geometry import invert_affines
+from facefusion_batch.runtime.batching import HOST, BatchPolicy
 from facefusion_batch.runtime.session import Session
 
 MESH_SIZE = 192
@@ -82,7 +83,8 @@ class FaceMesh:
     """A stage: frames + face table → the same table with `mesh` and `presence`, absent faces dropped.
 
     Each pass warps every face's crop out of the frames (zero padding outside the frame) and
-    runs them all in one model call; only the 468 points per face come back to the host."""
+    runs them through the model, all in one call on a GPU, a few a call on the CPU
+    (BatchPolicy.cache_items); only the 468 points per face come back to the host."""
 
     name = "mesh"
     drop_reason = "mesh_presence_low"  # the mesh sees no face there: too small, turned away, not a face
@@ -94,8 +96,11 @@ class FaceMesh:
         *,
         points: str = "conv2d_20",
         presence: str = "conv2d_30",
+        policy: BatchPolicy = HOST,
     ) -> None:
         self.session = session
+        # crops a call: the CPU runs a few at a time (cache-sized), a GPU all of them at once
+        self.max_batch = policy.cache_items(3 * MESH_SIZE * MESH_SIZE * 4)
         self.settings = settings
         self.input_name = session.inputs[0].name
         self.points_name = points
@@ -106,7 +111,7 @@ class FaceMesh:
     ) -> tuple[np.ndarray, np.ndarray]:
         affines = roi_affines(*roi)
         crops = k.warp_crops(frames, frame_index, affines, MESH_SIZE, "zeros")
-        out = k.run(self.session, {self.input_name: k.model_input(crops)}, None)  # RGB, 0–1
+        out = k.run(self.session, {self.input_name: k.model_input(crops)}, self.max_batch)  # RGB, 0–1
         out = k.to_host({name: out[name] for name in (self.points_name, self.presence_name)})
         points = out[self.points_name].reshape(len(frame_index), 468, 3).astype(np.float64)
         presence = out[self.presence_name].reshape(len(frame_index)).astype(np.float32)

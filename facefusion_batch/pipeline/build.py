@@ -125,6 +125,7 @@ class Models:
             self.mesh_settings,
             points=tensor_name(MESH_MODEL, "points"),
             presence=tensor_name(MESH_MODEL, "presence"),
+            policy=self.policy,
         )
 
     @cached_property

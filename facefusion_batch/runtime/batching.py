@@ -18,6 +18,10 @@ CPU_BATCH_PIXELS = 8 * 1920 * 1080
 # a 1080p frame as packed yuv420p planes ([1620, 1920]); a GPU batch holds `frames` of these
 DEVICE_FRAME_PIXELS = 1920 * 1620
 HOST_CALL_MB = 1024.0  # activation memory one host model call may take
+# input bytes of one host call of a small model (the mesh): a call about the size of the CPU's
+# cache runs the same per-image arithmetic with less traffic than one over a whole batch's faces
+# (docs/development.md, "The classical path at 6 faces")
+HOST_CACHE_CALL_BYTES = 1 << 20
 # canvas pixels the torch set paints in one go: ~160 canvases of a 1080p face (320 x 320 px);
 # the float intermediates of a chunk (~40 values a pixel) stay under ~3 GiB
 PAINT_CHUNK_PIXELS = 1 << 24
@@ -60,6 +64,14 @@ class BatchPolicy:
             return None
         per_item = size * size * channels * 4 * 2
         return max(1, int(budget_mb * 2**20 // per_item))
+
+    def cache_items(self, item_bytes: int) -> int | None:
+        """Items of `item_bytes` of input one call of a small model takes: on the CPU as many as
+        fit in HOST_CACHE_CALL_BYTES (at least one); on a GPU None (one call, the memory guard
+        decides)."""
+        if self.on_gpu:
+            return None
+        return max(1, HOST_CACHE_CALL_BYTES // max(1, item_bytes))
 
     def device_items(
         self,
