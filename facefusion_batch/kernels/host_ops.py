@@ -25,6 +25,7 @@ from facefusion_batch.kernels.base import (
     SH_RIDGE,
     SHADE_LIMIT,
     SHARPNESS_SIGMAS,
+    SHARPNESS_SLACK,
     TINT_LIMIT,
     grain_gain,
     sharpness_weights,
@@ -82,9 +83,16 @@ def model_input(
 ) -> np.ndarray:
     """uint8-valued BGR crops [F,S,S,3] → float32: RGB (or BGR), /255, then (x − mean) / std; NCHW
     unless `nhwc`."""
-    x: np.ndarray = (crops[..., ::-1] if rgb else crops).astype(np.float32) / 255.0
-    x = (x - np.asarray(mean, np.float32)) / np.asarray(std, np.float32)
-    return np.ascontiguousarray(x if nhwc else x.transpose(0, 3, 1, 2))
+    mean, std = np.asarray(mean, np.float32), np.asarray(std, np.float32)
+    pixels = crops[..., ::-1] if rgb else crops
+    if not (mean == 0).all() or not (std == 1).all():
+        x: np.ndarray = (pixels.astype(np.float32) / 255.0 - mean) / std
+        return np.ascontiguousarray(x if nhwc else x.transpose(0, 3, 1, 2))
+    # 0–1 as they are (− 0 and / 1 change no value): converted straight into the layout
+    out = np.empty(pixels.shape if nhwc else pixels.transpose(0, 3, 1, 2).shape, np.float32)
+    out[...] = pixels if nhwc else pixels.transpose(0, 3, 1, 2)
+    out /= np.float32(255.0)
+    return out
 
 
 def model_output(
@@ -259,11 +267,18 @@ def match_sharpness(
     little skin to tell)."""
     if skin.sum() < 64:
         return face, None, None
-    blurs = [face] + [cv2.GaussianBlur(face, (0, 0), s) for s in SHARPNESS_SIGMAS]
-    detail = np.array([[_detail(b, skin) for b in blurs]])
     goal = _detail(target, skin)
+    # blurs in rising width until the first at or below the goal (sharpness_weights reads no
+    # further: the widths past it stay unmade, their detail 0 and their weight 0)
+    blurs, detail = [face], np.zeros((1, 1 + len(SHARPNESS_SIGMAS)))
+    detail[0, 0] = _detail(face, skin)
+    for i, sigma in enumerate(SHARPNESS_SIGMAS, start=1):
+        if detail[0, i - 1] <= goal * SHARPNESS_SLACK:
+            break
+        blurs.append(cv2.GaussianBlur(face, (0, 0), sigma))
+        detail[0, i] = _detail(blurs[-1], skin)
     weights = sharpness_weights(detail, np.array([goal]))[0]
-    chosen = [(w, b) for w, b in zip(weights, blurs, strict=True) if w > 0]
+    chosen = [(weights[i], b) for i, b in enumerate(blurs) if weights[i] > 0]
     mixed = formulas.mix([w for w, _ in chosen], [b for _, b in chosen]).astype(np.float32)
     return mixed, float(weights @ detail[0]), goal
 
