@@ -215,13 +215,15 @@ def masked_blur(image: np.ndarray, mask: np.ndarray, sigma: float) -> np.ndarray
     step = max(1, int(sigma // 3))
     small = (max(1, w // step), max(1, h // step))
     m = mask.astype(np.float32)
-    both: np.ndarray = np.dstack([image * m[..., None], m])
+    n = image.shape[2]
+    both: np.ndarray = np.empty((h, w, n + 1), np.result_type(image.dtype, np.float32))  # image·mask, mask
+    np.multiply(image, m[..., None], out=both[..., :n])
+    both[..., n] = m
     if step > 1:
         both = cv2.resize(both, small, interpolation=cv2.INTER_AREA)
     both = cv2.GaussianBlur(both, (0, 0), sigma / step)
     if step > 1:
         both = cv2.resize(both, (w, h), interpolation=cv2.INTER_LINEAR)
-    n = image.shape[2]
     return both[..., :n] / np.maximum(both[..., n:], 1e-4)
 
 
