@@ -1,7 +1,7 @@
 """Is a blink that only the picture sees drawn shut, and on time? (Not a test: numbers and a sheet.)
 
 The face mesh keeps its eye loops open over a shut eye (t1.jpg's closed eyes measure as open as
-David's), so the classical swap reads lowered lids from the picture (swap/lids.py), and the
+David's), so the classical swap reads lowered lids from the picture (swap/classical/lids.py), and the
 tracker filters those reads along each track (faces/track.py, `lid_average`). There is no real
 clip with a blink here, so this makes one: bench_quality's pan clip of t1.jpg, where frames
 --at .. --at + --blink - 1 come from a copy of the photo with the eyes of every face whose
@@ -47,8 +47,8 @@ from facefusion_batch.faces import track  # noqa: E402
 from facefusion_batch.models.assets import asset_path  # noqa: E402
 from facefusion_batch.pipeline.build import build_pipeline, load_models  # noqa: E402
 from facefusion_batch.settings.types import SwapSettings  # noqa: E402
-from facefusion_batch.swap.classical import eye_openness  # noqa: E402
-from facefusion_batch.swap.lids import shut_lids  # noqa: E402
+from facefusion_batch.swap.classical.features import eye_openness  # noqa: E402
+from facefusion_batch.swap.classical.lids import shut_lids  # noqa: E402
 
 SHUT, PART = 0.95, 0.05  # drawn holds: shut at or above SHUT; a ghost of both eyes between
 LID_SHADE = 0.93  # a painted lid: the cheek's colour just below the eye, this much darker

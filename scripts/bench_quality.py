@@ -75,9 +75,9 @@ from facefusion_batch.faces.track import FaceTracker, crosses_edge  # noqa: E402
 from facefusion_batch.kernels.host import HostKernels  # noqa: E402
 from facefusion_batch.models.assets import asset_path  # noqa: E402
 from facefusion_batch.pipeline.build import build_pipeline, load_models  # noqa: E402
-from facefusion_batch.swap.classical import ClassicalSettings  # noqa: E402
+from facefusion_batch.swap.classical.lids import shut_lids  # noqa: E402
+from facefusion_batch.swap.classical.settings import ClassicalSettings  # noqa: E402
 from facefusion_batch.swap.learned import LearnedSettings  # noqa: E402
-from facefusion_batch.swap.lids import shut_lids  # noqa: E402
 from facefusion_batch.swap.masks import MaskSettings  # noqa: E402
 
 SIZE, DURATION, FPS = (960, 540), 10.0, 25
@@ -667,7 +667,7 @@ def wider_set(models, embed, swap: SwapSettings, args, t1: np.ndarray, t1_boxes:
                 "source": source,
                 "target": target,
                 "toggles": int(flips),
-                # the swap's do-no-harm decisions (swap/fit.py), swapped faces by decision
+                # the swap's do-no-harm decisions (swap/classical/fit.py), swapped faces by decision
                 "swap_decisions": dict(sorted(decisions.items())),
                 **cond.describe(),
             }
@@ -735,7 +735,7 @@ def half_summary(rows: list[dict], clips: list[dict]) -> dict:
         "faces_opening_change_over_20pct": len(over),
         "faces_confidence_under_half": len(weak),
         "faces_gaze_change_over_25pct": int(np.sum(gaze > GAZE_FLAG)),
-        # an eye read shut by its lid on one side and open on the other (swap/lids.py's reading)
+        # an eye read shut by its lid on one side and open on the other (swap/classical/lids.py's reading)
         "faces_lid_change_over_half": sum((r["lid_change"] or 0.0) > LID_FLAG for r in rows),
         "opening_change_median": round(float(np.nanmedian(opening)), 3)
         if np.isfinite(opening).any()
@@ -752,7 +752,7 @@ def half_summary(rows: list[dict], clips: list[dict]) -> dict:
         "transferred_pct_mean": round(float(np.mean(list(per_source.values()))), 1) if per_source else None,
         "faces_worst_block_le8_pct": round(100 * float(np.mean(de <= 8)), 1) if len(de) else None,
         "swap_toggles": int(sum(c["toggles"] for c in clips)),
-        # swapped faces by the swap's decision (swap/fit.py: full, own_eyes_<reason>), as the
+        # swapped faces by the swap's decision (swap/classical/fit.py: full, own_eyes_<reason>), as the
         # render's report counts them
         "swap_decisions": dict(sorted(decisions.items())),
     }

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 from facefusion_batch.kernels.host import HostKernels  # noqa: E402
 from facefusion_batch.pipeline.build import build_pipeline, load_models  # noqa: E402
 from facefusion_batch.settings.types import SwapSettings  # noqa: E402
-from facefusion_batch.swap.classical import ClassicalSettings  # noqa: E402
+from facefusion_batch.swap.classical.settings import ClassicalSettings  # noqa: E402
 
 
 def classical_swap(**fields) -> SwapSettings:
@@ -39,7 +39,7 @@ VARIANTS = {
     "no grain match": {"match_grain": False},
     "no tint limit": {"tint_limit": float("inf")},
     "no lids read": {"lids": False},
-    "no fit (swap/fit.py)": {"fit": False},
+    "no fit (swap/classical/fit.py)": {"fit": False},
     "no held eyes (eyes: source)": {"eyes_mouth": "source"},
     "none of the four": {
         "mirror_fill": False,

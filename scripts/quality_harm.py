@@ -12,7 +12,7 @@ from facefusion_batch.faces.mesh import eye_frame
 OPENING_LIMIT = 0.20  # the target: openings within 20 % of the eye/mouth width
 CONFIDENCE_LIMIT = 0.5  # the output face found with under half the input's confidence
 GAZE_FLAG = 0.25  # a gaze moved by a quarter of the eye's width: counted, no target of the issue's
-LID_FLAG = 0.5  # an eye's lid read (swap/lids.py, 0 open to 1 shut) moved by half: counted likewise
+LID_FLAG = 0.5  # an eye's lid read (swap/classical/lids.py, 0 open to 1 shut) moved by half: counted likewise
 
 
 def loop_opening(points: np.ndarray, angle: float) -> float:

@@ -244,7 +244,7 @@ def load_blocks(path: Path = BLOCKS) -> References:
 
 def swap_settings(case: Case):
     from facefusion_batch.config import SwapSettings
-    from facefusion_batch.swap.classical import ClassicalSettings
+    from facefusion_batch.swap.classical.settings import ClassicalSettings
     from facefusion_batch.swap.learned import LearnedSettings
     from facefusion_batch.swap.masks import MaskSettings
 

@@ -10,7 +10,8 @@ import numpy as np
 from facefusion_batch.faces.table import FaceTable
 from facefusion_batch.kernels.host import HostKernels
 from facefusion_batch.pipeline.build import prepare_sources
-from facefusion_batch.swap.classical import ClassicalSettings, ClassicalSwapper
+from facefusion_batch.swap.classical.settings import ClassicalSettings
+from facefusion_batch.swap.classical.stage import ClassicalSwapper
 
 HOST = HostKernels()
 

@@ -225,14 +225,19 @@ def test_the_architecture_doc_draws_every_room_with_its_arrows_and_modules():
             f"{name}: the doc says {sorted(arrows)}, the test {sorted(ALLOWED[name])}"
         )
         folder = PACKAGE / name
-        if folder.is_dir():  # a folder's row names each of its modules
-            stems = [p.stem for p in folder.glob("*.py") if p.stem != "__init__"]
+        if folder.is_dir():  # a folder's row names each of its modules, those of its subfolders too
+            stems = [
+                p.parent.name if p.stem == "__init__" else p.stem
+                for p in folder.rglob("*.py")
+                if p.parent != folder or p.stem != "__init__"
+            ]
             unnamed = [m for m in stems if not re.search(rf"(?<![\w/]){m}\b", text)]
             assert not unnamed, f"docs/architecture.md's {name}/ row does not name {unnamed}"
 
 
 def test_every_module_path_the_architecture_doc_names_exists():
-    named = set(re.findall(r"`([a-z_]+/[a-z_]+)(?:\.py|\.[A-Za-z_]+)?`", DOC.read_text(encoding="utf-8")))
+    text = DOC.read_text(encoding="utf-8")
+    named = set(re.findall(r"`([a-z_]+(?:/[a-z_]+)+)/?(?:\.py|\.[A-Za-z_]+)?`", text))
     missing = [
         n
         for n in sorted(named)

@@ -1,4 +1,4 @@
-"""Colour statistics along a track (swap/colour_track.py): a dark bar passing in front of a face
+"""Colour statistics along a track (swap/classical/colour_track.py): a dark bar passing in front of a face
 for three frames does not pump the rest of the face; the history follows batch order, starts
 afresh for a batch on its own, and forgets what lies outside its window."""
 
@@ -11,8 +11,9 @@ from hostk import HOST, analyse
 
 from facefusion_batch.faces.track import FaceTracker
 from facefusion_batch.pipeline.build import prepare_sources
-from facefusion_batch.swap.classical import ClassicalSettings, ClassicalSwapper
-from facefusion_batch.swap.colour_track import ColourTracks, track_values
+from facefusion_batch.swap.classical.colour_track import ColourTracks, track_values
+from facefusion_batch.swap.classical.settings import ClassicalSettings
+from facefusion_batch.swap.classical.stage import ClassicalSwapper
 
 try:
     from facefusion_batch.kernels.torch_kernels import TorchKernels

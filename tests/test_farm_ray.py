@@ -99,7 +99,7 @@ def test_ray_renders_like_a_local_render_and_retries_a_dead_worker(work, clip, s
         and local.faces_not_swapped["not_the_largest_face"] > 0
     )
     assert job["faces_found"] - job["faces_swapped"] == sum(job["faces_not_swapped"].values())
-    # the swapped faces by the swap's decision (swap/fit.py), summed over segments as well
+    # the swapped faces by the swap's decision (swap/classical/fit.py), summed over segments as well
     assert job["swap_decisions"] == local.swap_decisions
     assert sum(job["swap_decisions"].values()) == job["faces_swapped"]
     got, ref = decode_all(out)[0], decode_all(settings.output)[0]

@@ -1,4 +1,4 @@
-"""Do no harm (swap/fit.py): a face whose eyes the source photo cannot give keeps its own, for
+"""Do no harm (swap/classical/fit.py): a face whose eyes the source photo cannot give keeps its own, for
 a reason the report names, along its track without switching back and forth."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from facefusion_batch.kernels.host import HostKernels
 from facefusion_batch.pipeline.build import build_pipeline
 from facefusion_batch.pipeline.report import RenderReport
 from facefusion_batch.pipeline.run import count_not_swapped
-from facefusion_batch.swap.fit import (
+from facefusion_batch.swap.classical.fit import (
     FIT_WINDOW,
     HELD,
     REASONS,

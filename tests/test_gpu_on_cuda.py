@@ -33,7 +33,7 @@ from facefusion_batch.pipeline.build import Models, build_pipeline  # noqa: E402
 from facefusion_batch.runtime.device import DeviceSettings  # noqa: E402
 from facefusion_batch.runtime.torch_backend import TorchBackend  # noqa: E402
 from facefusion_batch.settings.types import SwapSettings  # noqa: E402
-from facefusion_batch.swap.classical import ClassicalSettings  # noqa: E402
+from facefusion_batch.swap.classical.settings import ClassicalSettings  # noqa: E402
 from facefusion_batch.video.planes import PlaneLayout, blank_picture  # noqa: E402
 
 pytestmark = pytest.mark.gpu

@@ -32,7 +32,7 @@ from facefusion_batch.pipeline.run import Renderer  # noqa: E402
 from facefusion_batch.runtime.batching import BatchPolicy  # noqa: E402
 from facefusion_batch.runtime.device import DeviceSettings  # noqa: E402
 from facefusion_batch.runtime.torch_backend import TorchBackend  # noqa: E402
-from facefusion_batch.swap.classical import ClassicalSettings  # noqa: E402
+from facefusion_batch.swap.classical.settings import ClassicalSettings  # noqa: E402
 from facefusion_batch.video.encoder_policy import EncoderSettings  # noqa: E402
 from facefusion_batch.video.planes import (  # noqa: E402
     PlaneLayout,

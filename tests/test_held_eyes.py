@@ -12,14 +12,11 @@ import pytest
 from facefusion_batch.faces.mesh import LEFT_EYE_OUTER, RIGHT_EYE_OUTER, eye_frame
 from facefusion_batch.kernels.host import HostKernels
 from facefusion_batch.pipeline.build import prepare_sources
-from facefusion_batch.swap.classical import (
-    ClassicalSettings,
-    ClassicalSwapper,
-    eye_openness,
-    far_eye_holds,
-    held_eyes,
-)
-from facefusion_batch.swap.symmetry import TURNED_FROM, TURNED_FULLY
+from facefusion_batch.swap.classical.features import eye_openness
+from facefusion_batch.swap.classical.fit import held_eyes
+from facefusion_batch.swap.classical.settings import ClassicalSettings
+from facefusion_batch.swap.classical.stage import ClassicalSwapper, far_eye_holds
+from facefusion_batch.swap.classical.symmetry import TURNED_FROM, TURNED_FULLY
 
 try:
     from facefusion_batch.kernels.torch_kernels import TorchKernels
@@ -86,7 +83,7 @@ def test_a_turned_targets_far_eye_stays_its_own(models, t1_faces, t1_image):
 
 @pytest.fixture(scope="module")
 def swapper(models, astronaut_path):
-    """The default, with the fit (swap/fit.py): a face with a closed eye keeps both its own."""
+    """The default, with the fit (swap/classical/fit.py): a face with a closed eye keeps both its own."""
     settings = ClassicalSettings()
     sources = prepare_sources(models, (astronaut_path,), settings)
     assert sources[0].texture.shape[2] == 7

@@ -28,11 +28,8 @@ from facefusion_batch.kernels.torch_kernels import TorchKernels  # noqa: E402
 from facefusion_batch.models.facefusion import MODELS  # noqa: E402
 from facefusion_batch.pipeline.build import Models, build_pipeline  # noqa: E402
 from facefusion_batch.runtime.torch_backend import TorchBackend  # noqa: E402
-from facefusion_batch.swap.classical import (  # noqa: E402
-    OCCLUSION_CROP,
-    OCCLUSION_TEMPLATE,
-    ClassicalSettings,
-)
+from facefusion_batch.swap.classical.settings import ClassicalSettings  # noqa: E402
+from facefusion_batch.swap.classical.stage import OCCLUSION_CROP, OCCLUSION_TEMPLATE  # noqa: E402
 from facefusion_batch.swap.learned import LearnedSettings  # noqa: E402
 from facefusion_batch.swap.masks import MaskSettings  # noqa: E402
 from facefusion_batch.video.planes import PlaneLayout, blank_picture  # noqa: E402

@@ -1,6 +1,6 @@
 """Closed eyes the mesh keeps open stay closed: t1.jpg's Lisa (eyes shut, smiling) and Jennifer
 (lids lowered, looking down) measure as open as David in the mesh; the picture tells them apart
-(swap/lids.py), and the classical swap keeps them shut (the target's own eyes), on both kernel
+(swap/classical/lids.py), and the classical swap keeps them shut (the target's own eyes), on both kernel
 sets."""
 
 from __future__ import annotations
@@ -12,12 +12,17 @@ import pytest
 from facefusion_batch.faces.align import align_crops, host_crops, transform_points
 from facefusion_batch.kernels.host import HostKernels
 from facefusion_batch.pipeline.build import prepare_sources
-from facefusion_batch.swap.classical import (
-    ClassicalSettings,
-    ClassicalSwapper,
-    eye_openness,
+from facefusion_batch.swap.classical.features import eye_openness
+from facefusion_batch.swap.classical.lids import (
+    LID_CROP,
+    LID_OPEN,
+    LID_SHUT,
+    LID_TEMPLATE,
+    lid_holds,
+    lid_skin_shares,
 )
-from facefusion_batch.swap.lids import LID_CROP, LID_OPEN, LID_SHUT, LID_TEMPLATE, lid_holds, lid_skin_shares
+from facefusion_batch.swap.classical.settings import ClassicalSettings
+from facefusion_batch.swap.classical.stage import ClassicalSwapper
 
 try:
     from facefusion_batch.kernels.torch_kernels import TorchKernels
@@ -41,7 +46,7 @@ def shares(k, image: np.ndarray, table, regions) -> np.ndarray:
 
 
 def test_the_mesh_alone_cannot_tell_these_lids(models, t1_faces):
-    """Why swap/lids.py exists: by mesh opening the shut eyes are as open as David's."""
+    """Why swap/classical/lids.py exists: by mesh opening the shut eyes are as open as David's."""
     opening = eye_openness(t1_faces.mesh, models.regions)
     for who in (JENNIFER, LISA):
         assert opening[by_x(t1_faces, who)].min() >= 0.8 * opening[by_x(t1_faces, DAVID)].min()
@@ -71,13 +76,13 @@ def test_an_eye_too_small_to_tell_is_not_held(models, t1_faces):
 
 @pytest.fixture(scope="module")
 def swappers(models, astronaut_path):
-    """The astronaut onto t1.jpg three ways: with the fit off (swap/fit.py) "own" (a shut eye
+    """The astronaut onto t1.jpg three ways: with the fit off (swap/classical/fit.py) "own" (a shut eye
     stays the target's own) and "open" (no lids read: the astronaut's open eye is painted over
     it); and the default, "fit" (a face with a shut eye keeps both its own)."""
     variants = {
         "own": ClassicalSettings(fit=False),
         "open": ClassicalSettings(lids=False, fit=False),
-        "fit": ClassicalSettings(),  # the default: swap/fit.py keeps a face's shut eyes whole
+        "fit": ClassicalSettings(),  # the default: swap/classical/fit.py keeps a face's shut eyes whole
     }
     return {
         name: ClassicalSwapper(

@@ -1,4 +1,4 @@
-"""The shadow under a source's lower lip, lifted toward its chin's skin (swap/lip_shadow.py): a
+"""The shadow under a source's lower lip, lifted toward its chin's skin (swap/classical/lip_shadow.py): a
 shadow painted there is lifted by the share asked for, nothing outside the band under the lip
 moves, the lips keep their pixels (to a level), a photo without such a shadow barely changes, and
 `--lip-shadow` sets the share."""
@@ -12,8 +12,9 @@ import pytest
 from facefusion_batch.config import render_settings
 from facefusion_batch.faces.mesh import eye_frame
 from facefusion_batch.kernels.host import HostKernels
-from facefusion_batch.swap.classical import ClassicalSettings, prepare_source
-from facefusion_batch.swap.lip_shadow import GREY, SHADOW_DEPTH, SHADOW_TOLERANCE, lift_lip_shadow
+from facefusion_batch.swap.classical.lip_shadow import GREY, SHADOW_DEPTH, SHADOW_TOLERANCE, lift_lip_shadow
+from facefusion_batch.swap.classical.settings import ClassicalSettings
+from facefusion_batch.swap.classical.source import prepare_source
 
 HOST = HostKernels()
 

@@ -29,8 +29,9 @@ from facefusion_batch.models.prepare import make_dynamic_batch
 from facefusion_batch.pipeline import build
 from facefusion_batch.pipeline.build import prepare_sources
 from facefusion_batch.pipeline.stages import FacePipeline
-from facefusion_batch.swap.classical import ClassicalSettings, ClassicalSwapper
-from facefusion_batch.swap.mapped import PersonRouter
+from facefusion_batch.swap.classical.mapped import PersonRouter
+from facefusion_batch.swap.classical.settings import ClassicalSettings
+from facefusion_batch.swap.classical.stage import ClassicalSwapper
 
 K = hostk.HOST
 PEOPLE = (0, 3)  # two of t1's six faces (rows of its detection at 640 px), far apart

@@ -24,7 +24,7 @@ from facefusion_batch.cli import app
 from facefusion_batch.config import SwapSettings
 from facefusion_batch.errors import ModelError
 from facefusion_batch.pipeline import build
-from facefusion_batch.swap.classical import ClassicalSwapper
+from facefusion_batch.swap.classical.stage import ClassicalSwapper
 from facefusion_batch.swap.learned import LearnedSettings, LearnedSwapper
 from facefusion_batch.tools import preview
 from facefusion_batch.tools.preview import SHEET_COLUMN_WIDTH, contact_sheet, draw_label, face_crops

@@ -1,7 +1,7 @@
 import cv2
 import numpy as np
 
-from facefusion_batch.swap.raster import rasterize
+from facefusion_batch.swap.classical.raster import rasterize
 
 
 def grid_mesh(n: int, size: float, offset=(0.0, 0.0)):

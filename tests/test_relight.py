@@ -1,7 +1,7 @@
-"""Relighting (kernels/formulas.py relight, swap/relight.py): the source's albedo lit by the target's
-shading, order-2 spherical harmonics fitted through the mesh's normals. Checked on a rendered
-sphere whose light is known, on both kernel sets (the torch set on the CPU), and on the mesh's
-own normals."""
+"""Relighting (kernels/formulas.py relight, swap/classical/relight.py): the source's albedo lit by
+the target's shading, order-2 spherical harmonics fitted through the mesh's normals. Checked on a
+rendered sphere whose light is known, on both kernel sets (the torch set on the CPU), and on the
+mesh's own normals."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from facefusion_batch.kernels import formulas
 from facefusion_batch.kernels.host_ops import PRIMITIVES
-from facefusion_batch.swap.relight import normal_texture, rotations, vertex_normals
+from facefusion_batch.swap.classical.relight import normal_texture, rotations, vertex_normals
 
 
 def sphere(size: int = 96) -> tuple[np.ndarray, np.ndarray]:

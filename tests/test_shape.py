@@ -1,4 +1,4 @@
-"""Shape transfer (swap/shape.py): the target mesh takes the source's brows, nose and eye
+"""Shape transfer (swap/classical/shape.py): the target mesh takes the source's brows, nose and eye
 spacing, mouth width and lip thickness at the target's pose, and keeps its own outline, mouth
 opening and eyelid opening."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from facefusion_batch.swap.shape import mouth_weight, shaped_meshes, similarity_3d
+from facefusion_batch.swap.classical.shape import mouth_weight, shaped_meshes, similarity_3d
 
 
 def rotation(yaw: float) -> np.ndarray:

@@ -12,8 +12,9 @@ import pytest
 
 from facefusion_batch.kernels.host import HostKernels
 from facefusion_batch.pipeline.build import prepare_sources
-from facefusion_batch.swap.classical import ClassicalSettings, swap_triangles
-from facefusion_batch.swap.symmetry import wink_shares
+from facefusion_batch.swap.classical.settings import ClassicalSettings
+from facefusion_batch.swap.classical.stage import swap_triangles
+from facefusion_batch.swap.classical.symmetry import wink_shares
 
 HOST = HostKernels()
 # t1.jpg's faces by the left edge of their box (px), as tests/test_lids.py finds them

@@ -1,4 +1,4 @@
-"""`--mask skin`: occlusion for the classical swap without a model (swap/skin.py). What is not
+"""`--mask skin`: occlusion for the classical swap without a model (swap/classical/skin.py). What is not
 skin in front of a face (a microphone, a hair strand) stays in front; a clean face is swapped as
 before; both kernel sets agree; a learned swapper refuses it."""
 
@@ -12,7 +12,8 @@ from hostk import HOST, analyse
 from facefusion_batch.config import SwapSettings
 from facefusion_batch.errors import InputError
 from facefusion_batch.pipeline.build import build_pipeline, prepare_sources
-from facefusion_batch.swap.classical import ClassicalSettings, ClassicalSwapper
+from facefusion_batch.swap.classical.settings import ClassicalSettings
+from facefusion_batch.swap.classical.stage import ClassicalSwapper
 from facefusion_batch.swap.learned import LearnedSettings
 from facefusion_batch.swap.masks import MaskSettings
 

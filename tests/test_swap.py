@@ -23,10 +23,13 @@ import numpy as np
 import pytest
 
 from facefusion_batch.errors import EXIT_USAGE, InputError, NoFaceError
+from facefusion_batch.faces.mesh import eye_frame
 from facefusion_batch.faces.table import FaceTable
 from facefusion_batch.pipeline.build import build_pipeline, prepare_sources
 from facefusion_batch.settings.types import SwapSettings
-from facefusion_batch.swap.classical import ClassicalSettings, ClassicalSwapper, SourceFace, eye_frame
+from facefusion_batch.swap.classical.settings import ClassicalSettings
+from facefusion_batch.swap.classical.source import SourceFace
+from facefusion_batch.swap.classical.stage import ClassicalSwapper
 from facefusion_batch.video.stills import read_image
 
 FAR = 0.75  # box sizes from a face's box centre beyond which nothing may change
@@ -429,7 +432,7 @@ def test_a_dark_fringe_above_the_brows_is_left_out_of_the_source(models, astrona
     """The source's own hair over the band kept above its brows (the astronaut's fringe) gets no
     alpha: the local shading lifted it to the target's skin, a bright orange streak at the brow.
     Her forehead's skin in that band keeps it."""
-    from facefusion_batch.swap import classical
+    from facefusion_batch.swap.classical import features
 
     def band_alpha(source):
         texture, mesh = source.texture, source.geometry
@@ -447,7 +450,7 @@ def test_a_dark_fringe_above_the_brows_is_left_out_of_the_source(models, astrona
         return texture[..., 3][band & (grey < 0.45 * median)], texture[..., 3][band & (grey > 0.8 * median)]
 
     fringe, skin = band_alpha(prepare_sources(models, (astronaut_path,), ClassicalSettings())[0])
-    monkeypatch.setattr(classical, "HAIR_DARKER", 0.0)  # no hair told apart: the fringe is painted
+    monkeypatch.setattr(features, "HAIR_DARKER", 0.0)  # no hair told apart: the fringe is painted
     painted, painted_skin = band_alpha(prepare_sources(models, (astronaut_path,), ClassicalSettings())[0])
     assert len(fringe) > 20 and (fringe == 0).mean() > 0.9, (len(fringe), (fringe == 0).mean())
     # measured: the fringe's mean alpha 0.10 without, 0 with; the band's skin 0.27 and 0.26
@@ -459,7 +462,7 @@ def test_hair_that_reaches_the_cut_outs_edge_is_hair_a_dark_spot_inside_is_not()
     """temple_hair on a plain skin-grey crop: a dark patch running in from the cut-out's edge is
     cut, an as dark spot inside the face (a mole, a shadowed eye corner) stays, and so does the
     patch where it lies outside the zone asked about."""
-    from facefusion_batch.swap.classical import temple_hair
+    from facefusion_batch.swap.classical.features import temple_hair
 
     crop = np.full((120, 120, 3), 180.0, np.float32)
     area = np.zeros((120, 120), np.uint8)
@@ -476,7 +479,7 @@ def test_hair_that_reaches_the_cut_outs_edge_is_hair_a_dark_spot_inside_is_not()
 def test_the_astronauts_hair_at_her_temples_gets_no_alpha(models, astronaut_path, monkeypatch):
     """Her bob over the sides of her face beside the eyes: painted, it was a dark streak along
     the target's hairline (her worst skin block on Courteney, at the top of the frame)."""
-    from facefusion_batch.swap import classical
+    from facefusion_batch.swap.classical import source as source_prep
 
     def temple_alpha(source):
         g, alpha = source.geometry, source.texture[..., 3]
@@ -495,7 +498,9 @@ def test_the_astronauts_hair_at_her_temples_gets_no_alpha(models, astronaut_path
 
     settings = ClassicalSettings(mirror_fill=False)
     cut = temple_alpha(prepare_sources(models, (astronaut_path,), settings)[0])
-    monkeypatch.setattr(classical, "temple_hair", lambda crop, area, beside, iod: np.zeros(area.shape, bool))
+    monkeypatch.setattr(
+        source_prep, "temple_hair", lambda crop, area, beside, iod: np.zeros(area.shape, bool)
+    )
     painted = temple_alpha(prepare_sources(models, (astronaut_path,), settings)[0])
     assert len(cut) > 20 and painted.mean() > 0.1, (len(cut), painted.mean())
     assert cut.mean() < 0.25 * painted.mean(), (cut.mean(), painted.mean())

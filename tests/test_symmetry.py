@@ -1,4 +1,4 @@
-"""Mirror fill (swap/symmetry.py): a turned source photo's squeezed side is painted from its
+"""Mirror fill (swap/classical/symmetry.py): a turned source photo's squeezed side is painted from its
 visible side, flipped; a frontal photo is left as it is."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ import cv2
 import numpy as np
 import pytest
 
-from facefusion_batch.faces.mesh import LEFT_EYE_OUTER, NOSE_TIP, RIGHT_EYE_OUTER
+from facefusion_batch.faces.mesh import LEFT_EYE_OUTER, NOSE_TIP, RIGHT_EYE_OUTER, eye_frame
 from facefusion_batch.kernels.host import HostKernels
 from facefusion_batch.pipeline.build import build_pipeline, prepare_sources
 from facefusion_batch.settings.types import SwapSettings
-from facefusion_batch.swap.classical import ClassicalSettings, eye_frame
-from facefusion_batch.swap.symmetry import (
+from facefusion_batch.swap.classical.settings import ClassicalSettings
+from facefusion_batch.swap.classical.symmetry import (
     MIDLINE_INSET,
     NASION,
     far_half,

@@ -291,7 +291,7 @@ def test_a_blink_the_picture_sees_is_drawn_shut_on_time_not_half_shut_and_late()
 
 
 def test_a_lid_read_shut_on_one_frame_and_open_on_the_next_is_averaged_along_its_track():
-    """The classical swap's `lids` column (swap/lids.py) leaves the tracker as its mean over the
+    """The classical swap's `lids` column (swap/classical/lids.py) leaves the tracker as its mean over the
     track's last `window` faces: an eye does not flicker between the source's and the target's;
     a second face's lids are its own."""
     s = TrackSettings(window=4)

@@ -24,7 +24,7 @@ class FaceTable:
     track: np.ndarray | None = None  # [F] int64: the face's track across frames (faces/track.py)
     person_distance: np.ndarray | None = None  # [F,P] float32: distance to each --map reference
     person: np.ndarray | None = None  # [F] int64: the --map person whose source it gets
-    lids: np.ndarray | None = None  # [F,2] float32: how shut each eye is by its lid (swap/lids.py)
+    lids: np.ndarray | None = None  # [F,2] float32: how shut each eye is by its lid (swap/classical/lids.py)
     frame_no: np.ndarray | None = None  # [F] int64: the face's frame in the job (faces/track.py)
 
     @staticmethod

@@ -15,7 +15,7 @@ order (`InOrder`), then the swap paints them. No model runs here.
   above `start`. A weak face that hovers around a threshold keeps one state instead of flickering.
 - Persons (`--map`): a face's distances to the mapped people become their mean over the
   track's last 2 · `window` faces, so a track keeps one person instead of flipping on a frame.
-- Lids (the classical swap's `lids` column, swap/lids.py): their mean over the track's last
+- Lids (the classical swap's `lids` column, swap/classical/lids.py): their mean over the track's last
   `window` faces, so an eye read shut on one frame and open on the next does not flicker; but
   a clear step (a blink: `LID_RUN` frames read clearly shut after frames read open, or back)
   starts the mean afresh, so a blink is drawn shut, not half shut and late (`lid_average`).

@@ -60,18 +60,13 @@ from facefusion_batch.runtime.batching import HOST, BatchPolicy
 from facefusion_batch.runtime.device import DeviceSettings
 from facefusion_batch.runtime.engine_cache import declares_fixed_batch
 from facefusion_batch.runtime.session import Backend, Session
-from facefusion_batch.swap.classical import (
-    ClassicalSettings,
-    ClassicalSwapper,
-    SourceFace,
-    prepare_source,
-    swap_triangles,
-    with_mirror,
-)
+from facefusion_batch.swap.classical.lids import LidReader, shut_lids
+from facefusion_batch.swap.classical.mapped import PersonRouter
+from facefusion_batch.swap.classical.settings import ClassicalSettings
+from facefusion_batch.swap.classical.source import SourceFace, prepare_source, with_mirror
+from facefusion_batch.swap.classical.stage import ClassicalSwapper, swap_triangles
 from facefusion_batch.swap.enhance import FaceEnhancer
 from facefusion_batch.swap.learned import LearnedSwapper
-from facefusion_batch.swap.lids import LidReader, shut_lids
-from facefusion_batch.swap.mapped import PersonRouter
 from facefusion_batch.swap.masks import AreaMasker, CropMasker, Occluder, RegionParser
 from facefusion_batch.swap.regions import FaceRegions
 from facefusion_batch.timing import StageTimer

@@ -30,7 +30,7 @@ class RenderReport:
     # detected faces not swapped, by reason (FacePipeline: each stage's drop_reason); they add up
     # to faces_found - faces_swapped
     faces_not_swapped: dict[str, int] = field(default_factory=dict)
-    # swapped faces by the default swap's do-no-harm decision (swap/fit.py): full, or
+    # swapped faces by the default swap's do-no-harm decision (swap/classical/fit.py): full, or
     # own_eyes_<reason> (the face kept its own eyes: eyes_closed, eyes_wider, lids, gaze, pose, ...)
     swap_decisions: dict[str, int] = field(default_factory=dict)
     frames_replaced: int = 0  # --on-decode-error skip: frames not decoded, filled with the last good one

@@ -79,7 +79,7 @@ class BatchResult:
     swapped_per_frame: np.ndarray | None = None  # [B] faces swapped in each frame
     # reason -> [B] faces of each frame a stage dropped for that reason (stage.drop_reason)
     dropped_per_frame: dict[str, np.ndarray] = field(default_factory=dict)
-    # decision -> [B] faces of each frame the swap painted so (Frames.decisions, swap/fit.py)
+    # decision -> [B] faces of each frame the swap painted so (Frames.decisions, swap/classical/fit.py)
     decisions_per_frame: dict[str, np.ndarray] = field(default_factory=dict)
     painted: list[Rect] = field(default_factory=list)  # (frame, x, y, w, h): what may have changed
     mattes: dict[int, np.ndarray] | None = None  # matte=True: {frame: the paste alpha, 0–1}

@@ -31,7 +31,7 @@ from facefusion_batch.settings.types import (
     RenderSettings,
     SwapSettings,
 )
-from facefusion_batch.swap.classical import EYES_MOUTH_CHOICES
+from facefusion_batch.swap.classical.settings import EYES_MOUTH_CHOICES
 from facefusion_batch.swap.masks import MASK_AREAS, MASK_TYPES, REGION_CLASSES
 from facefusion_batch.video.compositing import check_face_only_output
 from facefusion_batch.video.encoder_policy import validate_encoder

@@ -35,7 +35,7 @@ from facefusion_batch.settings.types import (
     RenderSettings,
     SwapSettings,
 )
-from facefusion_batch.swap.classical import ClassicalSettings
+from facefusion_batch.swap.classical.settings import ClassicalSettings
 from facefusion_batch.swap.learned import LearnedSettings
 from facefusion_batch.swap.masks import MaskSettings
 from facefusion_batch.video.encoder_policy import EncoderSettings

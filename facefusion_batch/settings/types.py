@@ -16,7 +16,7 @@ from facefusion_batch.faces.select import FaceOrder
 from facefusion_batch.faces.track import TrackSettings
 from facefusion_batch.runtime.batching import BatchPolicy
 from facefusion_batch.runtime.device import DeviceSettings
-from facefusion_batch.swap.classical import ClassicalSettings
+from facefusion_batch.swap.classical.settings import ClassicalSettings
 from facefusion_batch.swap.learned import LearnedSettings
 from facefusion_batch.video.encoder_policy import EncoderSettings
 from facefusion_batch.video.reader import DecodeErrorMode

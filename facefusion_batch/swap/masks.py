@@ -32,7 +32,8 @@ from facefusion_batch.runtime.batching import HOST, BatchPolicy
 from facefusion_batch.runtime.session import Session
 from facefusion_batch.swap.regions import FaceRegions
 
-MASK_TYPES = ("box", "occlusion", "area", "region", "skin")  # skin: the classical swap's (swap/skin.py)
+# skin: the classical swap's (swap/classical/skin.py)
+MASK_TYPES = ("box", "occlusion", "area", "region", "skin")
 MASK_AREAS = ("upper-face", "lower-face", "mouth")  # FaceFusion's --face-mask-areas
 NOSE_BASE = np.array([98, 97, 2, 326, 327], np.int64)  # mesh points along the bottom of the nose
 # BiSeNet face-parsing classes (CelebAMask-HQ order)

@@ -20,7 +20,7 @@ import cv2
 import numpy as np
 
 from facefusion_batch.faces.mesh import LEFT_EYE_OUTER, NOSE_TIP, RIGHT_EYE_OUTER, eye_frame
-from facefusion_batch.swap.raster import rasterize
+from facefusion_batch.swap.classical.raster import rasterize
 
 LOW, HIGH = 0.5, 0.78  # share of the two areas over which a triangle turns to the flipped photo
 # a source turned this far (the yaw proxy: the nose tip's offset from the eyes' centre along the
@@ -115,7 +115,7 @@ def inset_midline(mesh: np.ndarray) -> np.ndarray:
 
 def wink_shares(shut: tuple[float, float]) -> tuple[float, float]:
     """Per eye (left, right), how much of it to paint from the flipped photo because the photo
-    has that eye clearly shut (more than half held by its lid, swap/lids.py) and the other open:
+    has that eye clearly shut (more than half held by its lid, swap/classical/lids.py) and the other open:
     a wink. A pair both shut, or an eye half read, gives none."""
     left, right = (float(v) for v in shut)
     return (

@@ -8,7 +8,7 @@ lash line is the darkest thing, along the bottom; over an open eye the upper hal
 and the upper lashes, darker than the rest and not skin.
 
 Per eye of each target's aligned crop: the share of the loop's upper half whose colour is
-the face's skin (YCrCb within a few robust spreads of the face's own skin, as swap/skin.py
+the face's skin (YCrCb within a few robust spreads of the face's own skin, as swap/classical/skin.py
 measures it), and whether that half is the lighter one. Pure numpy/OpenCV over the batch's
 crops: no model call.
 """
@@ -22,8 +22,8 @@ from facefusion_batch.faces.align import align_crops, host_crops, transform_poin
 from facefusion_batch.faces.mesh import LEFT_EYE_OUTER, RIGHT_EYE_OUTER
 from facefusion_batch.faces.table import FaceTable
 from facefusion_batch.kernels.base import Frames, Kernels
+from facefusion_batch.swap.classical.skin import feature_and_face_masks, skin_statistics
 from facefusion_batch.swap.regions import FaceRegions
-from facefusion_batch.swap.skin import feature_and_face_masks, skin_statistics
 
 # the aligned crop a lid is told from (the occlusion model's template): the eye spans ~20 px
 LID_TEMPLATE, LID_CROP = "arcface_128", 128

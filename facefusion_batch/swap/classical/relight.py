@@ -6,7 +6,7 @@ as x and y): per vertex, the area-weighted mean of its triangles' normals, turne
 camera, interpolated over each triangle of the swap where the texture is sampled from (the flipped
 photo's half of a mirror-filled atlas takes the same triangles' normals: the swap paints them as
 the photo's own). They are stored in the source frame; a target's paint turns them by the rigid
-rotation of the source's stable points onto the target's (swap/shape.py's fit), so the target's
+rotation of the source's stable points onto the target's (swap/classical/shape.py's fit), so the target's
 shading is fitted through normals at its own pose.
 """
 
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from facefusion_batch.swap.raster import rasterize
-from facefusion_batch.swap.shape import STABLE, similarity_3d
+from facefusion_batch.swap.classical.raster import rasterize
+from facefusion_batch.swap.classical.shape import STABLE, similarity_3d
 
 
 def vertex_normals(mesh: np.ndarray, triangles: np.ndarray) -> np.ndarray:

@@ -6,10 +6,10 @@ or aside) or its head is turned further from the camera than the photo's, a sour
 there is a guess, and at 1:1 it shows as a painted or bruised eye (issue 35). Such a face keeps
 its own eyes wholesale, inside a feathered ring (the classical swap's eye channels), so its
 expression is the target's by construction; the source still brings the rest of the face. The
-mouth needs no decision: the target's inner mouth always stays its own (swap/classical.py).
+mouth needs no decision: the target's inner mouth always stays its own (swap/classical/source.py).
 
 The decision uses no recogniser: the mesh's eye openings, the lids read from the picture
-(swap/lids.py), where each eye's darkest quarter (iris and pupil) lies, and the yaw proxy
+(swap/classical/lids.py), where each eye's darkest quarter (iris and pupil) lies, and the yaw proxy
 (faces/mesh.eye_frame). Mesh presence needs none here: the tracker already stops a track whose
 presence falls (faces/track.py, counted in the report as its drop reason). Along a track, a
 face keeps its eyes for FIT_WINDOW frames after the last frame that asked for it, so the eyes do
@@ -29,7 +29,7 @@ from facefusion_batch.faces.mesh import eye_frame
 from facefusion_batch.faces.table import FaceTable
 from facefusion_batch.faces.track import InOrder
 from facefusion_batch.kernels.base import Frames, Kernels
-from facefusion_batch.swap.lids import LID_CROP, LID_TEMPLATE
+from facefusion_batch.swap.classical.lids import LID_CROP, LID_TEMPLATE
 from facefusion_batch.swap.regions import FaceRegions
 
 # frames a face keeps its own eyes after the last one that asked for it (within the tracker's
@@ -86,7 +86,7 @@ def gaze_offsets(image: np.ndarray, mesh: np.ndarray, regions: FaceRegions) -> n
 
 def target_gazes(k: Kernels, frames: Frames, table: FaceTable, regions: FaceRegions) -> np.ndarray:
     """[F, 2, 2] `gaze_offsets` of every face of the batch, on the small aligned crops the lids
-    are read from (swap/lids.py): one crop call on the kernel set, then numpy."""
+    are read from (swap/classical/lids.py): one crop call on the kernel set, then numpy."""
     if len(table) == 0:
         return np.zeros((0, 2, 2))
     crops, affines = align_crops(k, frames, table.frame_index, table.landmarks5, LID_TEMPLATE, LID_CROP)
@@ -100,7 +100,7 @@ class FitInputs:
 
     target_open: np.ndarray  # [F, 2] eye openings (classical.eye_openness)
     source_open: np.ndarray  # [F, 2]
-    lids: np.ndarray | None  # [F, 2] how shut each target eye is by its lid (swap/lids.py)
+    lids: np.ndarray | None  # [F, 2] how shut each target eye is by its lid (swap/classical/lids.py)
     target_gaze: np.ndarray | None  # [F, 2, 2] gaze_offsets (NaN: not measured)
     source_gaze: np.ndarray  # [F, 2, 2]
     target_yaw: np.ndarray  # [F]
