@@ -36,7 +36,7 @@ from facefusion_batch.pipeline.run import Renderer
 from facefusion_batch.video.reader import FrameReader
 from facefusion_batch.video.segments import frame_index
 from facefusion_batch.video.stream_end import declared_size
-from facefusion_batch.video.timing import ClockMap, ClockScan, display_order
+from facefusion_batch.video.timing import ClockMap, ClockScan, display_order, strictly_after
 
 
 def decoded_times(path: Path) -> tuple[list[Fraction | None], list[int]]:
@@ -65,6 +65,14 @@ def test_display_times_put_the_streams_pts_in_increasing_order():
     assert display_order([2, 4, 3, 6, 5, 8, 7, 9]) == [2, 3, 4, 5, 6, 7, 8, 9]
     assert display_order([0, 1, 2, 3]) == [0, 1, 2, 3]  # in order already: nothing changes
     assert display_order([5, None, 6]) == [5, None, 6]
+
+
+def test_a_repeated_or_earlier_pts_goes_one_tick_after_the_frame_before():
+    """The one rule the reader and the writer both apply (video/timing.strictly_after)."""
+    assert strictly_after(None, 7) == 7  # the first frame keeps its own
+    assert strictly_after(6, 7) == 7 and strictly_after(6, 100) == 100  # later: kept
+    assert strictly_after(7, 7) == 8  # a repeat: one tick on
+    assert strictly_after(9, 3) == 10  # back before the frame before: one tick after it
 
 
 # -- MPEG-TS whose 33-bit clock wraps mid-clip ------------------------------------------------

@@ -68,7 +68,7 @@ from facefusion_batch.video.planes import BGR24, NATIVE, PIXEL_FORMATS, YUV420P,
 from facefusion_batch.video.probe import VideoInfo, open_input, probe
 from facefusion_batch.video.segments import FrameIndex, FramePackets, frame_index
 from facefusion_batch.video.stream_end import PacketEnd, judge_end
-from facefusion_batch.video.timing import DisplayTimes
+from facefusion_batch.video.timing import DisplayTimes, strictly_after
 
 log = logging.getLogger("ffbatch")
 
@@ -475,14 +475,15 @@ class FrameReader:
         moved = 0
 
         def one_tick_on(ready: list[tuple[av.VideoFrame, int | None]]):
-            # A frame that repeats the pts before it goes one tick later (as the writer would), here,
-            # where every read of the file counts from frame 0: a chunk or range starting on it
-            # gives it the whole render's time, and segments never overlap.
+            # A frame that repeats the pts before it goes one tick later (`strictly_after`, the
+            # writer's rule), here, where every read of the file counts from frame 0: a chunk or
+            # range starting on it gives it the whole render's time, and segments never overlap.
             nonlocal last, moved
             for av_frame, pts in ready:
-                if pts is not None and last is not None and pts <= last:
-                    pts, moved = last + 1, moved + 1
-                last = pts if pts is not None else last
+                if pts is not None:
+                    kept = strictly_after(last, pts)
+                    moved += int(kept != pts)
+                    pts = last = kept
                 yield av_frame, pts
 
         for packet in container.demux(stream):

@@ -22,6 +22,9 @@ Two things FFmpeg's demuxers hand over that cannot be written as they are:
   frame one frame after the last of the part before (later still if the audio before the splice
   runs past the video, so that no audio packet overlaps the next), video and audio of one part
   by the same time, so their sync within each part is kept exactly and nothing is dropped.
+* Repeated timestamps. A frame whose pts repeats the one before it (or goes back before it)
+  cannot be written as it is: `strictly_after` moves it one tick after the frame before. The
+  reader applies it as it reads and the writer to what it is handed, so both hold one rule.
 """
 
 from __future__ import annotations
@@ -63,6 +66,13 @@ def timeline_shift(container) -> Fraction:
 def shift_ticks(shift: Fraction, time_base: Fraction) -> int:
     """`shift` seconds in `time_base` units (to the nearest tick)."""
     return round(shift / time_base) if shift and time_base else 0
+
+
+def strictly_after(last: int | None, pts: int) -> int:
+    """`pts`, or one tick after `last` (the pts of the frame before) where it is not later than
+    it: a frame that repeats the timestamp before it, or goes back before it, is shown one tick
+    after that frame."""
+    return last + 1 if last is not None and pts <= last else pts
 
 
 class DisplayTimes(Generic[T]):

@@ -9,7 +9,8 @@ file is removed: nothing is ever left at the output path.
 Timing: every frame is encoded with the pts it had in the input and the input's
 time base, so frame counts are exact and variable frame rates survive. Each
 frame's duration is the gap to the next one (the last frame repeats the
-previous gap), which keeps the container duration right.
+previous gap), which keeps the container duration right. A pts that repeats the one before
+goes one tick after it (`video/timing.strictly_after`, the reader's rule too).
 
 Pictures: BGR `uint8` in, converted to the output pixel format (`output_pix_fmt`:
 --pix-fmt, else the input's own where the encoder takes it) with the colour
@@ -68,7 +69,7 @@ from facefusion_batch.video.native import NativePicture
 from facefusion_batch.video.planes import BGR24, NATIVE, PIXEL_FORMATS, YUV420P, picture_shape
 from facefusion_batch.video.probe import VideoInfo
 from facefusion_batch.video.segments import TAG_SETTINGS
-from facefusion_batch.video.timing import shift_ticks
+from facefusion_batch.video.timing import shift_ticks, strictly_after
 from facefusion_batch.video.written import record_written
 
 log = logging.getLogger("ffbatch")
@@ -469,13 +470,12 @@ class VideoWriter:
             pts += self._shift
         last = self._last_pts
         if pts is None:
-            pts = 0 if last is None else last + (self._last_delta or self._step)
-        elif last is not None and pts <= last:
-            if not self._warned_pts:
-                self._warned_pts = True
-                log.warning("%s: frame timestamps are not increasing; adjusting them", self.output)
-            pts = last + 1
-        return pts
+            return 0 if last is None else last + (self._last_delta or self._step)
+        kept = strictly_after(last, pts)  # a repeated pts one tick later, as the reader reads it
+        if kept != pts and not self._warned_pts:
+            self._warned_pts = True
+            log.warning("%s: frame timestamps are not increasing; adjusting them", self.output)
+        return kept
 
     def _encode_item(self, item: _Item) -> None:
         pts = self._next_pts(item)
