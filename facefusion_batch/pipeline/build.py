@@ -8,7 +8,7 @@ classical swap, and says which in the log.
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 
@@ -42,6 +42,7 @@ from facefusion_batch.models.facefusion import (
     FACE_DETECTORS,
     MODELS,
     RECOGNISER,
+    LearnedModel,
     learned_model,
 )
 from facefusion_batch.models.prepare import prepared_path, usable_int8, variant_catalog
@@ -66,7 +67,7 @@ from facefusion_batch.swap.classical.settings import ClassicalSettings
 from facefusion_batch.swap.classical.source import SourceFace, prepare_source, with_mirror
 from facefusion_batch.swap.classical.stage import ClassicalSwapper, swap_triangles
 from facefusion_batch.swap.enhance import FaceEnhancer
-from facefusion_batch.swap.learned import LearnedSwapper
+from facefusion_batch.swap.learned import LearnedSettings, LearnedSwapper
 from facefusion_batch.swap.masks import AreaMasker, CropMasker, Occluder, RegionParser
 from facefusion_batch.swap.regions import FaceRegions
 from facefusion_batch.timing import StageTimer
@@ -360,50 +361,120 @@ def build_pipeline(
     """The face pipeline of these settings: its stages, their sessions and the prepared sources.
 
     One pipeline serves every kernel set (each executor worker passes its own). `tracking`:
-    faces linked into tracks and swapped per track (None: every frame on its own)."""
-    learned = settings.learned
+    faces linked into tracks and swapped per track (None: every frame on its own). Each step
+    below loads its own models and checks its own options, in this order."""
     swapper_name = choose_swapper(settings, models.models_dir)
-    if swapper_name is not None and "skin" in learned.masks.types:  # before any model is loaded
+    refuse_skin_mask_with_a_learned_swapper(settings, swapper_name)  # before any model is loaded
+    recogniser = swap_recogniser(models, swapper_name)  # ArcFace, when the swap itself needs embeddings
+    chooser, reference = face_chooser(models, settings, faces_mode, recogniser)
+    stages: list = face_filters(models, settings.face_filter, source_paths)
+    stages.append(face_selector(settings, faces_mode, chooser, reference))
+    sources = SourcePhotos(source_paths, mapped_sources(settings, source_paths), source_face_index)
+    matcher, assign = person_stages(models, settings, chooser)
+    stages += matcher
+    track = [TrackStage(FaceTracker(tracking))] if tracking is not None else []
+    occluder, parser = mask_models(models, settings, swapper_name)
+    if settings.swapper == "none":  # the enhancer alone (FaceFusion's face_enhancer step)
+        stages += track
+    elif swapper_name is None:
+        stages += classical_stages(models, settings, sources, occluder, track, assign)
+    else:
+        stages += learned_stages(
+            models, settings, swapper_name, sources, recogniser, occluder, parser, track, assign
+        )
+    stages += enhancer_stages(models, settings.learned, occluder)
+    shown = "none" if settings.swapper == "none" else swapper_name or "classical"
+    return FacePipeline(models.detector, stages, timer, swapper=shown)
+
+
+# --- the steps of build_pipeline, in its order -----------------------------------------------
+
+
+def refuse_skin_mask_with_a_learned_swapper(settings: SwapSettings, swapper_name: str | None) -> None:
+    """`--mask skin` reads the face mesh, which only the classical swap has."""
+    if swapper_name is not None and "skin" in settings.learned.masks.types:
         raise InputError(
             "--mask skin is the classical swap's occlusion without a model (it reads the face mesh); "
             "a learned swapper takes --mask occlusion or --mask region"
         )
+
+
+def swap_recogniser(models: Models, swapper_name: str | None) -> Recogniser | None:
+    """ArcFace, when the learned swapper's identity is an embedding; else None."""
     family = learned_model(swapper_name).family if swapper_name else None
-    recogniser = None  # ArcFace, when the swap itself needs embeddings
     if family in EMBEDDING_FAMILIES:
-        recogniser = load_recogniser(models, required_by=f"the learned swapper {swapper_name}")
-    chooser: SelectionRecogniser | None = None  # the recogniser that chooses faces (reference, --map)
-    if faces_mode == "reference" or settings.mapping:
-        why = "--faces reference" if faces_mode == "reference" else "--map"
-        chooser = selection_recogniser(models, settings.recogniser, recogniser, required_by=why)
+        return load_recogniser(models, required_by=f"the learned swapper {swapper_name}")
+    return None
+
+
+def face_chooser(
+    models: Models, settings: SwapSettings, faces_mode: str, recogniser: Recogniser | None
+) -> tuple[SelectionRecogniser | None, np.ndarray | None]:
+    """The recogniser that chooses faces (`--faces reference`, `--map`; else None) and, with
+    `--faces reference`, the reference face's vector."""
+    if faces_mode != "reference" and not settings.mapping:
+        return None, None
+    why = "--faces reference" if faces_mode == "reference" else "--map"
+    chooser = selection_recogniser(models, settings.recogniser, recogniser, required_by=why)
     reference = (
-        reference_embedding(models, chooser, settings.reference)
-        if faces_mode == "reference" and chooser is not None
-        else None
+        reference_embedding(models, chooser, settings.reference) if faces_mode == "reference" else None
     )
-    stages: list = face_filters(models, settings.face_filter, source_paths)
-    stages += [
-        FaceSelector(
-            faces_mode,
-            chooser,
-            reference,
-            settings.reference.distance,
-            settings.face_order,
-            settings.face_indices,
-        )
-    ]
-    # --map: whose source each face gets (the photos of each person; the plain --source last)
+    return chooser, reference
+
+
+def face_selector(
+    settings: SwapSettings,
+    faces_mode: str,
+    chooser: SelectionRecogniser | None,
+    reference: np.ndarray | None,
+) -> FaceSelector:
+    return FaceSelector(
+        faces_mode,
+        chooser,
+        reference,
+        settings.reference.distance,
+        settings.face_order,
+        settings.face_indices,
+    )
+
+
+@dataclass(frozen=True)
+class SourcePhotos:
+    """The photos a swap takes its faces from: `--source`'s, and with `--map` each person's."""
+
+    paths: tuple[Path, ...]
+    per_person: tuple[tuple[Path, ...], ...]  # none without --map
+    face_index: int = 0  # --source-face-index: which face of each photo (largest first)
+
+
+def mapped_sources(settings: SwapSettings, source_paths: tuple[Path, ...]) -> tuple[tuple[Path, ...], ...]:
+    """--map: whose source each face gets (the photos of each person; the plain --source last)."""
     person_sources: list[tuple[Path, ...]] = [(src,) for _, src in settings.mapping]
     if settings.mapping and settings.map_unmatched == "source":
         person_sources.append(tuple(source_paths))
-    assign = []
-    if settings.mapping and chooser is not None:
-        stages.append(PersonMatcher(chooser, map_references(models, chooser, settings.mapping)))
-        assign = [AssignPersons(settings.reference.distance, settings.map_unmatched)]
-    track = [TrackStage(FaceTracker(tracking))] if tracking is not None else []
-    masks = learned.masks
+    return tuple(person_sources)
+
+
+def person_stages(
+    models: Models, settings: SwapSettings, chooser: SelectionRecogniser | None
+) -> tuple[list[PersonMatcher], list[AssignPersons]]:
+    """--map: the stage that measures each face's distance to each person, and the one that
+    assigns the faces to them (after the tracker, which averages the distances along each track)."""
+    if not settings.mapping or chooser is None:
+        return [], []
+    matcher = PersonMatcher(chooser, map_references(models, chooser, settings.mapping))
+    return [matcher], [AssignPersons(settings.reference.distance, settings.map_unmatched)]
+
+
+def mask_models(
+    models: Models, settings: SwapSettings, swapper_name: str | None
+) -> tuple[Occluder | None, RegionParser | None]:
+    """The occlusion model (the learned swap's masks, the enhancer's, the classical paint's) and the
+    region parser (a learned swapper's) that `--mask` asks for; the masks only a learned swapper
+    takes are refused without one."""
+    masks = settings.learned.masks
     occluder = parser = None
-    if "occlusion" in masks.types:  # the learned swap's masks, the enhancer's, the classical paint's
+    if "occlusion" in masks.types:
         require_mask_model(settings, "--mask occlusion", "--occluder-model", masks.occluder_model, models)
         occluder = Occluder(
             load_learned(models, masks.occluder_model)[0], MODELS[masks.occluder_model].size, models.policy
@@ -425,93 +496,133 @@ def build_pipeline(
                 f"--mask {learned_only} needs a learned swapper (it masks the swapped crop); "
                 "the classical swap takes --mask occlusion or --mask skin"
             )
-    if settings.swapper == "none":  # the enhancer alone (FaceFusion's face_enhancer step)
-        stages += [*track]
-    elif swapper_name is None:
-        # with tracks, the tracker decides per track which faces are present
-        mesh = meshing(models, keep_all=tracking is not None)
+    return occluder, parser
 
-        def classical(paths: tuple[Path, ...]) -> ClassicalSwapper:
-            sources = prepare_sources(models, paths, settings.classical, source_face_index)
-            return ClassicalSwapper(
-                sources, models.triangles, models.regions, settings.classical, occluder, "skin" in masks.types
-            )
 
-        swapper: PersonRouter | ClassicalSwapper
-        if person_sources:
-            swapper = PersonRouter([classical(paths) for paths in person_sources])
-        else:
-            swapper = classical(source_paths)
-        # closed eyes the mesh keeps open, read before the tracker so it averages them per track
-        lids = (
-            [LidReader(models.regions)]
-            if settings.classical.eyes_mouth == "eyes" and settings.classical.lids
-            else []
-        )
-        stages += [mesh, *lids, *track, *assign, swapper]
+def classical_stages(
+    models: Models,
+    settings: SwapSettings,
+    sources: SourcePhotos,
+    occluder: Occluder | None,
+    track: list[TrackStage],
+    assign: list[AssignPersons],
+) -> list:
+    """The classical swap: the face mesh, the lids read from the picture, the tracker and --map's
+    assignment, then the swapper (one per person with --map)."""
+    classical = settings.classical
+    # with tracks, the tracker decides per track which faces are present
+    mesh = meshing(models, keep_all=bool(track))
+
+    def swapper_for(paths: tuple[Path, ...]) -> ClassicalSwapper:
+        prepared = prepare_sources(models, paths, classical, sources.face_index)
+        skin = "skin" in settings.learned.masks.types
+        return ClassicalSwapper(prepared, models.triangles, models.regions, classical, occluder, skin)
+
+    swapper: PersonRouter | ClassicalSwapper
+    if sources.per_person:
+        swapper = PersonRouter([swapper_for(paths) for paths in sources.per_person])
     else:
-        model = learned_model(swapper_name)
-        session, base_path = load_learned(models, swapper_name)
-        emap = read_emap(base_path) if model.family == "inswapper" else None
-        converter = load_learned(models, model.converter)[0] if model.converter else None
+        swapper = swapper_for(sources.paths)
+    # closed eyes the mesh keeps open, read before the tracker so it averages them per track
+    lids = [LidReader(models.regions)] if classical.eyes_mouth == "eyes" and classical.lids else []
+    return [mesh, *lids, *track, *assign, swapper]
 
-        def encoder(paths: tuple[Path, ...]) -> IdentityEncoder:
-            return IdentityEncoder(
-                model,
-                learned_sources(
-                    models,
-                    paths,
-                    recogniser,
-                    source_face_index,
-                    model.family,
-                    facefusion=learned.embedding_convention == "facefusion",
-                ),
-                weight=learned.weight,
-                emap=emap,
-                converter=converter,
-                convention=learned.embedding_convention,
-            )
 
-        identity = (
-            MappedIdentity([encoder(paths) for paths in person_sources])
-            if person_sources
-            else encoder(source_paths)
+def learned_stages(
+    models: Models,
+    settings: SwapSettings,
+    swapper_name: str,
+    sources: SourcePhotos,
+    recogniser: Recogniser | None,
+    occluder: Occluder | None,
+    parser: RegionParser | None,
+    track: list[TrackStage],
+    assign: list[AssignPersons],
+) -> list:
+    """A learned swapper: the face mesh when the area mask draws from it, the tracker and --map's
+    assignment, the target faces' embeddings when the swap weighs them, then the swapper with
+    its masks."""
+    learned, masks = settings.learned, settings.learned.masks
+    model = learned_model(swapper_name)
+    session, base_path = load_learned(models, swapper_name)
+    identity = learned_identity(models, learned, model, base_path, sources, recogniser)
+    stages: list = []
+    area = AreaMasker(models.regions, masks.areas) if "area" in masks.types else None
+    if area is not None:  # the area mask is drawn from the mesh; every face keeps its place
+        stages.append(meshing(models, keep_all=True))
+    stages += [*track, *assign]
+    if identity.needs_target_embeddings:
+        if recogniser is None:
+            raise ValueError("a swapper weight other than 0.5 needs the target faces' embeddings")
+        stages.append(recogniser)
+    stages.append(
+        LearnedSwapper(
+            session,
+            model,
+            identity,
+            CropMasker(masks, occluder, parser, area),
+            learned.pixel_boost,
+            models.policy,
         )
-        area = AreaMasker(models.regions, masks.areas) if "area" in masks.types else None
-        if area is not None:  # the area mask is drawn from the mesh; every face keeps its place
-            stages.append(meshing(models, keep_all=True))
-        stages += [*track, *assign]
-        if identity.needs_target_embeddings:
-            if recogniser is None:
-                raise ValueError("a swapper weight other than 0.5 needs the target faces' embeddings")
-            stages.append(recogniser)
-        stages.append(
-            LearnedSwapper(
-                session,
-                model,
-                identity,
-                CropMasker(masks, occluder, parser, area),
-                learned.pixel_boost,
-                models.policy,
-            )
+    )
+    return stages
+
+
+def learned_identity(
+    models: Models,
+    learned: LearnedSettings,
+    model: LearnedModel,
+    base_path: Path,
+    sources: SourcePhotos,
+    recogniser: Recogniser | None,
+) -> IdentityEncoder | MappedIdentity:
+    """The source identity the learned swapper `model` (its file at `base_path`) takes: the
+    source photos' embedding, or per person with --map."""
+    emap = read_emap(base_path) if model.family == "inswapper" else None
+    converter = load_learned(models, model.converter)[0] if model.converter else None
+
+    def encoder(paths: tuple[Path, ...]) -> IdentityEncoder:
+        return IdentityEncoder(
+            model,
+            learned_sources(
+                models,
+                paths,
+                recogniser,
+                sources.face_index,
+                model.family,
+                facefusion=learned.embedding_convention == "facefusion",
+            ),
+            weight=learned.weight,
+            emap=emap,
+            converter=converter,
+            convention=learned.embedding_convention,
         )
-    if learned.enhancer_model:
-        name = learned.enhancer_model.partition("@")[0]
-        if model_state(name, models.models_dir) == "missing":  # named: never fetched behind the user's back
-            raise ModelError(absent_message(f"--enhancer-model {name}", [name], models.models_dir))
-        stages.append(
-            FaceEnhancer(
-                load_learned(models, learned.enhancer_model)[0],
-                learned_model(learned.enhancer_model),
-                blend=learned.enhancer_blend,
-                mask_blur=masks.blur,
-                occluder=occluder,
-                policy=models.policy,
-                weight=learned.enhancer_weight,
-            )
+
+    if sources.per_person:
+        return MappedIdentity([encoder(paths) for paths in sources.per_person])
+    return encoder(sources.paths)
+
+
+def enhancer_stages(
+    models: Models, learned: LearnedSettings, occluder: Occluder | None
+) -> list[FaceEnhancer]:
+    """`--enhancer-model`'s stage, when one is named; its files must be here (never fetched)."""
+    if not learned.enhancer_model:
+        return []
+    name = learned.enhancer_model.partition("@")[0]
+    if model_state(name, models.models_dir) == "missing":  # named: never fetched behind the user's back
+        raise ModelError(absent_message(f"--enhancer-model {name}", [name], models.models_dir))
+    return [
+        FaceEnhancer(
+            load_learned(models, learned.enhancer_model)[0],
+            learned_model(learned.enhancer_model),
+            blend=learned.enhancer_blend,
+            mask_blur=learned.masks.blur,
+            occluder=occluder,
+            policy=models.policy,
+            weight=learned.enhancer_weight,
         )
-    shown = "none" if settings.swapper == "none" else swapper_name or "classical"
-    return FacePipeline(models.detector, stages, timer, swapper=shown)
+    ]
 
 
 # --- learned models ------------------------------------------------------------------------
