@@ -19,6 +19,8 @@ from facefusion_batch.faces.select import select_faces
 from facefusion_batch.faces.table import FaceTable
 from facefusion_batch.kernels.host_ops import letterbox
 from facefusion_batch.models.store import model_path
+from facefusion_batch.pipeline.build import meshing
+from facefusion_batch.runtime.batching import BatchPolicy
 
 PX = 2.0  # agreement with the oracle on the same input, in original-image pixels
 
@@ -172,6 +174,46 @@ def test_batched_mesh_equals_each_face_alone(models, t1_image, astronaut_image):
         assert len(alone) == 1
         np.testing.assert_allclose(batched.mesh[row], alone.mesh[0], atol=1e-3)
         np.testing.assert_allclose(batched.presence[row], alone.presence[0], atol=1e-3)
+
+
+def test_the_cpu_runs_the_mesh_a_few_crops_a_call_with_the_same_points(models, t1_image, astronaut_image):
+    """On the CPU the mesh takes its crops a cache-sized few a call (BatchPolicy.cache_items), a
+    GPU all in one; the points are the same bits either way, and the keep-all mesh the pipeline
+    builds for the person map keeps the call size."""
+    images = [t1_image, astronaut_image]
+    table = hostk.detect(models, images)
+    session = models.mesh.session
+    chunked = FaceMesh(session, MeshSettings(), policy=BatchPolicy())
+    whole = FaceMesh(session, MeshSettings(), policy=BatchPolicy(on_gpu=True))
+    assert chunked.max_batch == 2 and whole.max_batch is None
+    calls: list[int] = []
+    counted = _CountingSession(session, calls)
+    chunked.session, whole.session = counted, counted
+    a = chunked(hostk.HOST, hostk.frames(images), table)
+    assert calls == [2, 2, 2, 1] * 2, calls  # 7 crops, two passes
+    calls.clear()
+    b = whole(hostk.HOST, hostk.frames(images), table)
+    assert calls == [7, 7]
+    np.testing.assert_array_equal(a.mesh, b.mesh)
+    np.testing.assert_array_equal(a.presence, b.presence)
+    saved = models.__dict__["mesh"]
+    models.__dict__["mesh"] = whole  # a GPU's mesh: its keep-all twin takes all crops in one call too
+    try:
+        assert meshing(models, keep_all=True).max_batch is None
+    finally:
+        models.__dict__["mesh"] = saved
+
+
+class _CountingSession:
+    """A session that records how many items each call holds."""
+
+    def __init__(self, inner, calls: list[int]) -> None:
+        self.inner, self.calls = inner, calls
+        self.inputs, self.outputs, self.label = inner.inputs, inner.outputs, inner.label
+
+    def run(self, feeds):
+        self.calls.append(len(next(iter(feeds.values()))))
+        return self.inner.run(feeds)
 
 
 def test_a_non_face_row_gets_negative_presence_and_is_dropped(models, t1_image):

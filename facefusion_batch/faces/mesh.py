@@ -99,6 +99,7 @@ class FaceMesh:
         policy: BatchPolicy = HOST,
     ) -> None:
         self.session = session
+        self.policy = policy
         # crops a call: the CPU runs a few at a time (cache-sized), a GPU all of them at once
         self.max_batch = policy.cache_items(3 * MESH_SIZE * MESH_SIZE * 4)
         self.settings = settings

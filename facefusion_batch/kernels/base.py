@@ -51,11 +51,11 @@ TINT_SCALE = 0.5
 # source's shading may paint before its local mean is lifted (transfer_colour, both kernel
 # sets): only the darkest of a goatee or a deep-set brow root is clipped, the rest is the source
 # person (docs/default-swap.md). The two limits are measured over different masks (the tint's
-# also covers the ring round the features, swap/classical.py TINT_RING): each has its own blur
+# also covers the ring round the features, swap/classical/source.py TINT_RING): each has its own blur
 SHADE_LIMIT = 34.0
 # the source texture's skin channel: above 0.5 the face's skin (its colour statistics, shading
 # and shade limit), above TINT_LEVEL also where its tint is held to the target's (the ring round
-# the eyes, brows and lips that the statistics leave out: swap/classical.py TINT_RING)
+# the eyes, brows and lips that the statistics leave out: swap/classical/source.py TINT_RING)
 TINT_LEVEL = 0.2
 # the weight of a painted face falls to 0 over this share of its eye distance toward the edge of
 # what its warp map covers: the source's own soft edge lands inside the target's outline when a
@@ -172,7 +172,7 @@ class FaceRegion:
     # px over which the face's weight falls to 0 toward the edge of what its map covers
     # (`inset_ramp`): the source texture's own soft edge does not always land there
     edge: int = 1
-    # how this frame's colour statistics are corrected toward its track's (swap/colour_track.py):
+    # how this frame's colour statistics are corrected toward its track's (swap/classical/colour_track.py):
     # [2, 3] the factor on the target's LAB spread over the source's and the shift added to the
     # difference of their means; None: the frame's own statistics as they are
     colour_fix: np.ndarray | None = None
@@ -210,7 +210,7 @@ class Frames:
     # (recorded only when not None: --matte-output)
     mattes: dict[int, Any] | None = None  # the kernel set's own arrays until `download`
     seq: int | None = None  # the batch's number in its job (None: a batch on its own)
-    # the default swap's do-no-harm decisions (swap/fit.py): name -> [B] faces of each frame
+    # the default swap's do-no-harm decisions (swap/classical/fit.py): name -> [B] faces of each frame
     decisions: dict[str, np.ndarray] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -284,5 +284,5 @@ class Kernels(Protocol):
         self, frames: Frames, regions: list[FaceRegion], textures: Any, settings: PaintSettings
     ) -> None: ...
     # [R, 4, 3] per region: LAB mean and spread of the warped source and of the target on the
-    # skin the paint would match, on every other pixel (swap/colour_track.py)
+    # skin the paint would match, on every other pixel (swap/classical/colour_track.py)
     def colour_stats(self, frames: Frames, regions: list[FaceRegion], textures: Any) -> np.ndarray: ...

@@ -102,12 +102,12 @@ def transfer_colour(
     (SHADE_LIMIT). `tinted` (bool, default `skin`): where the tint is measured and held; the
     classical swap adds the ring round the eyes, brows and lips that `skin` leaves out (its
     lightness is the source's identity, but left to the source its tint made grey-blue patches
-    at the inner eye corners and the nose bridge: swap/classical.py TINT_RING). The target's
+    at the inner eye corners and the nose bridge: swap/classical/source.py TINT_RING). The target's
     darkest skin pixels count in its shading too: left out below 0.6 / 0.75 of its median
     lightness (its hair at a hairline, but also its deepest shadows), the astronaut's faces with
     every skin block within 8 ΔE fell from 86.6 to 79.8 / 44.5 % (scripts/bench_quality.py).
     `fix` ([..., 2, 3]): the target's spread multiplied by its first row and its mean shifted by
-    its second (the track's statistics, swap/colour_track.py).
+    its second (the track's statistics, swap/classical/colour_track.py).
     """
     xp = ops.xp
     if mode == "none" or strength <= 0:

@@ -114,7 +114,7 @@ def region_colour_stats(
 ) -> np.ndarray:
     """[4, 3] LAB mean and spread of the warped source and of the target (frame[y0:, x0:]) on the
     skin `paint_region` matches (before its sharpness blur), on every `step`-th pixel: what a
-    track's colour statistics are made of (swap/colour_track.py); NaN with too little skin."""
+    track's colour statistics are made of (swap/classical/colour_track.py); NaN with too little skin."""
     mx, my = map_x[::step, ::step], map_y[::step, ::step]
     covered = ~np.isnan(mx)
     mx, my = np.where(covered, mx, -1e4), np.where(covered, my, -1e4)

@@ -346,7 +346,9 @@ def meshing(models: Models, *, keep_all: bool) -> FaceMesh:
     if not keep_all:
         return mesh
     settings = replace(mesh.settings, presence_threshold=-np.inf)
-    return FaceMesh(mesh.session, settings, points=mesh.points_name, presence=mesh.presence_name)
+    return FaceMesh(
+        mesh.session, settings, points=mesh.points_name, presence=mesh.presence_name, policy=mesh.policy
+    )
 
 
 def build_pipeline(
