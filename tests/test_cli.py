@@ -62,17 +62,20 @@ def ffbatch(
 
 def ffbatch_here(*args, cwd: Path | None = None, home: Path | None = None) -> subprocess.CompletedProcess:
     """The CLI in this process (`cli.main(argv)`): its exit status, stdout and stderr, as a child
-    process would give them (`cwd`, `home`: as for `ffbatch`). The `ffbatch`
-    logger is put back as it was after the call."""
+    process would give them (`cwd`, `home`: as for `ffbatch`). `sys.argv` is the command's, as
+    in a child (a report's `command` is read from it), and FFBATCH_DEBUG is unset, as `ffbatch`
+    does. The `ffbatch` logger is put back as it was after the call."""
     env = {"COLUMNS": "200"} | ({} if home is None else {"FFBATCH_HOME": str(home)})
+    argv = [str(a) for a in args]
     stdout, stderr = io.StringIO(), io.StringIO()
     logger = logging.getLogger("ffbatch")
     saved = logger.handlers[:], logger.level, logger.propagate
     try:
         with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
             with contextlib.chdir(cwd or Path.cwd()), mock.patch.dict(os.environ, env):
-                with pytest.raises(SystemExit) as ended:
-                    cli.main([str(a) for a in args])
+                os.environ.pop("FFBATCH_DEBUG", None)  # put back by patch.dict
+                with mock.patch.object(sys, "argv", ["ffbatch", *argv]), pytest.raises(SystemExit) as ended:
+                    cli.main(argv)
     finally:
         logger.handlers[:], logger.level, logger.propagate = saved[0], saved[1], saved[2]
     code = ended.value.code
