@@ -46,10 +46,10 @@ def work(tmp_path, small_clip, astronaut_path):
     return tmp_path
 
 
-def render(work: Path, *extra, out: str = "out.mp4", timeout: float = 300) -> subprocess.CompletedProcess:
-    return ffbatch(
-        "render", work / "in.mp4", "-s", work / "face.png", "-o", work / out, "-q", *extra, timeout=timeout
-    )
+def render(work: Path, *extra, out: str = "out.mp4") -> subprocess.CompletedProcess:
+    """`render` of the work directory's input in this process (`cli.main`): the job's exit status,
+    files and report are what a child's would be, without a child's start-up."""
+    return ffbatch_here("render", work / "in.mp4", "-s", work / "face.png", "-o", work / out, "-q", *extra)
 
 
 def refused(work: Path, *extra, out: str = "out.mp4") -> subprocess.CompletedProcess:
@@ -110,9 +110,12 @@ def test_an_output_dir_render_never_writes_over_another_input(work):
 def test_a_second_job_on_the_same_output_fails_at_once(work, mode):
     (work / "out.mp4").write_bytes(b"the first job's output")
     with claim_output(work / "out.mp4"):  # what a running ffbatch holds for its whole job
-        # it returns while the claim is still held: it did not wait for it (else the child's
-        # timeout, a hang guard, ends the test)
-        proc = render(work, "--overwrite", *mode)
+        # another process: it returns while the claim is still held: it did not wait for it
+        # (else the child's timeout, a hang guard, ends the test)
+        proc = ffbatch(
+            "render", work / "in.mp4", "-s", work / "face.png", "-o", work / "out.mp4", "-q",
+            "--overwrite", *mode, timeout=300,
+        )  # fmt: skip
     assert_usage_error(proc, "another ffbatch process", "out.mp4")
     assert (work / "out.mp4").read_bytes() == b"the first job's output"
     # released: the same command now renders
@@ -127,9 +130,8 @@ def test_inputs_and_outputs_are_files_never_ffmpeg_urls(work, name):
     """A file literally named `file:in.mp4` (3 frames) beside `in.mp4` (5 frames): its 3 frames
     come out, under an output name that is a protocol too."""
     make_clip(work / "three.mp4", frames=3, size=(96, 64), audio=None, seed=7).rename(work / name)
-    proc = ffbatch(
-        "render", name, "-s", "face.png", "-o", "pipe:1.mp4", "-q", "--report", "file:r.json",
-        cwd=work, timeout=300,
+    proc = ffbatch_here(
+        "render", name, "-s", "face.png", "-o", "pipe:1.mp4", "-q", "--report", "file:r.json", cwd=work
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert len(decode_all(work / "pipe:1.mp4")[0]) == 3
@@ -257,7 +259,7 @@ def test_exif_orientation_of_a_source_photo_is_applied(tmp_path, astronaut_image
 def test_a_sideways_phone_photo_still_gives_its_face(work, astronaut_image):
     stored = cv2.imencode(".jpg", cv2.rotate(astronaut_image, cv2.ROTATE_90_COUNTERCLOCKWISE))[1].tobytes()
     (work / "phone.jpg").write_bytes(with_exif_orientation(stored, 6))
-    proc = ffbatch("render", work / "in.mp4", "-s", work / "phone.jpg", "-o", work / "o.mp4", "-q")
+    proc = ffbatch_here("render", work / "in.mp4", "-s", work / "phone.jpg", "-o", work / "o.mp4", "-q")
     assert proc.returncode == 0, proc.stderr
 
 
@@ -531,13 +533,12 @@ def test_a_piped_stderr_gets_plain_progress_lines(tmp_path, face_clip_long, astr
     assert "\r" not in proc.stderr  # no bar redrawn into a log
 
 
-@pytest.mark.slow
 def test_fail_if_no_faces_writes_nothing_and_zero_faces_warns(work):
     proc = render(work, "--fail-if-no-faces", "--report", work / "r.json")  # synthetic frames: no face
     assert_usage_error(proc, "--fail-if-no-faces", "no face was swapped")
     assert not (work / "out.mp4").exists() and leftovers(work) == []
     assert json.loads((work / "r.json").read_text())["status"] == "failed"
-    proc = ffbatch(
+    proc = ffbatch_here(
         "render",
         work / "in.mp4",
         "-s",
@@ -556,7 +557,7 @@ def test_fail_if_no_faces_writes_nothing_and_zero_faces_warns(work):
 
 def test_fail_if_no_faces_passes_when_faces_are_swapped(tmp_path, face_clip, astronaut_path):
     out = tmp_path / "o.mp4"
-    proc = ffbatch("render", face_clip, "-s", astronaut_path, "-o", out, "-q", "--fail-if-no-faces")
+    proc = ffbatch_here("render", face_clip, "-s", astronaut_path, "-o", out, "-q", "--fail-if-no-faces")
     assert proc.returncode == 0, proc.stderr
     assert len(decode_all(out)[0]) == 24
 
@@ -703,11 +704,11 @@ def test_a_batch_output_cut_short_is_not_up_to_date(tmp_path, astronaut_path):
     out_dir = tmp_path / "out"
     out_dir.mkdir()
     argv = ("render", clip, "-s", astronaut_path, "--output-dir", out_dir, "-q")
-    assert ffbatch(*argv).returncode == 0
+    assert ffbatch_here(*argv).returncode == 0
     output = out_dir / "a-swapped.mp4"
-    assert "is up to date; skipping" in ffbatch(*argv[:-1]).stderr
+    assert "is up to date; skipping" in ffbatch_here(*argv[:-1]).stderr
     drop_last_packets(output, tmp_path / "cut.mp4", 12).replace(output)
-    proc = ffbatch(*argv[:-1], "--overwrite")
+    proc = ffbatch_here(*argv[:-1], "--overwrite")
     assert proc.returncode == 0, proc.stderr
     assert "is up to date; skipping" not in proc.stderr
     assert len(decode_all(output)[0]) == 20
