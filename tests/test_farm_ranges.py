@@ -19,6 +19,7 @@ import cv2
 import numpy as np
 import pytest
 from media import frame_number, synthetic_frame
+from test_cli import ffbatch_here
 
 from facefusion_batch.errors import InputError
 from facefusion_batch.models.assets import asset_path
@@ -31,9 +32,9 @@ SIZE = (160, 128)
 
 
 def ffbatch(*args, check: bool = True, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    proc = subprocess.run(
-        [sys.executable, "-m", "facefusion_batch", *map(str, args)], capture_output=True, text=True, cwd=cwd
-    )
+    """The command in this process (`cli.main`, tests/test_cli.py `ffbatch_here`): no test here is
+    about the process itself; the plan's own command lines still run as shell children."""
+    proc = ffbatch_here(*args, cwd=cwd)
     if check:
         assert proc.returncode == 0, proc.stderr
     return proc
