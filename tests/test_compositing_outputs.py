@@ -330,7 +330,7 @@ def test_frame_range_segments_write_video_segments_that_concat_joins(tmp_path, s
         render(parts[0], renderer=renderer)
     render(replace(parts[0], force=True, overwrite=True), renderer=renderer)
     for name, option in (("matte.mkv", "matte_output"), ("face.mov", "face_only_output")):
-        proc = ffbatch("concat", *(getattr(p, option) for p in parts), "-o", tmp_path / name)
+        proc = ffbatch_here("concat", *(getattr(p, option) for p in parts), "-o", tmp_path / name)
         assert proc.returncode == 0, proc.stderr
     got, pts = decoded(tmp_path / "matte.mkv", "gray")
     assert pts == whole["pts"] and all(np.array_equal(a, b) for a, b in zip(got, whole["matte"], strict=True))
@@ -426,7 +426,7 @@ def test_plan_passes_compositing_sequences_to_every_chunk(tmp_path, clip):
     """Each farm chunk writes its own frames of a sequence, on any backend."""
     base = ("plan", clip, "-s", asset_path("astronaut.png"), "-o", tmp_path / "o.mkv", "--encoder", "ffv1")
     layer = tmp_path / "f.%04d.exr"
-    proc = ffbatch(*base, "--chunk-frames", "5", "--format", "json", "--face-only-output", layer)
+    proc = ffbatch_here(*base, "--chunk-frames", "5", "--format", "json", "--face-only-output", layer)
     assert proc.returncode == 0, proc.stderr
     plan = json.loads(proc.stdout)
     chunks = [task for job in plan["jobs"] for task in job["chunks"]]
@@ -436,7 +436,7 @@ def test_plan_passes_compositing_sequences_to_every_chunk(tmp_path, clip):
         assert argv[argv.index("--face-only-output") + 1] == str(layer)
     # a farm of GPU nodes: the torch kernel set records the mattes too
     matte = tmp_path / "m.%04d.png"
-    proc = ffbatch(
+    proc = ffbatch_here(
         *base, "--backend", "cuda", "--chunk-frames", "5", "--format", "json", "--matte-output", matte
     )
     assert proc.returncode == 0, proc.stderr
