@@ -45,7 +45,7 @@ def corrupt_clip(tmp_path_factory) -> Path:
 
 def test_decode_error_fail_is_the_default_and_writes_nothing(tmp_path, corrupt_clip, astronaut_path):
     out = tmp_path / "out.mp4"
-    proc = ffbatch("render", corrupt_clip, "-s", astronaut_path, "-o", out, "-q")
+    proc = ffbatch_here("render", corrupt_clip, "-s", astronaut_path, "-o", out, "-q")
     assert_usage_error(proc, "truncated or corrupt at frame", str(corrupt_clip))
     assert not out.exists() and leftovers(tmp_path) == []
 
@@ -59,7 +59,7 @@ def test_decode_error_skip_keeps_every_timestamp_and_counts_the_replaced_frames(
         with pytest.raises(Exception, match="corrupt"):
             list(reader)
     out, report = tmp_path / "out.mp4", tmp_path / "r.json"
-    proc = ffbatch(
+    proc = ffbatch_here(
         "render",
         corrupt_clip,
         "-s",
@@ -203,7 +203,7 @@ def test_source_face_index_out_of_range_is_a_usage_error(tmp_path, one_face_clip
 def test_a_still_image_target_is_rendered_as_an_image(tmp_path, t1_path, astronaut_path, t1_faces):
     out = tmp_path / "swapped photo.png"
     report = tmp_path / "r.json"
-    proc = ffbatch(
+    proc = ffbatch_here(
         "render",
         str(t1_path),
         "-s",
@@ -213,7 +213,6 @@ def test_a_still_image_target_is_rendered_as_an_image(tmp_path, t1_path, astrona
         "-q",
         "--report",
         str(report),
-        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
     before = cv2.imread(str(t1_path))
@@ -260,7 +259,7 @@ def test_report_says_whether_the_audio_was_copied(
     clip = make_clip(tmp_path / f"in{suffix}", frames=6, size=(320, 180), image=t1_small, audio=audio)
     out = tmp_path / f"out{suffix}"
     report = tmp_path / "r.json"
-    proc = ffbatch(
+    proc = ffbatch_here(
         "render",
         str(clip),
         "-s",
@@ -270,7 +269,6 @@ def test_report_says_whether_the_audio_was_copied(
         "-q",
         "--report",
         str(report),
-        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(report.read_text())["audio"] == expected
