@@ -13,7 +13,7 @@ import cv2
 import numpy as np
 import pytest
 from media import encode_image, synthetic_frame
-from test_cli import ffbatch
+from test_cli import ffbatch_here
 
 from facefusion_batch.video.encoder_policy import EncoderSettings, check_output
 from facefusion_batch.video.native import NativePicture, compose, native_format, rgb_box
@@ -221,7 +221,7 @@ def face_master(tmp_path_factory, face_clip) -> Path:
 
 def test_ten_bit_422_into_ffv1_is_untouched_outside_the_faces(face_master, astronaut_path, tmp_path):
     out, report = tmp_path / "out.mkv", tmp_path / "report.json"
-    proc = ffbatch(
+    proc = ffbatch_here(
         "render", face_master, "-s", astronaut_path, "-o", out, "--encoder", "ffv1",
         "--backend", "cpu", "--report", report, "-q",
     )  # fmt: skip
@@ -254,7 +254,7 @@ def test_eight_bit_ffv1_is_untouched_outside_the_faces(face_clip, astronaut_path
     """The CPU path no longer round-trips whole frames through BGR: an 8-bit 4:2:0 input into a
     lossless output keeps every pixel the swap did not paint."""
     out = tmp_path / "out.mkv"
-    proc = ffbatch(
+    proc = ffbatch_here(
         "render", face_clip, "-s", astronaut_path, "-o", out, "--encoder", "ffv1", "--backend", "cpu",
         "--frames", "0:6", "-q",
     )  # fmt: skip
@@ -280,7 +280,7 @@ def test_sixteen_bit_png_sequence_keeps_sixteen_bits(tmp_path, astronaut_path):
     for i in range(3):
         (folder / f"p.{i + 1:04d}.png").write_bytes(encode_image(deep_picture("rgb48be", i), "png"))
     out = tmp_path / "out.%04d.png"
-    proc = ffbatch(
+    proc = ffbatch_here(
         "render", folder / "p.%04d.png", "-s", astronaut_path, "-o", out, "--fps", "25",
         "--backend", "cpu", "-q",
     )  # fmt: skip
@@ -295,7 +295,7 @@ def test_sixteen_bit_png_sequence_keeps_sixteen_bits(tmp_path, astronaut_path):
         assert np.array_equal(fa.to_ndarray(), fb.to_ndarray())
     # into FFV1: 16-bit planar RGB, the same values
     video = tmp_path / "out.mkv"
-    proc = ffbatch(
+    proc = ffbatch_here(
         "render", folder / "p.%04d.png", "-s", astronaut_path, "-o", video, "--fps", "25",
         "--encoder", "ffv1", "--backend", "cpu", "-q",
     )  # fmt: skip
@@ -314,7 +314,7 @@ def test_sixteen_bit_png_sequence_keeps_sixteen_bits(tmp_path, astronaut_path):
 
 def render_with_matte(face_master: Path, astronaut_path: Path, tmp_path: Path, matte: Path, *extra):
     out = tmp_path / "out.mkv"
-    proc = ffbatch(
+    proc = ffbatch_here(
         "render", face_master, "-s", astronaut_path, "-o", out, "--encoder", "ffv1", "--backend", "cpu",
         "--matte-output", matte, "-q", *extra,
     )  # fmt: skip
@@ -400,7 +400,7 @@ def test_matte_refused_in_formats_it_is_not_written_in(face_clip, astronaut_path
         (("--matte-output", tmp_path / "m.mp4"), "FFV1 in .mkv or .avi"),
         (("--matte-output", tmp_path / "m.%04d.exr"), "a matte sequence is written as"),
     ):
-        proc = ffbatch(*base, *extra)
+        proc = ffbatch_here(*base, *extra)
         assert proc.returncode == 2 and words in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
@@ -435,7 +435,7 @@ def test_interlaced_input_is_swapped_per_field_and_keeps_its_field_order(
     interlaced_master, astronaut_path, tmp_path
 ):
     out, report, matte = tmp_path / "out.mkv", tmp_path / "r.json", tmp_path / "m.mkv"
-    proc = ffbatch(
+    proc = ffbatch_here(
         "render", interlaced_master, "-s", astronaut_path, "-o", out, "--encoder", "ffv1",
         "--backend", "cpu", "--report", report, "--matte-output", matte, "-q",
     )  # fmt: skip
@@ -460,7 +460,7 @@ def test_interlaced_input_into_x264_is_coded_interlaced_in_its_field_order(
     interlaced_master, astronaut_path, tmp_path
 ):
     out, report = tmp_path / "out.mov", tmp_path / "r.json"
-    proc = ffbatch(
+    proc = ffbatch_here(
         "render", interlaced_master, "-s", astronaut_path, "-o", out, "--encoder", "libx264",
         "--pix-fmt", "yuv422p10le", "--backend", "cpu", "--report", report, "-q",
     )  # fmt: skip
