@@ -18,7 +18,7 @@ import av
 import numpy as np
 import pytest
 from media import AUDIO_RATE, _write_tone, audio_packets, encode_image, synthetic_frame
-from test_cli import ffbatch
+from test_cli import ffbatch_here
 
 from facefusion_batch.config import encoder_options
 from facefusion_batch.errors import InputError
@@ -514,9 +514,13 @@ def test_render_and_plan_refuse_an_impossible_pair_up_front(h264_clip, tmp_path)
     source = tmp_path / "face.png"
     source.write_bytes(b"not read before the options are checked")
     out = tmp_path / "out.mp4"
-    rendered = error_line(ffbatch("render", h264_clip, "-s", source, "-o", out, "--encoder", "prores_ks"))
+    rendered = error_line(
+        ffbatch_here("render", h264_clip, "-s", source, "-o", out, "--encoder", "prores_ks")
+    )
     planned = error_line(
-        ffbatch("plan", h264_clip, "-s", source, "--encoder", "prores_ks", "--chunk-frames", "3", "-o", out)
+        ffbatch_here(
+            "plan", h264_clip, "-s", source, "--encoder", "prores_ks", "--chunk-frames", "3", "-o", out
+        )
     )
     assert "cannot hold prores" in rendered and ".mov or .mxf or .mkv" in rendered
     assert planned == rendered
@@ -526,7 +530,7 @@ def test_render_and_plan_refuse_an_impossible_pair_up_front(h264_clip, tmp_path)
 def test_plan_puts_prores_chunks_in_mov_segments(h264_clip, tmp_path):
     source = tmp_path / "face.png"
     source.write_bytes(b"x")
-    proc = ffbatch(
+    proc = ffbatch_here(
         "plan", h264_clip, "-s", source, "--encoder", "prores_ks", "--profile", "4444",
         "--chunk-frames", "3", "-o", tmp_path / "out.mov", "--format", "json",
     )  # fmt: skip
@@ -542,7 +546,7 @@ def test_render_refuses_ten_bit_before_loading_models(prores_master, tmp_path):
     source = tmp_path / "face.png"
     source.write_bytes(b"x")
     line = error_line(
-        ffbatch("render", prores_master, "-s", source, "-o", tmp_path / "o.mov", "--encoder", "dnxhd")
+        ffbatch_here("render", prores_master, "-s", source, "-o", tmp_path / "o.mov", "--encoder", "dnxhd")
     )
     assert "10-bit" in line and "--allow-reduce" in line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["face.png"]
@@ -550,7 +554,7 @@ def test_render_refuses_ten_bit_before_loading_models(prores_master, tmp_path):
 
 def test_render_to_prores_4444_end_to_end(face_clip, astronaut_path, tmp_path):
     out, report = tmp_path / "out.mov", tmp_path / "report.json"
-    proc = ffbatch(
+    proc = ffbatch_here(
         "render", face_clip, "-s", astronaut_path, "-o", out, "--encoder", "prores_ks", "--profile", "4444",
         "--report", report, "--backend", "cpu", "-q",
     )  # fmt: skip
@@ -580,7 +584,7 @@ def test_chunked_prores_render_joins_mov_segments_and_keeps_tags(face_clip, astr
                 dst.mux(packet)
     for suffix in (".mkv", ".mov"):
         out = tmp_path / f"out{suffix}"
-        proc = ffbatch(
+        proc = ffbatch_here(
             "render", tagged, "-s", astronaut_path, "-o", out, "--encoder", "prores_ks", "--profile", "proxy",
             "--chunk-frames", "10", "--no-audio", "--backend", "cpu", "-q",
         )  # fmt: skip
@@ -662,7 +666,7 @@ def test_sequence_abort_leaves_nothing(h264_clip, tmp_path):
 def test_bad_sequence_outputs_are_refused_up_front(h264_clip, tmp_path, name, extra, words):
     source = tmp_path / "face.png"
     source.write_bytes(b"x")
-    line = error_line(ffbatch("render", h264_clip, "-s", source, "-o", tmp_path / name, *extra))
+    line = error_line(ffbatch_here("render", h264_clip, "-s", source, "-o", tmp_path / name, *extra))
     assert words in line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["face.png"]
 
@@ -671,7 +675,7 @@ def test_render_to_an_exr_sequence_from_1001(face_clip, astronaut_path, tmp_path
     shot = tmp_path / "shot"
     shot.mkdir()
     report = tmp_path / "r.json"
-    proc = ffbatch(
+    proc = ffbatch_here(
         "render", face_clip, "-s", astronaut_path, "-o", shot / "frame.%06d.exr", "--backend", "cpu",
         "--report", report, "-q",
     )  # fmt: skip
@@ -684,9 +688,9 @@ def test_render_to_an_exr_sequence_from_1001(face_clip, astronaut_path, tmp_path
     # the swapped frames, not the input: the sequence matches a video render's pixels closely
     picture = read_image_file(shot / "frame.001010.exr")
     assert picture.format.name == "gbrpf32le" and (picture.width, picture.height) == (640, 360)
-    again = error_line(ffbatch("render", face_clip, "-s", astronaut_path, "-o", shot / "frame.%06d.exr"))
+    again = error_line(ffbatch_here("render", face_clip, "-s", astronaut_path, "-o", shot / "frame.%06d.exr"))
     assert "frame.001001.exr already exists" in again
-    numbered = ffbatch(
+    numbered = ffbatch_here(
         "render", face_clip, "-s", astronaut_path, "-o", shot / "f.%04d.png", "--start-number", "1",
         "--backend", "cpu", "-q",
     )  # fmt: skip
@@ -748,7 +752,7 @@ def test_render_a_png_sequence_into_a_sequence_keeps_its_numbers(face_clip, astr
     write_sequence(plate / "p.%04d.png", images, first=101)
     out_dir = tmp_path / "comp"
     out_dir.mkdir()
-    proc = ffbatch(
+    proc = ffbatch_here(
         "render", plate / "p.%04d.png", "-s", astronaut_path, "-o", out_dir / "c.%04d.png",
         "--fps", "24", "--backend", "cpu", "-q",
     )  # fmt: skip
@@ -762,13 +766,13 @@ def test_render_a_png_sequence_into_a_sequence_keeps_its_numbers(face_clip, astr
     ]
     assert max(changed) > 40  # faces were swapped, so pixels changed
     video = tmp_path / "c.mov"
-    proc = ffbatch(
+    proc = ffbatch_here(
         "render", plate / "p.%04d.png", "-s", astronaut_path, "-o", video, "--encoder", "prores_ks",
         "--fps", "23.976", "--backend", "cpu", "-q",
     )  # fmt: skip
     # RGB frames into ProRes 422 would subsample the chroma: refused until the user says so
     assert "would be subsampled to yuv422p10le" in error_line(proc)
-    proc = ffbatch(
+    proc = ffbatch_here(
         "render", plate / "p.%04d.png", "-s", astronaut_path, "-o", video, "--encoder", "prores_ks",
         "--profile", "4444", "--fps", "23.976", "--backend", "cpu", "-q",
     )  # fmt: skip
