@@ -9,7 +9,6 @@ bit-identical to one encode.
 from __future__ import annotations
 
 import subprocess
-import sys
 from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
@@ -19,6 +18,7 @@ import cv2
 import numpy as np
 import pytest
 from media import _timestamps, audio_packets, decode_all, frame_number, make_clip, synthetic_frame
+from test_cli import ffbatch_here
 
 from facefusion_batch.config import RenderSettings
 from facefusion_batch.errors import InputError
@@ -34,9 +34,9 @@ SIZE = (320, 240)
 
 
 def ffbatch(*args, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run(
-        [sys.executable, "-m", "facefusion_batch", *map(str, args)], capture_output=True, text=True
-    )
+    """The command in this process (`cli.main`, tests/test_cli.py `ffbatch_here`): no case here
+    is about the process itself."""
+    proc = ffbatch_here(*args)
     if check:
         assert proc.returncode == 0, proc.stderr
     return proc
@@ -129,7 +129,6 @@ def test_a_range_outside_the_video_is_refused(tmp_path):
 # -- segments + concat = one render --------------------------------------------------------------
 
 
-@pytest.mark.slow
 def test_segments_joined_equal_one_full_render(work, face_clip, source, full_lossless):
     segs = work / "segs"
     ranges = ["0:10", "10:25", "25:"]
