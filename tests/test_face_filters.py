@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 import pytest
 import standins
-from test_cli import ffbatch, ffbatch_here
+from test_cli import ffbatch_here
 
 from facefusion_batch.config import SwapSettings, validate_swap
 from facefusion_batch.errors import InputError
@@ -147,7 +147,7 @@ def test_render_with_the_filters(tmp_path, private_home, t1_small, models, astro
         ("female", ["--face-selector-gender", "female"]),
         ("male", ["--face-selector-gender", "male"]),
     ):
-        proc = ffbatch(
+        proc = ffbatch_here(
             *args, *extra, "--models-dir", store, "-o", tmp_path / f"{name}.mp4", home=private_home
         )
         assert proc.returncode == 0, proc.stderr
@@ -159,6 +159,6 @@ def test_render_with_the_filters(tmp_path, private_home, t1_small, models, astro
     source = select_faces(hostk.detect(models, [photo]), "one", 1)
     gender = GENDERS[int(classifier.classify(K, hostk.frames([photo]), source).gender[0])]
     auto = ["--face-selector-gender", "auto", "--models-dir", store, "-o", tmp_path / "auto.mp4"]
-    proc = ffbatch(*args, *auto, home=private_home)
+    proc = ffbatch_here(*args, *auto, home=private_home)
     assert proc.returncode == 0, proc.stderr
     assert json.loads((tmp_path / "r.json").read_text())["faces_swapped"] == counts[gender]
