@@ -1,11 +1,16 @@
+import json
 import threading
 import time
 
+import cv2
 import numpy as np
 import pytest
+from media import make_clip
+from test_cli import ffbatch
 
 from facefusion_batch.pipeline.batcher import Batch, batches
 from facefusion_batch.pipeline.executor import run_ordered
+from facefusion_batch.runtime.batching import BatchPolicy
 
 
 def test_batches_fill_to_max_and_keep_order():
@@ -120,3 +125,40 @@ def test_batch_size_adapts_to_very_large_frames():
 
     out = list(batches(small + big, max_batch=4, window_ms=10_000, frames_for=two_big))
     assert [len(b.items) for b in out] == [4, 2, 2, 2, 2]
+
+
+def test_a_short_clip_is_shared_evenly_between_the_workers():
+    policy = BatchPolicy(frames=8)
+    assert policy.shared_frames(10, 2) == 5  # 5 and 5, not 8 and 2
+    assert policy.shared_frames(11, 2) == 6
+    assert policy.shared_frames(16, 2) == 8
+    assert policy.shared_frames(17, 2) == 8  # more than a batch a worker: full batches
+    assert policy.shared_frames(300, 2) == 8
+    assert policy.shared_frames(3, 4) == 1
+    assert policy.shared_frames(10, 1) == 8
+    assert policy.shared_frames(None, 2) == 8  # not known (an estimated count)
+
+
+@pytest.mark.slow  # two renders of 60 faces: 8-24 s on 2 cores
+def test_a_ten_frame_render_runs_two_batches_of_five_with_the_same_pixels(tmp_path, astronaut_path, t1_small):
+    """Two workers get 5 frames each of a 10-frame clip (with 8 and 2 one worker waited on the
+    other); the frames are the same bits as one worker's batches of 8 and 2."""
+    clip = make_clip(tmp_path / "in.mp4", image=t1_small[:442], size=(640, 442), frames=10, audio=None)
+    reports = {}
+    for name, workers in (("even", "2"), ("one", "1")):
+        out = tmp_path / name / "f.%04d.png"
+        out.parent.mkdir()
+        report = tmp_path / f"{name}.json"
+        proc = ffbatch(
+            "render", clip, "-s", astronaut_path, "-o", out, "-q", "--report", report,
+            "--workers", workers, "--batch-size", "8",
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        reports[name] = json.loads(report.read_text())
+    assert reports["even"]["batches"] == 2 and reports["even"]["batch_size_max"] == 5
+    assert reports["one"]["batches"] == 2 and reports["one"]["batch_size_max"] == 8
+    assert reports["even"]["faces_swapped"] == reports["one"]["faces_swapped"] > 10
+    frames = sorted((tmp_path / "even").iterdir())
+    assert len(frames) == 10
+    for path in frames:
+        assert np.array_equal(cv2.imread(str(path)), cv2.imread(str(tmp_path / "one" / path.name))), path.name

@@ -438,8 +438,20 @@ def _render_plain(renderer, settings, info, report, timer, on_progress, on_start
     except BaseException:
         writer.abort()
         raise
+    known = None if info.frame_count_estimated else info.frame_count  # an estimate could be far off
     render_into(
-        renderer, reader, writer, settings, report, timer, on_progress, layout, "output", None, compositing
+        renderer,
+        reader,
+        writer,
+        settings,
+        report,
+        timer,
+        on_progress,
+        layout,
+        "output",
+        None,
+        compositing,
+        total=known,
     )
     report.audio = writer.audio_summary
     report.dropped = list(writer.dropped)

@@ -210,7 +210,19 @@ def render_chunked(
             try:
                 compositing = open_staged_compositing(settings, work, info, missing, tags_for)
                 frames = read_ranges(settings, info, missing, index, layout, warmup=settings.tracking.memory)
-                run_frames(renderer, frames, sink, settings, report, timer, on_progress, layout, compositing)
+                coming = sum(end - start for start, end in missing)
+                run_frames(
+                    renderer,
+                    frames,
+                    sink,
+                    settings,
+                    report,
+                    timer,
+                    on_progress,
+                    layout,
+                    compositing,
+                    total=coming,
+                )
                 sink.check_finished()
             except KeyboardInterrupt:
                 _abort(sink, compositing)

@@ -184,5 +184,16 @@ def write_segment(
             raise FfbatchError(f"{settings.input}: got {report.frames_out} frames for --frames {start}:{end}")
 
     render_into(
-        renderer, reader, writer, settings, report, timer, on_progress, layout, "segment", check, compositing
+        renderer,
+        reader,
+        writer,
+        settings,
+        report,
+        timer,
+        on_progress,
+        layout,
+        "segment",
+        check,
+        compositing,
+        total=end - start,
     )

@@ -247,6 +247,7 @@ def run_frames(
     layout: PlaneLayout | NativeFrames | None = None,
     compositing: CompositingWriters | None = None,
     on_painted: Callable[[Frame, list[tuple[int, int, int, int]]], None] | None = None,
+    total: int | None = None,
 ) -> None:
     """Swap every frame of `frames` in batches and hand each result to `sink`, in order
     (and, with `compositing`, each frame's paste alpha as a uint8 [H, W] matte and, when asked
@@ -288,7 +289,8 @@ def run_frames(
         return process
 
     policy = settings.batch_policy
-    stream = batches(frames, settings.batch_size, settings.batch_window_ms, frames_for=policy.frames_for)
+    size = policy.shared_frames(total, settings.workers)  # `total`: about the frames coming, if known
+    stream = batches(frames, size, settings.batch_window_ms, frames_for=policy.frames_for)
     try:
         _consume(stream, make_worker, sink, settings, report, timer, on_progress, compositing, on_painted)
     except BaseException:
@@ -481,6 +483,7 @@ def render_into(
     what: str,
     check: Callable[[], None] | None = None,
     compositing: CompositingWriters | None = None,
+    total: int | None = None,
 ) -> None:
     """Swap every frame of `reader` into `writer` (and into the `compositing` writers their matte
     and face layer). The writers are closed (their files renamed into place) only when everything,
@@ -501,6 +504,7 @@ def render_into(
             on_progress,
             layout,
             compositing,
+            total=total,
         )
         if check is not None:
             check()

@@ -47,6 +47,16 @@ class BatchPolicy:
         CPU_BATCH_PIXELS whatever the batch size, to bound host memory."""
         return max(1, self.frames) * DEVICE_FRAME_PIXELS if self.on_gpu else CPU_BATCH_PIXELS
 
+    def shared_frames(self, total: int | None, workers: int) -> int:
+        """Frames per batch for a clip of `total` frames that `workers` process at once: `frames`,
+        or, when the whole clip fits in one batch a worker, its even share (10 frames over 2
+        workers: 5 and 5, not 8 and 2 with one worker idle); `total` None (not known): `frames`.
+        A batch's frames change no output (the ordered steps between batched calls carry every
+        face track across batches)."""
+        if not total or workers <= 1 or total > self.frames * workers:
+            return self.frames
+        return max(1, -(-total // workers))
+
     def frames_for(self, shape: tuple[int, ...]) -> int:
         """Frames of `shape` in one batch: `frames`, fewer for very large frames, never none."""
         if len(shape) < 2:
