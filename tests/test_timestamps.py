@@ -27,7 +27,7 @@ from media import (
     make_trimmed_mp4,
     make_wrapped_ts,
 )
-from test_cli import assert_usage_error, ffbatch, leftovers
+from test_cli import assert_usage_error, ffbatch, ffbatch_here, leftovers
 
 from facefusion_batch.config import RenderSettings
 from facefusion_batch.errors import InputError, Interrupted
@@ -105,7 +105,7 @@ def test_a_wrapping_mpegts_clock_keeps_every_frame_and_the_audio_in_sync(
         assert min(video_in) > 35999
     shift = -min(min(video_in), min(audio_in))  # the input's timeline, moved to start at 0
     out = tmp_path / f"out{suffix}"
-    proc = ffbatch("render", clip, "-s", astronaut_path, "-o", out, "--backend", "cpu")
+    proc = ffbatch_here("render", clip, "-s", astronaut_path, "-o", out, "--backend", "cpu")
     assert proc.returncode == 0, proc.stderr
     assert "may be truncated" not in proc.stderr and "not increasing" not in proc.stderr
     video_out, numbers_out = decoded_times(out)
@@ -215,7 +215,7 @@ def test_a_clock_that_jumps_mid_clip_keeps_every_frame_and_the_audio_in_sync(
     assert any(b < a for a, b in zip(video_in, video_in[1:], strict=False))  # the input's clock steps back
     assert any(b - a > 3600 for a, b in zip(video_in, video_in[1:], strict=False))  # ... and far forward
     out, report = tmp_path / f"out{suffix}", tmp_path / "report.json"
-    proc = ffbatch(
+    proc = ffbatch_here(
         "render", spliced_ts, "-s", astronaut_path, "-o", out, "--report", report, "--backend", "cpu"
     )
     assert proc.returncode == 0, proc.stderr
@@ -296,7 +296,7 @@ def packed_avi(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def packed_render(tmp_path_factory, packed_avi, astronaut_path) -> tuple[Path, str]:
     out = tmp_path_factory.mktemp("avi-out") / "whole.mp4"
-    proc = ffbatch("render", packed_avi, "-s", astronaut_path, "-o", out, "--backend", "cpu")
+    proc = ffbatch_here("render", packed_avi, "-s", astronaut_path, "-o", out, "--backend", "cpu")
     assert proc.returncode == 0, proc.stderr
     return out, proc.stderr
 
@@ -358,7 +358,7 @@ def test_frames_an_xvid_encoder_dropped_are_no_damage_on_any_path(tmp_path, astr
     whole, part, chunked = tmp_path / "whole.mp4", tmp_path / "part.mkv", tmp_path / "chunked.mp4"
     runs = [("-o", whole), ("-o", part, "--frames", "4:14"), ("-o", chunked, "--chunk-frames", "8")]
     for args in runs:
-        proc = ffbatch("render", avi, "-s", astronaut_path, *args, "--backend", "cpu")
+        proc = ffbatch_here("render", avi, "-s", astronaut_path, *args, "--backend", "cpu")
         assert proc.returncode == 0, proc.stderr
         assert "dropped" not in proc.stderr and "damaged" not in proc.stderr
     assert decoded_times(whole) == decoded_times(chunked) == (times, numbers)
@@ -414,11 +414,11 @@ def test_frames_the_decoder_drops_are_exit_2_unless_skipped(tmp_path, astronaut_
         assert sum(1 for _ in container.decode(video=0)) == 20
     for args in [(), ("--frames", "0:10")]:
         out = tmp_path / ("part.mkv" if args else "out.mp4")
-        proc = ffbatch("render", headless, "-s", astronaut_path, "-o", out, *args, "--backend", "cpu")
+        proc = ffbatch_here("render", headless, "-s", astronaut_path, "-o", out, *args, "--backend", "cpu")
         assert_usage_error(proc, str(headless), "dropped")
         assert not out.exists() and leftovers(tmp_path) == []
     out = tmp_path / "skipped.mp4"
-    proc = ffbatch(
+    proc = ffbatch_here(
         "render", headless, "-s", astronaut_path, "-o", out, "--on-decode-error", "skip", "--backend", "cpu"
     )
     assert proc.returncode == 0, proc.stderr
@@ -468,14 +468,14 @@ def test_damage_near_the_end_is_exit_2_and_only_a_file_whose_bytes_end_is_a_cut(
             list(reader)
     out = tmp_path / "out.mp4"
     for args in [(), ("--chunk-frames", "8"), ("--frames", "0:8")]:  # every path: exit 2, nothing written
-        proc = ffbatch("render", damaged, "-s", astronaut_path, "-o", out, *args, "--backend", "cpu")
+        proc = ffbatch_here("render", damaged, "-s", astronaut_path, "-o", out, *args, "--backend", "cpu")
         assert_usage_error(proc, str(damaged), "is damaged")
         assert not out.exists() and leftovers(tmp_path) == []
     caplog.set_level(logging.WARNING, logger="ffbatch")
     with FrameReader(cut) as reader:  # cut short: the complete frames, and a warning
         assert [frame_number(f.image) for f in reader] == list(range(19))
     assert any("may be truncated" in r.getMessage() for r in caplog.records)
-    proc = ffbatch("render", cut, "-s", astronaut_path, "-o", out, "--backend", "cpu")
+    proc = ffbatch_here("render", cut, "-s", astronaut_path, "-o", out, "--backend", "cpu")
     assert proc.returncode == 0 and "may be truncated" in proc.stderr, proc.stderr
     assert decoded_times(out)[1] == list(range(19))
 
