@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import av
@@ -18,6 +17,7 @@ import cv2
 import numpy as np
 import pytest
 from media import encode_image, make_clip
+from test_cli import ffbatch_here
 
 from facefusion_batch.config import RenderSettings
 from facefusion_batch.models.assets import asset_path
@@ -26,9 +26,9 @@ SIZE = (320, 224)
 
 
 def ffbatch(*args) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "facefusion_batch", *map(str, args)], capture_output=True, text=True
-    )
+    """The command in this process (`cli.main`, tests/test_cli.py `ffbatch_here`): no case here
+    is about the process itself."""
+    return ffbatch_here(*args)
 
 
 @pytest.fixture(scope="module")
