@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +18,7 @@ import onnx
 import pytest
 import standins
 from media import make_clip
+from test_cli import ffbatch_here
 
 from facefusion_batch.config import resolve_device
 from facefusion_batch.faces.identity import Recogniser, inswapper_latent, normalise, read_emap
@@ -206,12 +206,9 @@ def test_cpu_keeps_int8_when_asked_and_fp32_otherwise():
 
 
 def ffbatch(*args) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "facefusion_batch", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    """The command in this process (`cli.main`, tests/test_cli.py `ffbatch_here`): these are
+    usage errors, exit 2 and the message."""
+    return ffbatch_here(*args)
 
 
 def test_calibration_crops_command_refuses_bad_input(tmp_path):
