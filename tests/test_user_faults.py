@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from media import make_clip
+from test_cli import ffbatch_here
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +32,7 @@ def run(*args, **env: str) -> subprocess.CompletedProcess:
 def test_ffbatch_home_that_is_a_file_is_exit_2(clip, astronaut_path, tmp_path):
     home = tmp_path / "home"
     home.write_text("not a folder")
-    proc = run("render", clip, "-s", astronaut_path, "-o", tmp_path / "o.mp4", FFBATCH_HOME=str(home))
+    proc = ffbatch_here("render", clip, "-s", astronaut_path, "-o", tmp_path / "o.mp4", home=home)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert f"FFBATCH_HOME {home} is a file" in proc.stderr
     assert not (tmp_path / "o.mp4").exists()
@@ -39,7 +40,7 @@ def test_ffbatch_home_that_is_a_file_is_exit_2(clip, astronaut_path, tmp_path):
 
 def test_a_work_directory_name_held_by_a_file_is_exit_2(clip, astronaut_path, tmp_path):
     (tmp_path / ".o.mp4.ffbatch").write_text("someone's file")
-    proc = run("render", clip, "-s", astronaut_path, "-o", tmp_path / "o.mp4", "--chunk-frames", "2")
+    proc = ffbatch_here("render", clip, "-s", astronaut_path, "-o", tmp_path / "o.mp4", "--chunk-frames", "2")
     assert proc.returncode == 2 and "internal error" not in proc.stderr, proc.stderr
     assert "work directory" in proc.stderr and "a file has its name" in proc.stderr
     assert (tmp_path / ".o.mp4.ffbatch").read_text() == "someone's file"
@@ -101,14 +102,16 @@ def test_a_render_with_stderr_closed_is_not_an_internal_error(clip, astronaut_pa
 
 
 def test_preview_refuses_a_video_name_and_an_existing_sheet_without_overwrite(clip, astronaut_path, tmp_path):
-    video = run("preview", clip, "-s", astronaut_path, "-o", tmp_path / "sheet.mp4")
+    video = ffbatch_here("preview", clip, "-s", astronaut_path, "-o", tmp_path / "sheet.mp4")
     assert video.returncode == 2 and "name it .png or .jpg" in video.stderr, video.stderr
     sheet = tmp_path / "sheet.png"
     sheet.write_bytes(b"someone's picture")
-    again = run("preview", clip, "-s", astronaut_path, "-o", sheet, "--frames", "1")
+    again = ffbatch_here("preview", clip, "-s", astronaut_path, "-o", sheet, "--frames", "1")
     assert again.returncode == 2 and "--overwrite" in again.stderr, again.stderr
     assert sheet.read_bytes() == b"someone's picture"
-    replaced = run("preview", clip, "-s", astronaut_path, "-o", sheet, "--frames", "1", "--overwrite")
+    replaced = ffbatch_here(
+        "preview", clip, "-s", astronaut_path, "-o", sheet, "--frames", "1", "--overwrite"
+    )
     assert replaced.returncode == 0, replaced.stderr
     assert sheet.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -116,7 +119,7 @@ def test_preview_refuses_a_video_name_and_an_existing_sheet_without_overwrite(cl
 def test_pixel_boost_with_the_classical_swap_is_refused(clip, astronaut_path, tmp_path):
     """An option that does nothing with the chosen swapper is refused, not silently ignored."""
     out = tmp_path / "o.mp4"
-    proc = run(
+    proc = ffbatch_here(
         "render", clip, "-s", astronaut_path, "-o", out, "--swapper", "classical", "--pixel-boost", "256"
     )
     assert proc.returncode == 2 and "--pixel-boost" in proc.stderr and "classical" in proc.stderr, proc.stderr
@@ -134,7 +137,7 @@ def test_a_job_file_that_is_no_file_or_nests_too_deep_is_exit_2(kind, tmp_path):
     else:
         job = tmp_path / "job.json"
         job.write_text("[" * 100_000 + "]" * 100_000)
-    proc = run("render", "--facefusion-job", job, "-o", tmp_path / "o.mp4")
+    proc = ffbatch_here("render", "--facefusion-job", job, "-o", tmp_path / "o.mp4")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert f"--facefusion-job {job}" in proc.stderr
 
@@ -149,6 +152,6 @@ def test_file_names_that_are_not_utf8_render(extra, clip, astronaut_path, tmp_pa
     src = tmp_path / f"{name}.mp4"
     src.write_bytes(clip.read_bytes())
     out = tmp_path / f"{name}-out.mp4"
-    proc = run("render", src, "-s", astronaut_path, "-o", out, "-q", *extra)
+    proc = ffbatch_here("render", src, "-s", astronaut_path, "-o", out, "-q", *extra)
     assert proc.returncode == 0, proc.stderr
     assert out.is_file()
