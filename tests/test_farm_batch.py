@@ -20,10 +20,10 @@ from facefusion_batch.models.assets import asset_path
 PYTHON_FFBATCH = f"{shlex.quote(sys.executable)} -m facefusion_batch"
 
 
-def ffbatch(*args, check: bool = True, **kw) -> subprocess.CompletedProcess:
-    proc = subprocess.run(
-        [sys.executable, "-m", "facefusion_batch", *map(str, args)], capture_output=True, text=True, **kw
-    )
+def ffbatch(*args, check: bool = True) -> subprocess.CompletedProcess:
+    """The command in this process (`cli.main`, tests/test_cli.py `ffbatch_here`); the plans'
+    own command lines run as children where a case runs them."""
+    proc = ffbatch_here(*args)
     if check:
         assert proc.returncode == 0, proc.stderr
     return proc
@@ -145,7 +145,6 @@ def test_plan_shell_lines_run_and_make_the_video(work, inputs, source):
     assert not (work / ".planned out.mp4.ffbatch").exists()  # concat --clean removed the segments
 
 
-@pytest.mark.slow
 def test_plan_slurm_and_opencue_dispatch_each_task(work, inputs, source):
     args = (inputs["a"], inputs["c"], "-s", source, "--chunk-frames", "5", "--output-dir", work / "o")
     tasks = [
