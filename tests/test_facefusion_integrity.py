@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import standins
 from media import make_clip
-from test_cli import ffbatch
+from test_cli import ffbatch_here
 
 from facefusion_batch.config import SwapSettings
 from facefusion_batch.errors import InputError, ModelError
@@ -94,7 +94,7 @@ def clip(tmp_path_factory, t1_small) -> Path:
 def test_cli_corrupt_sidecar_is_exit_2_in_auto_mode(tmp_path, private_home, clip, astronaut_path):
     ff = standins.write_standins(tmp_path / "ff", ["inswapper_128", "arcface_w600k_r50"])
     (ff / "inswapper_128.hash").write_text("0badc0de")
-    proc = ffbatch(
+    proc = ffbatch_here(
         "render",
         clip,
         "-s",
@@ -120,7 +120,7 @@ def test_cli_corrupt_sidecar_is_exit_2_in_auto_mode(tmp_path, private_home, clip
 )
 def test_cli_usage_errors_of_the_learned_path_are_exit_2(tmp_path, private_home, clip, astronaut_path, args):
     ff = standins.write_standins(tmp_path / "ff", ["hyperswap_1a_256", "arcface_w600k_r50"])
-    proc = ffbatch(
+    proc = ffbatch_here(
         "render",
         clip,
         "-s",
