@@ -16,6 +16,7 @@ import cv2
 import numpy as np
 import pytest
 from media import make_clip
+from test_cli import ffbatch_here
 from test_model_store import _half_then, fake_pip, home  # noqa: F401, F811 - fixtures
 from test_model_store import spec as model_spec
 
@@ -41,17 +42,6 @@ def sequence(tmp_path_factory) -> Path:
     return folder / "f.%04d.png"
 
 
-def run(*args, cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "facefusion_batch", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=cwd,
-        env={**os.environ, **env},
-    )
-
-
 def frame_times(path: Path) -> list[float]:
     with av.open(str(path)) as container:
         stream = container.streams.video[0]
@@ -63,7 +53,7 @@ def test_sequence_fps_at_the_top_of_its_range_keeps_every_frame_exactly(
     suffix, sequence, astronaut_path, tmp_path
 ):
     out = tmp_path / f"o{suffix}"
-    proc = run("render", sequence, "--fps", "1000", "-s", astronaut_path, "-o", out, "-q")
+    proc = ffbatch_here("render", sequence, "--fps", "1000", "-s", astronaut_path, "-o", out, "-q")
     assert proc.returncode == 0, proc.stderr
     assert frame_times(out) == pytest.approx([0.0, 0.001, 0.002, 0.003, 0.004], abs=1e-9)
 
@@ -73,7 +63,7 @@ def test_sequence_fps_no_container_times_exactly_is_exit_2(fps, sequence, astron
     """`--fps 1e9` wrote 4 of 5 frames into .mp4 and five frames at pts 0 into .mkv; 0.001 was
     'must be more than 0 (got 0.001)'."""
     out = tmp_path / "o.mkv"
-    proc = run("render", sequence, "--fps", fps, "-s", astronaut_path, "-o", out, "-q")
+    proc = ffbatch_here("render", sequence, "--fps", fps, "-s", astronaut_path, "-o", out, "-q")
     assert proc.returncode == 2 and "--fps must be from 0.01 to 1000" in proc.stderr, proc.stderr
     assert not out.exists()
 
@@ -85,12 +75,12 @@ def test_a_sequence_output_refuses_any_existing_frame_it_would_write(extra, clip
     (tmp_path / "f.1002.png").write_bytes(b"someone's frame")
     (tmp_path / "f.1004.png").write_bytes(b"past the end: never written")
     pattern = tmp_path / "f.%04d.png"
-    proc = run("render", clip, "-s", astronaut_path, "-o", pattern, "-q", *extra)
+    proc = ffbatch_here("render", clip, "-s", astronaut_path, "-o", pattern, "-q", *extra)
     assert proc.returncode == 2, proc.stderr
     assert f"output {tmp_path / 'f.1002.png'} already exists; pass --overwrite" in proc.stderr
     assert sorted(os.listdir(tmp_path)) == ["f.1002.png", "f.1004.png"]  # nothing written
     assert (tmp_path / "f.1002.png").read_bytes() == b"someone's frame"
-    proc = run("render", clip, "-s", astronaut_path, "-o", pattern, "-q", "--overwrite", *extra)
+    proc = ffbatch_here("render", clip, "-s", astronaut_path, "-o", pattern, "-q", "--overwrite", *extra)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "f.1002.png").read_bytes()[:4] == b"\x89PNG"
     assert (tmp_path / "f.1004.png").read_bytes() == b"past the end: never written"
@@ -98,7 +88,9 @@ def test_a_sequence_output_refuses_any_existing_frame_it_would_write(extra, clip
 
 def test_a_sequence_output_past_the_range_is_no_conflict(clip, astronaut_path, tmp_path):
     (tmp_path / "f.1003.png").write_bytes(b"another task's frame")
-    proc = run("render", clip, "-s", astronaut_path, "-o", tmp_path / "f.%04d.png", "-q", "--frames", "0:2")
+    proc = ffbatch_here(
+        "render", clip, "-s", astronaut_path, "-o", tmp_path / "f.%04d.png", "-q", "--frames", "0:2"
+    )
     assert proc.returncode == 0, proc.stderr
     assert sorted(os.listdir(tmp_path)) == ["f.1001.png", "f.1002.png", "f.1003.png"]
     assert (tmp_path / "f.1003.png").read_bytes() == b"another task's frame"
@@ -113,7 +105,7 @@ def test_a_job_output_path_that_climbs_with_dotdot_is_exit_2(output, tmp_path):
     folder = tmp_path / "queue"
     folder.mkdir()
     (folder / "job.json").write_text(json.dumps(job))
-    proc = run("render", "--facefusion-job", "job.json", "-q", cwd=folder)
+    proc = ffbatch_here("render", "--facefusion-job", "job.json", "-q", cwd=folder)
     assert proc.returncode == 2 and "climbs out of its folder with '..'" in proc.stderr, proc.stderr
     assert f"output_path {output}" in proc.stderr
     assert sorted(os.listdir(tmp_path)) == ["queue"] and sorted(os.listdir(folder)) == ["job.json"]
