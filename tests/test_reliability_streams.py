@@ -15,6 +15,7 @@ import av
 import numpy as np
 import pytest
 from media import frame_number, make_clip, synthetic_frame
+from test_cli import ffbatch_here
 
 SIZE = (128, 96)
 
@@ -94,7 +95,9 @@ def test_ffv1_in_avi_keeps_every_frames_time(rate, astronaut_path, tmp_path):
     else:
         clip = ntsc_clip(tmp_path / "in.mp4")
     out = tmp_path / "out.avi"
-    proc = run("render", clip, "-s", astronaut_path, "-o", out, "--encoder", "ffv1", "-q", "--backend", "cpu")
+    proc = ffbatch_here(
+        "render", clip, "-s", astronaut_path, "-o", out, "--encoder", "ffv1", "-q", "--backend", "cpu"
+    )
     assert proc.returncode == 0, proc.stderr
     want, numbers = times_and_numbers(clip)
     got, got_numbers = times_and_numbers(out)
@@ -316,7 +319,7 @@ def with_extra_video(path: Path, *, video: bool = True, cover: bool = True, seco
 
 def test_an_audio_file_with_cover_art_is_refused_as_having_only_cover_art(astronaut_path, tmp_path):
     song = with_extra_video(tmp_path / "song.m4a", video=False)
-    proc = run("render", song, "-s", astronaut_path, "-o", tmp_path / "out.mp4")
+    proc = ffbatch_here("render", song, "-s", astronaut_path, "-o", tmp_path / "out.mp4")
     assert proc.returncode == 2 and "has no video stream (only cover art" in proc.stderr, proc.stderr
     assert not (tmp_path / "out.mp4").exists()
 
@@ -328,7 +331,9 @@ def test_cover_art_or_a_second_video_is_rendered_past_and_left_out_with_a_word(
     """The cover art, or a second video, was left out without a word (the report listed neither)."""
     clip = with_extra_video(tmp_path / "in.mp4", cover=what == "cover art", second=what == "second video")
     out, report = tmp_path / "out.mkv", tmp_path / "report.json"
-    proc = run("render", clip, "-s", astronaut_path, "-o", out, "--backend", "cpu", "--report", report)
+    proc = ffbatch_here(
+        "render", clip, "-s", astronaut_path, "-o", out, "--backend", "cpu", "--report", report
+    )
     assert proc.returncode == 0, proc.stderr
     assert f"left out of the output: stream #2 ({what}, " in proc.stderr, proc.stderr
     assert times_and_numbers(out) == times_and_numbers(clip)  # the main video, every frame
