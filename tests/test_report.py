@@ -11,7 +11,7 @@ import hostk
 import numpy as np
 import pytest
 from media import audio_packets, decode_all, make_clip
-from test_cli import ffbatch
+from test_cli import ffbatch_here
 from test_integrity import with_exif_orientation
 
 from facefusion_batch import errors
@@ -30,7 +30,7 @@ def group_clip(tmp_path_factory, t1_small):
 
 def render_report(clip, source, out, *extra) -> dict:
     report = out.with_suffix(".json")
-    proc = ffbatch("render", clip, "-s", source, "-o", out, "-q", "--report", report, *extra)
+    proc = ffbatch_here("render", clip, "-s", source, "-o", out, "-q", "--report", report, *extra)
     assert proc.returncode == 0, proc.stderr
     return json.loads(report.read_text())
 
@@ -110,8 +110,8 @@ def audio_packets_or_none(path) -> list:
 
 def test_verbose_adds_settings_decoder_encoder_stream_map_and_batch_timings(tmp_path, astronaut_path):
     clip = make_clip(tmp_path / "in.mp4", frames=4, size=(128, 96), audio="aac")
-    plain = ffbatch("render", clip, "-s", astronaut_path, "-o", tmp_path / "a.mp4", "--batch-size", "2")
-    verbose = ffbatch(
+    plain = ffbatch_here("render", clip, "-s", astronaut_path, "-o", tmp_path / "a.mp4", "--batch-size", "2")
+    verbose = ffbatch_here(
         "render", clip, "-s", astronaut_path, "-o", tmp_path / "b.mp4", "--batch-size", "2", "-v"
     )
     assert plain.returncode == verbose.returncode == 0, plain.stderr + verbose.stderr
