@@ -60,12 +60,15 @@ def ffbatch(
     )
 
 
-def ffbatch_here(*args, cwd: Path | None = None, home: Path | None = None) -> subprocess.CompletedProcess:
+def ffbatch_here(
+    *args, cwd: Path | None = None, home: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     """The CLI in this process (`cli.main(argv)`): its exit status, stdout and stderr, as a child
-    process would give them (`cwd`, `home`: as for `ffbatch`). `sys.argv` is the command's, as
-    in a child (a report's `command` is read from it), and FFBATCH_DEBUG is unset, as `ffbatch`
-    does. The `ffbatch` logger is put back as it was after the call."""
-    env = {"COLUMNS": "200"} | ({} if home is None else {"FFBATCH_HOME": str(home)})
+    process would give them (`cwd`, `home`: as for `ffbatch`; `env`: variables set for the call).
+    `sys.argv` is the command's, as in a child (a report's `command` is read from it), and
+    FFBATCH_DEBUG is unset, as `ffbatch` does. The `ffbatch` logger is put back as it was after
+    the call."""
+    env = {"COLUMNS": "200"} | ({} if home is None else {"FFBATCH_HOME": str(home)}) | (env or {})
     argv = [str(a) for a in args]
     stdout, stderr = io.StringIO(), io.StringIO()
     logger = logging.getLogger("ffbatch")
