@@ -3,12 +3,11 @@ readable at 80 columns (issue 13, item 5)."""
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 
 import pytest
 import typer.main
+from test_cli import ffbatch_here
 
 from facefusion_batch.cli import FACEFUSION_ALIASES, app, facefusion_argv
 from facefusion_batch.errors import InputError
@@ -48,14 +47,9 @@ def test_trim_is_refused_with_why_and_a_missing_value_is_a_usage_error():
 
 
 def run(*args: str, columns: str = "80") -> subprocess.CompletedProcess:
-    env = {**os.environ, "COLUMNS": columns}
-    return subprocess.run(
-        [sys.executable, "-m", "facefusion_batch", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
+    """The command in this process (`cli.main`, tests/test_cli.py `ffbatch_here`) on a terminal
+    `columns` wide."""
+    return ffbatch_here(*args, env={"COLUMNS": columns})
 
 
 def test_help_fits_80_columns_lists_the_aliases_once_and_cuts_no_option_name():
