@@ -8,11 +8,6 @@ reproduce exactly (same provider, same kernels); the torch runtime's tolerance i
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -21,6 +16,7 @@ torch = pytest.importorskip("torch")
 import onnx  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from standins import inswapper  # noqa: E402
+from test_cli import ffbatch_here  # noqa: E402
 
 from facefusion_batch.config import resolve_device  # noqa: E402
 from facefusion_batch.errors import BackendUnavailableError, InputError  # noqa: E402
@@ -30,15 +26,6 @@ from facefusion_batch.runtime.backends import select_backend  # noqa: E402
 from facefusion_batch.runtime.device import DeviceSettings  # noqa: E402
 from facefusion_batch.runtime.memory import DeviceOutOfMemory  # noqa: E402
 from facefusion_batch.runtime.onnxruntime_backend import OnnxRuntimeCudaBackend, OrtSession  # noqa: E402
-
-
-def ffbatch(*args, home: Path | None = None) -> subprocess.CompletedProcess:
-    """The CLI in a child process (`home`: a private model store as FFBATCH_HOME)."""
-    env = {**os.environ, "COLUMNS": "200"}
-    if home is not None:
-        env["FFBATCH_HOME"] = str(home)
-    cmd = [sys.executable, "-m", "facefusion_batch", *map(str, args)]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
 
 
 @pytest.fixture(scope="module")
@@ -279,7 +266,7 @@ def test_the_device_plan_carries_the_gpu_runtime():
 
 
 def test_render_refuses_an_unknown_gpu_runtime_with_exit_2(tmp_path):
-    out = ffbatch(
+    out = ffbatch_here(
         "render", tmp_path / "in.mp4", "-s", tmp_path / "a.png", "-o", tmp_path / "o.mp4",
         "--backend", "cpu", "--gpu-runtime", "tvm",
     )  # fmt: skip
