@@ -248,13 +248,13 @@ def test_face_presence_sets_how_sure_the_mesh_must_be_before_a_face_is_swapped(
     real faces up to about 66) nothing is swapped and the output's pictures are the input's; at 0 every track
     the mesh keeps is swapped, at least as many faces as by default."""
     from media import decode_all
-    from test_cli import ffbatch
+    from test_cli import ffbatch_here
 
     swapped = {}
     for presence in ("100", None, "0"):
         out, report = tmp_path / f"{presence}.mp4", tmp_path / f"{presence}.json"
         extra = ("--face-presence", presence) if presence else ()
-        proc = ffbatch(
+        proc = ffbatch_here(
             "render", face_clip, "-s", astronaut_path, "-o", out, "--report", report, "--crf", "0", *extra
         )
         assert proc.returncode == 0, proc.stderr
