@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from media import make_clip
-from test_cli import ffbatch
+from test_cli import ffbatch_here
 
 from facefusion_batch import RENDER_REVISION, cli
 from facefusion_batch.errors import InputError
@@ -44,15 +44,15 @@ def flip_bytes(path: Path, count: int = 300, at: float = 0.5) -> None:
 def test_a_segment_with_flipped_bytes_is_rendered_again(clip, astronaut_path, tmp_path):
     seg = tmp_path / "seg.mp4"
     args = ("render", clip, "-s", astronaut_path, "--frames", "0:4", "-o", seg)
-    assert ffbatch(*args, "-q").returncode == 0
+    assert ffbatch_here(*args, "-q").returncode == 0
     assert record_path(seg).is_file()
     tags = read_tags(seg)
     assert tags[reuse.TAG_RENDERED_BY].endswith(f"render revision {RENDER_REVISION}")
-    again = ffbatch(*args)
+    again = ffbatch_here(*args)
     assert again.returncode == 0 and "up to date" in again.stderr
     good = seg.read_bytes()
     flip_bytes(seg)
-    damaged = ffbatch(*args)
+    damaged = ffbatch_here(*args)
     assert damaged.returncode == 0, damaged.stderr
     assert f"{seg}: its sha256 does not match" in damaged.stderr and "rendering it again" in damaged.stderr
     assert "up to date" not in damaged.stderr
@@ -67,17 +67,17 @@ def test_many_input_outputs_and_their_mattes_with_flipped_bytes_are_rendered_aga
     out.mkdir()
     args = ("render", clip, second, "-s", astronaut_path, "--output-dir", out)
     args += ("--matte-output", out / "{stem}.matte.mkv")
-    first = ffbatch(*args, "-q")
+    first = ffbatch_here(*args, "-q")
     assert first.returncode == 0, first.stderr
     a, b, matte = out / "in-swapped.mp4", out / "second-swapped.mp4", out / "in.matte.mkv"
     flip_bytes(a)
-    rerun = ffbatch(*args)
+    rerun = ffbatch_here(*args)
     assert rerun.returncode == 0, rerun.stderr
     assert f"{a}: its sha256 does not match" in rerun.stderr
     assert f"{b} is up to date" in rerun.stderr and f"{a} is up to date" not in rerun.stderr
-    assert ffbatch(*args).stderr.count("is up to date") == 2  # rendered again, and recorded again
+    assert ffbatch_here(*args).stderr.count("is up to date") == 2  # rendered again, and recorded again
     flip_bytes(matte, 4, at=0.9)  # in a frame, past the tags
-    third = ffbatch(*args)
+    third = ffbatch_here(*args)
     assert third.returncode == 0, third.stderr
     assert f"{matte}: its sha256 does not match" in third.stderr
     assert f"{a} is up to date" not in third.stderr  # never skipped with a damaged matte
