@@ -15,12 +15,12 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import zlib
 from pathlib import Path
 
 import numpy as np
 import pytest
+from test_cli import ffbatch_here
 
 from facefusion_batch.errors import ModelError
 from facefusion_batch.models import facefusion, store
@@ -31,12 +31,9 @@ SHA = hashlib.sha256(PAYLOAD).hexdigest()
 
 
 def ffbatch(*args, home: Path | None = None) -> subprocess.CompletedProcess:
-    """The CLI in a child process (`home`: a private model store as FFBATCH_HOME)."""
-    env = {**os.environ, "COLUMNS": "200"}
-    if home is not None:
-        env["FFBATCH_HOME"] = str(home)
-    cmd = [sys.executable, "-m", "facefusion_batch", *map(str, args)]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    """The CLI in this process (`cli.main`, tests/test_cli.py `ffbatch_here`; `home`: a private
+    model store as FFBATCH_HOME)."""
+    return ffbatch_here(*args, home=home)
 
 
 @pytest.fixture
