@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import standins
 from media import make_clip
-from test_cli import ffbatch
+from test_cli import ffbatch, ffbatch_here
 
 from facefusion_batch.errors import InputError
 from facefusion_batch.models.facefusion import resolve_models_dir
@@ -42,7 +42,7 @@ def test_models_dir_must_exist_and_hold_a_model_file(tmp_path):
 def test_a_named_swapper_that_is_absent_is_exit_2(tmp_path, private_home, clip, astronaut_path):
     store = standins.write_standins(tmp_path / "models", ["inswapper_128", "arcface_w600k_r50"])
     out = tmp_path / "o.mp4"
-    proc = ffbatch(
+    proc = ffbatch_here(
         "render", clip, "-s", astronaut_path, "--face-swapper-model", "hyperswap_1a_256",
         "--models-dir", store, "-o", out, home=private_home,
     )  # fmt: skip
@@ -54,7 +54,7 @@ def test_a_named_swapper_that_is_absent_is_exit_2(tmp_path, private_home, clip, 
 
 def test_models_dir_errors_on_the_command_line(tmp_path, private_home, clip, astronaut_path):
     for given, message in ((tmp_path / "typo", "does not exist"), (tmp_path, "holds no model file")):
-        proc = ffbatch(
+        proc = ffbatch_here(
             "render", clip, "-s", astronaut_path, "--models-dir", given, "-o", tmp_path / "o.mp4",
             home=private_home,
         )  # fmt: skip
@@ -87,7 +87,7 @@ def test_auto_falls_back_with_a_warning_and_facefusions_root_is_used(
 
 def test_a_named_enhancer_that_is_absent_is_exit_2(tmp_path, private_home, clip, astronaut_path):
     store = standins.write_standins(tmp_path / "models", ["inswapper_128", "arcface_w600k_r50"])
-    proc = ffbatch(
+    proc = ffbatch_here(
         "render", clip, "-s", astronaut_path, "--face-enhancer-model", "codeformer", "--swapper", "classical",
         "--models-dir", store, "-o", tmp_path / "o.mp4", home=private_home,
     )  # fmt: skip
@@ -107,7 +107,7 @@ def test_a_named_enhancer_that_is_absent_is_exit_2(tmp_path, private_home, clip,
 def test_a_mask_model_that_is_absent_is_exit_2(tmp_path, private_home, clip, astronaut_path, options, name):
     store = standins.write_standins(tmp_path / "models", ["inswapper_128", "arcface_w600k_r50"])
     out = tmp_path / "o.mp4"
-    proc = ffbatch(
+    proc = ffbatch_here(
         "render", clip, "-s", astronaut_path, "--face-swapper-model", "inswapper_128", *options,
         "--models-dir", store, "-o", out, home=private_home,
     )  # fmt: skip
