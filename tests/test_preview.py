@@ -18,7 +18,7 @@ import pytest
 import standins
 import typer
 from media import decode_all, make_clip
-from test_cli import ffbatch, ffbatch_here
+from test_cli import ffbatch_here
 
 from facefusion_batch.cli import app
 from facefusion_batch.config import SwapSettings
@@ -222,7 +222,7 @@ def test_classical_preview_sheet_and_faces_one(tmp_path, clip, astronaut_path, m
     runs = {}
     for faces in ("many", "one"):
         sheet = tmp_path / f"{faces}.png"
-        proc = ffbatch(
+        proc = ffbatch_here(
             "preview", clip, "-s", astronaut_path, "-o", sheet, "--frames", "2", "--swapper", "classical",
             "--faces", faces, "--colour", "global", "--blend", "feather",
         )  # fmt: skip
@@ -242,7 +242,7 @@ def test_classical_preview_sheet_and_faces_one(tmp_path, clip, astronaut_path, m
 @pytest.fixture(scope="module")
 def learned_preview(tmp_path_factory, clip, astronaut_path, standin_dir, private_home):
     sheet = tmp_path_factory.mktemp("learned") / "sheet.png"
-    proc = ffbatch(
+    proc = ffbatch_here(
         "preview", clip, "-s", astronaut_path, "-o", sheet, "--frames", "2", "--models-dir", standin_dir,
         "--swapper-model", "inswapper_128", "--swapper-weight", "0.4", "--mask-blur", "0.2",
         home=private_home,
@@ -270,7 +270,7 @@ def test_learned_preview_with_a_reference_frame(
     tmp_path, learned_preview, clip, astronaut_path, standin_dir, private_home
 ):
     sheet = tmp_path / "sheet.png"
-    proc = ffbatch(
+    proc = ffbatch_here(
         "preview", clip, "-s", astronaut_path, "-o", sheet, "--frames", "2", "--models-dir", standin_dir,
         "--swapper-model", "inswapper_128", "--faces", "reference", "--reference-frame", "0",
         "--reference-distance", "0.1",
@@ -354,7 +354,7 @@ def test_face_crops_show_the_painted_faces_at_one_to_one():
 
 def test_preview_crops_option(tmp_path, clip, astronaut_path):
     sheet = tmp_path / "sheet.png"
-    proc = ffbatch(
+    proc = ffbatch_here(
         "preview", clip, "-s", astronaut_path, "-o", sheet, "--frames", "1", "--swapper", "classical",
         "--crops",
     )  # fmt: skip
