@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 import pytest
 import standins
-from test_cli import ffbatch, ffbatch_here
+from test_cli import ffbatch_here
 
 from facefusion_batch.config import SwapSettings, validate_swap
 from facefusion_batch.errors import InputError
@@ -130,7 +130,7 @@ def test_render_with_facefusion_area_mask_names(tmp_path, private_home, t1_small
     src = tmp_path / "src.png"
     cv2.imwrite(str(src), t1_small)
     out = tmp_path / "o.mp4"
-    proc = ffbatch(
+    proc = ffbatch_here(
         "render", "-t", clip, "--source-paths", src, "--models-dir", store,
         "--face-swapper-model", "hyperswap_1a_256", "--face-mask-types", "box", "area",
         "--face-mask-areas", "lower-face", "mouth", "-o", out, "--report", tmp_path / "r.json",
