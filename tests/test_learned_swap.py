@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import standins
 from media import decode_all, make_clip
-from test_cli import ffbatch
+from test_cli import ffbatch, ffbatch_here
 
 from facefusion_batch.faces.align import (
     TEMPLATES,
@@ -377,7 +377,7 @@ def test_render_masks_pixel_boost_weight_and_hyperswap(
 
 
 def test_auto_without_learned_files_is_the_classical_swap(tmp_path, private_home, clip, astronaut_path):
-    proc = ffbatch(
+    proc = ffbatch_here(
         "render",
         clip,
         "-s",
@@ -393,7 +393,7 @@ def test_auto_without_learned_files_is_the_classical_swap(tmp_path, private_home
 
 
 def test_reference_mode_without_a_recogniser_is_refused(tmp_path, private_home, clip, astronaut_path):
-    proc = ffbatch(
+    proc = ffbatch_here(
         "render",
         clip,
         "-s",
@@ -415,7 +415,7 @@ def test_reference_mode_without_a_recogniser_is_refused(tmp_path, private_home, 
 
 def test_reference_mode_with_standins(tmp_path, standin_dir, private_home, clip, astronaut_path):
     out = tmp_path / "o.mp4"
-    proc = ffbatch(
+    proc = ffbatch_here(
         "render",
         clip,
         "-s",
