@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 import pytest
 import standins
-from test_cli import ffbatch, ffbatch_here
+from test_cli import ffbatch_here
 
 from facefusion_batch.config import SwapSettings, validate_swap
 from facefusion_batch.errors import InputError
@@ -250,7 +250,7 @@ def test_render_map_on_the_command_line(tmp_path, private_home, scene, models):
         "--reference-distance", "0.1", "--swapper", "classical", "--models-dir", store,
         "-o", out, "--report", tmp_path / "r.json",
     ]  # fmt: skip
-    proc = ffbatch(*args, home=private_home)
+    proc = ffbatch_here(*args, home=private_home)
     assert proc.returncode == 0, proc.stderr
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["faces_swapped"] == 2 * 4 < report["faces_found"]  # the two mapped people, every frame
@@ -317,7 +317,7 @@ def test_render_map_with_a_learned_swapper(tmp_path, private_home, scene):
     store = standins.write_standins(tmp_path / "models", ["hyperswap_1a_256", "arcface_w600k_r50"])
     clip = make_clip(tmp_path / "clip.mp4", frames=3, size=(640, 440), image=frames[0], pan=False)
     out = tmp_path / "o.mp4"
-    proc = ffbatch(
+    proc = ffbatch_here(
         "render", clip, "--map", f"{refs[0]}={sources[0]}", "--map", f"{refs[1]}={sources[1]}",
         "--reference-distance", "0.1", "--swapper-model", "hyperswap_1a_256", "--models-dir", store,
         "-o", out, "--report", tmp_path / "r.json", home=private_home,
@@ -358,14 +358,14 @@ def test_render_reference_and_map_with_dlib_on_a_store_without_arcface(tmp_path,
     frames, refs, sources, _ = scene
     clip = make_clip(tmp_path / "clip.mp4", frames=2, size=(640, 440), image=frames[0], pan=False)
     common = ["--swapper", "classical", "--report", tmp_path / "r.json"]
-    one = ffbatch(
+    one = ffbatch_here(
         "render", clip, "-s", sources[0], "--faces", "reference", "--reference-face", refs[1],
         *common, "-o", tmp_path / "a.mp4", home=private_home,
     )  # fmt: skip
     assert one.returncode == 0, one.stderr
     assert "choosing faces with dlib's recogniser" in one.stderr
     assert json.loads((tmp_path / "r.json").read_text())["faces_swapped"] == 2
-    mapped = ffbatch(
+    mapped = ffbatch_here(
         "render", clip, "--map", f"{refs[0]}={sources[0]}", "--map", f"{refs[1]}={sources[1]}",
         "--recogniser", "dlib", *common, "-o", tmp_path / "b.mp4", home=private_home,
     )  # fmt: skip
