@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import av
 from media import make_clip
-from test_cli import ffbatch
+from test_cli import ffbatch_here
 
 from facefusion_batch.video.stream_end import transport_cut
 
@@ -23,13 +23,15 @@ def test_a_transport_stream_cut_inside_a_packet_is_rendered_with_a_warning(tmp_p
         decodable = sum(1 for _ in container.decode(video=0))
     assert 0 < decodable < 20
     out = tmp_path / "out.mp4"
-    proc = ffbatch("render", cut, "-s", astronaut_path, "-o", out, "--backend", "cpu")
+    proc = ffbatch_here("render", cut, "-s", astronaut_path, "-o", out, "--backend", "cpu")
     assert proc.returncode == 0, proc.stderr
     assert "ends 100 bytes into a transport-stream packet: it was cut short" in proc.stderr
     assert f"its {decodable} complete frames" in proc.stderr
     with av.open(str(out)) as container:
         assert sum(1 for _ in container.decode(video=0)) == decodable
-    whole = ffbatch("render", full, "-s", astronaut_path, "-o", tmp_path / "whole.mp4", "--backend", "cpu")
+    whole = ffbatch_here(
+        "render", full, "-s", astronaut_path, "-o", tmp_path / "whole.mp4", "--backend", "cpu"
+    )
     assert whole.returncode == 0 and "cut short" not in whole.stderr and "truncated" not in whole.stderr
 
 
@@ -43,7 +45,9 @@ def test_an_image_sequence_with_an_empty_frame_file_is_exit_2_naming_it(tmp_path
         cv2.imwrite(str(tmp_path / f"f.{i:04d}.png"), synthetic_frame(i, (128, 96)))
     (tmp_path / "f.0003.png").write_bytes(b"")
     out = tmp_path / "out.mp4"
-    proc = ffbatch("render", tmp_path / "f.%04d.png", "-s", astronaut_path, "-o", out, "--backend", "cpu")
+    proc = ffbatch_here(
+        "render", tmp_path / "f.%04d.png", "-s", astronaut_path, "-o", out, "--backend", "cpu"
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert "f.0003.png (0 bytes), frame 3 of 12, gives no picture" in proc.stderr
     assert not out.exists()
@@ -77,6 +81,6 @@ def test_a_complete_asf_file_gets_no_truncation_warning(tmp_path, astronaut_path
             out.mux(audio.encode(sound))
         out.mux(audio.encode(None))
     assert declared_size(wmv) == wmv.stat().st_size
-    proc = ffbatch("render", wmv, "-s", astronaut_path, "-o", tmp_path / "out.mkv", "--backend", "cpu")
+    proc = ffbatch_here("render", wmv, "-s", astronaut_path, "-o", tmp_path / "out.mkv", "--backend", "cpu")
     assert proc.returncode == 0, proc.stderr
     assert "truncated" not in proc.stderr and "damaged" not in proc.stderr
