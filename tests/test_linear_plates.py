@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
@@ -21,6 +20,7 @@ import av
 import cv2
 import numpy as np
 import pytest
+from test_cli import ffbatch_here
 
 from facefusion_batch.api import Renderer, RenderSettings, render
 from facefusion_batch.errors import InputError
@@ -34,9 +34,8 @@ ACES_CG = "ocio://cg-config-v2.2.0_aces-v1.3_ocio-v2.4"  # built into OpenColorI
 
 
 def ffbatch(*args) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "facefusion_batch", *map(str, args)], capture_output=True, text=True
-    )
+    """The command in this process (`cli.main`, tests/test_cli.py `ffbatch_here`): usage errors."""
+    return ffbatch_here(*args)
 
 
 def linear_plate() -> np.ndarray:
