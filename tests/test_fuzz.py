@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_cli import ffbatch_here
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "fuzz.py"
 _spec = importlib.util.spec_from_file_location("ffbatch_fuzz", SCRIPT)
@@ -113,11 +114,9 @@ def test_damaged_audio_timestamps_blame_the_input_not_the_output(clips, tmp_path
     damaged = tmp_path / "audio back.ts"
     damaged.write_bytes(_with_audio_repeated(clips["ts"].read_bytes(), pid))
     out = tmp_path / "out.mkv"
-    proc = fuzz.subprocess.run(
-        [sys.executable, "-m", "facefusion_batch", "render", damaged, "-s", fuzz.asset_path("astronaut.png"),
-         "-o", out, "--backend", "cpu", "--quiet"],
-        capture_output=True, text=True, timeout=400, env=fuzz.this_checkout_env(),
-    )  # fmt: skip
+    proc = ffbatch_here(
+        "render", damaged, "-s", fuzz.asset_path("astronaut.png"), "-o", out, "--backend", "cpu", "--quiet"
+    )
     assert proc.returncode == 2, proc.stderr
     assert "audio stream #1 of" in proc.stderr and "timestamps go back or repeat" in proc.stderr
     assert "cannot write" not in proc.stderr and "Traceback" not in proc.stderr
