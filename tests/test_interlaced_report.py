@@ -10,7 +10,7 @@ import json
 import av
 import numpy as np
 import pytest
-from test_cli import ffbatch
+from test_cli import ffbatch_here
 
 from facefusion_batch.video.probe import probe
 
@@ -39,7 +39,7 @@ def test_faces_not_swapped_in_interlaced_input_are_counted_per_field(
         out.mux(stream.encode(None))
     assert probe(clip).field_order in (2, 3)  # interlaced, as the decoder reports it
     out, report = tmp_path / "out.mkv", tmp_path / "r.json"
-    proc = ffbatch(
+    proc = ffbatch_here(
         "render", clip, "-s", astronaut_path, "-o", out, "--faces", "one", "--backend", "cpu",
         "--report", report, "-q",
     )  # fmt: skip
