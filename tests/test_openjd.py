@@ -11,7 +11,7 @@ import sys
 
 import pytest
 from media import make_clip
-from test_cli import ffbatch
+from test_cli import ffbatch_here
 
 openjd = pytest.importorskip("openjd.model")
 
@@ -36,9 +36,9 @@ def clips(tmp_path_factory):
 def test_the_template_parses_and_every_task_runs_its_command(clips, astronaut_path):
     d, inputs = clips
     args = [*inputs, "-s", astronaut_path, "--chunk-frames", "2", "--output-dir", d / "out", "--crf", "16"]
-    proc = ffbatch("plan", *args, "--format", "openjd")
+    proc = ffbatch_here("plan", *args, "--format", "openjd")
     assert proc.returncode == 0, proc.stderr
-    plan = json.loads(ffbatch("plan", *args, "--format", "json").stdout)
+    plan = json.loads(ffbatch_here("plan", *args, "--format", "json").stdout)
     template = decode_job_template(template=json.loads(proc.stdout))  # the package's own parser
     assert template.parameterDefinitions[0].name == "Ffbatch"
     assert template.parameterDefinitions[0].default == "ffbatch"
@@ -66,5 +66,5 @@ def test_the_template_parses_and_every_task_runs_its_command(clips, astronaut_pa
 
 def test_braces_openjd_would_read_are_refused(tmp_path, astronaut_path):
     clip = make_clip(tmp_path / "{{x}}.mp4", frames=2)
-    proc = ffbatch("plan", clip, "-s", astronaut_path, "-o", tmp_path / "o.mp4", "--format", "openjd")
+    proc = ffbatch_here("plan", clip, "-s", astronaut_path, "-o", tmp_path / "o.mp4", "--format", "openjd")
     assert proc.returncode == 2 and "OpenJD reads as an expression" in proc.stderr
