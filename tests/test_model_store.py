@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from media import make_clip as make_test_clip
-from test_cli import ffbatch
+from test_cli import ffbatch_here
 
 from facefusion_batch import fsutil, paths
 from facefusion_batch.errors import ModelError
@@ -688,7 +688,7 @@ def test_a_store_seeded_with_private_files_is_shared_when_next_used(private_home
     models.chmod(0o700)
     clip = make_test_clip(tmp_path / "in.mp4")
     out = tmp_path / "out.mp4"
-    proc = ffbatch(
+    proc = ffbatch_here(
         "render", clip, "-s", assets.asset_path("astronaut.png"), "-o", out, "-q", home=private_home
     )
     assert proc.returncode == 0, proc.stderr
