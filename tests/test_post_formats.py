@@ -17,7 +17,7 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
-from media import AUDIO_RATE, _write_tone, audio_packets, encode_image, synthetic_frame
+from media import AUDIO_RATE, _write_tone, audio_packets, encode_image, make_clip, synthetic_frame
 from test_cli import ffbatch_here
 
 from facefusion_batch.config import encoder_options
@@ -33,6 +33,7 @@ from facefusion_batch.video.writer import VideoWriter
 
 SIZE = (256, 144)  # DNxHR needs 256x120 or more
 FRAMES = 6
+FACES_FRAMES = 8  # the faces clip's length
 
 _FORMATS = {".mov": "mov", ".mkv": "matroska", ".mp4": "mp4", ".mxf": "mxf", ".avi": "avi"}
 
@@ -125,6 +126,13 @@ def clips(tmp_path_factory) -> Path:
 def h264_clip(clips) -> Path:
     """8-bit 4:2:0 BT.709 H.264, the everyday input."""
     return make_master(clips / "h264.mkv", codec="libx264", pix_fmt="yuv420p")
+
+
+@pytest.fixture(scope="module")
+def faces_clip(clips, t1_small) -> Path:
+    """8 frames panning over t1 (up to six faces a frame), 640x360, AAC audio: conftest's face clip
+    cut to what the end-to-end cases here need (a swap in every frame, a join of three chunks)."""
+    return make_clip(clips / "faces.mp4", image=t1_small, size=(640, 360), frames=FACES_FRAMES, audio="aac")
 
 
 @pytest.fixture(scope="module")
@@ -552,10 +560,10 @@ def test_render_refuses_ten_bit_before_loading_models(prores_master, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["face.png"]
 
 
-def test_render_to_prores_4444_end_to_end(face_clip, astronaut_path, tmp_path):
+def test_render_to_prores_4444_end_to_end(faces_clip, astronaut_path, tmp_path):
     out, report = tmp_path / "out.mov", tmp_path / "report.json"
     proc = ffbatch_here(
-        "render", face_clip, "-s", astronaut_path, "-o", out, "--encoder", "prores_ks", "--profile", "4444",
+        "render", faces_clip, "-s", astronaut_path, "-o", out, "--encoder", "prores_ks", "--profile", "4444",
         "--report", report, "--backend", "cpu", "-q",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -568,14 +576,14 @@ def test_render_to_prores_4444_end_to_end(face_clip, astronaut_path, tmp_path):
         assert "4444" in stream.codec_context.profile
         frames = list(container.decode(stream))
         assert [s.codec_context.name for s in container.streams.audio] == ["aac"]
-    assert len(frames) == 24 and frames[0].format.name.startswith("yuv444p")
+    assert len(frames) == FACES_FRAMES and frames[0].format.name.startswith("yuv444p")
 
 
-def test_chunked_prores_render_joins_mov_segments_and_keeps_tags(face_clip, astronaut_path, tmp_path):
+def test_chunked_prores_render_joins_mov_segments_and_keeps_tags(faces_clip, astronaut_path, tmp_path):
     """A chunked render (as on a farm) of a tagged input: segments in .mov, joined with the title and
     timecode of the input (a tmcd track in .mov), the audio as asked (--no-audio here)."""
     tagged = tmp_path / "tagged.mov"
-    with av.open(str(face_clip)) as src, av.open(str(tagged), "w") as dst:
+    with av.open(str(faces_clip)) as src, av.open(str(tagged), "w") as dst:
         dst.metadata.update({"title": "Reel 7", "timecode": "10:00:00:00"})
         video = dst.add_stream_from_template(src.streams.video[0])
         for packet in src.demux(src.streams.video[0]):
@@ -586,12 +594,12 @@ def test_chunked_prores_render_joins_mov_segments_and_keeps_tags(face_clip, astr
         out = tmp_path / f"out{suffix}"
         proc = ffbatch_here(
             "render", tagged, "-s", astronaut_path, "-o", out, "--encoder", "prores_ks", "--profile", "proxy",
-            "--chunk-frames", "10", "--no-audio", "--backend", "cpu", "-q",
+            "--chunk-frames", "3", "--no-audio", "--backend", "cpu", "-q",
         )  # fmt: skip
         assert proc.returncode == 0, proc.stderr
         info = probe(out)
         assert info.codec == "prores" and info.audio_streams == 0
-        assert len(decoded_bgr(out)) == 24 and dict(info.container_tags)["title"] == "Reel 7"
+        assert len(decoded_bgr(out)) == FACES_FRAMES and dict(info.container_tags)["title"] == "Reel 7"
         assert info.timecode == "10:00:00:00"
         if suffix == ".mov":  # a timecode track, as in a render in one piece
             with av.open(str(out)) as container:
@@ -671,34 +679,36 @@ def test_bad_sequence_outputs_are_refused_up_front(h264_clip, tmp_path, name, ex
     assert sorted(p.name for p in tmp_path.iterdir()) == ["face.png"]
 
 
-def test_render_to_an_exr_sequence_from_1001(face_clip, astronaut_path, tmp_path):
+def test_render_to_an_exr_sequence_from_1001(faces_clip, astronaut_path, tmp_path):
     shot = tmp_path / "shot"
     shot.mkdir()
     report = tmp_path / "r.json"
     proc = ffbatch_here(
-        "render", face_clip, "-s", astronaut_path, "-o", shot / "frame.%06d.exr", "--backend", "cpu",
+        "render", faces_clip, "-s", astronaut_path, "-o", shot / "frame.%06d.exr", "--backend", "cpu",
         "--report", report, "-q",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     names = sorted(p.name for p in shot.iterdir())
-    assert names == [f"frame.{n:06d}.exr" for n in range(1001, 1025)]
+    assert names == [f"frame.{n:06d}.exr" for n in range(1001, 1001 + FACES_FRAMES)]
     data = json.loads(report.read_text())
     assert data["dropped"] == ["1 audio stream(s): an image sequence holds no audio"]
     assert data["encoder"] == "exr gbrpf32le, an image sequence from 1001"
     # the swapped frames, not the input: the sequence matches a video render's pixels closely
-    picture = read_image_file(shot / "frame.001010.exr")
+    picture = read_image_file(shot / "frame.001005.exr")
     assert picture.format.name == "gbrpf32le" and (picture.width, picture.height) == (640, 360)
-    again = error_line(ffbatch_here("render", face_clip, "-s", astronaut_path, "-o", shot / "frame.%06d.exr"))
+    again = error_line(
+        ffbatch_here("render", faces_clip, "-s", astronaut_path, "-o", shot / "frame.%06d.exr")
+    )
     assert "frame.001001.exr already exists" in again
     numbered = ffbatch_here(
-        "render", face_clip, "-s", astronaut_path, "-o", shot / "f.%04d.png", "--start-number", "1",
+        "render", faces_clip, "-s", astronaut_path, "-o", shot / "f.%04d.png", "--start-number", "1",
         "--backend", "cpu", "-q",
     )  # fmt: skip
     assert numbered.returncode == 0, numbered.stderr
     assert (
         (shot / "f.0001.png").is_file()
-        and (shot / "f.0024.png").is_file()
-        and not (shot / "f.0025.png").exists()
+        and (shot / "f.0008.png").is_file()
+        and not (shot / "f.0009.png").exists()
     )
 
 
