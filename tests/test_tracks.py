@@ -242,14 +242,16 @@ def test_a_render_reports_its_tracks_and_no_toggles(tmp_path, face_clip, astrona
 
 
 def test_face_presence_sets_how_sure_the_mesh_must_be_before_a_face_is_swapped(
-    tmp_path, face_clip, astronaut_path
+    tmp_path, t1_small, astronaut_path
 ):
     """`--face-presence` moves the tracker's thresholds: above every face's score (the mesh scores
     real faces up to about 66) nothing is swapped and the output's pictures are the input's; at 0 every track
-    the mesh keeps is swapped, at least as many faces as by default."""
-    from media import decode_all
+    the mesh keeps is swapped, at least as many faces as by default. (8 frames of conftest's pan
+    over t1: 47 faces found, as the 24-frame face clip's 141 split the same way: 0 / all / all.)"""
+    from media import decode_all, make_clip
     from test_cli import ffbatch_here
 
+    face_clip = make_clip(tmp_path / "faces.mp4", image=t1_small, size=(640, 360), frames=8)
     swapped = {}
     for presence in ("100", None, "0"):
         out, report = tmp_path / f"{presence}.mp4", tmp_path / f"{presence}.json"
