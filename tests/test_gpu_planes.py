@@ -174,7 +174,7 @@ def test_render_on_a_device_backend_keeps_frames_as_planes(tmp_path, monkeypatch
     """The whole render path with the cuda backend's classes on the CPU: same frames and
     timestamps out, the report says the frames stayed planes, audio copied."""
     monkeypatch.setattr(build_module, "select_backend", lambda *a, **k: TorchBackend(device="cpu"))
-    clip = make_clip(tmp_path / "in.mp4", frames=10, size=(640, 360), image=t1_small)
+    clip = make_clip(tmp_path / "in.mp4", frames=4, size=(640, 360), image=t1_small)
     out = tmp_path / "out.mp4"
     from facefusion_batch.models.assets import asset_path
 
