@@ -38,7 +38,7 @@ from facefusion_batch.errors import (
     signal_behind,
     signal_handlers,
 )
-from facefusion_batch.farm.jobs import farm_paths_and_range, run_render_command
+from facefusion_batch.farm.jobs import farm_paths_and_range, run_render_command, running_command
 from facefusion_batch.farm.multi_gpu import render_on_several_gpus
 from facefusion_batch.farm.plan import plan_command
 from facefusion_batch.farm.task_reports import concat_with_report
@@ -795,6 +795,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         owner.enter_context(_private_tmpdir())
         given = list(sys.argv[1:] if argv is None else argv)
+        owner.enter_context(running_command(given))  # the report's command line
         _check_home(given)
         runs = facefusion_job_argvs(given)
         if runs is not None:

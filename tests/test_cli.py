@@ -65,9 +65,9 @@ def ffbatch_here(
 ) -> subprocess.CompletedProcess:
     """The CLI in this process (`cli.main(argv)`): its exit status, stdout and stderr, as a child
     process would give them (`cwd`, `home`: as for `ffbatch`; `env`: variables set for the call).
-    `sys.argv` is the command's, as in a child (a report's `command` is read from it), and
-    FFBATCH_DEBUG is unset, as `ffbatch` does. The `ffbatch` logger is put back as it was after
-    the call."""
+    `sys.argv` stays the test runner's: a report's `command` comes from the argv cli.main is
+    given (farm/jobs.running_command), as a library caller's would. FFBATCH_DEBUG is unset, as
+    `ffbatch` does. The `ffbatch` logger is put back as it was after the call."""
     env = {"COLUMNS": "200"} | ({} if home is None else {"FFBATCH_HOME": str(home)}) | (env or {})
     argv = [str(a) for a in args]
     stdout, stderr = io.StringIO(), io.StringIO()
@@ -77,7 +77,7 @@ def ffbatch_here(
         with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
             with contextlib.chdir(cwd or Path.cwd()), mock.patch.dict(os.environ, env):
                 os.environ.pop("FFBATCH_DEBUG", None)  # put back by patch.dict
-                with mock.patch.object(sys, "argv", ["ffbatch", *argv]), pytest.raises(SystemExit) as ended:
+                with pytest.raises(SystemExit) as ended:
                     cli.main(argv)
     finally:
         logger.handlers[:], logger.level, logger.propagate = saved[0], saved[1], saved[2]

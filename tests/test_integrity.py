@@ -372,6 +372,7 @@ def test_the_report_says_what_ran(work):
     report = json.loads((work / "r.json").read_text())
     assert report["status"] == "ok" and report["frames_out"] == 5
     assert report["ffbatch"] and "render" in report["command"] and "--report" in report["command"]
+    assert report["command"].split()[:2] == ["ffbatch", "render"]  # cli.main's argv, not the runner's
     assert report["settings"]["batch_size"] >= 1 and report["settings"]["device"]["backend"] == "cpu"
     assert isinstance(report["warnings"], list)
 

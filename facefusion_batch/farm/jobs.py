@@ -17,7 +17,7 @@ import logging
 import shlex
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -171,9 +171,23 @@ def _report_is_safe(settings: RenderSettings) -> bool:
         return False
 
 
+_GIVEN: list[list[str]] = []  # the arguments of the cli.main calls running, innermost last
+
+
+@contextlib.contextmanager
+def running_command(argv: list[str]) -> Iterator[None]:
+    """While it is open, `command_line()` is `argv` (what cli.main was given: a caller in-process
+    passes its own, whatever this process's sys.argv says)."""
+    _GIVEN.append(list(argv))
+    try:
+        yield
+    finally:
+        _GIVEN.pop()
+
+
 def command_line() -> str:
     """The command line as a shell would repeat it."""
-    return shlex.join(["ffbatch", *sys.argv[1:]])
+    return shlex.join(["ffbatch", *(_GIVEN[-1] if _GIVEN else sys.argv[1:])])
 
 
 def _write_report_quietly(settings: RenderSettings, data: dict[str, Any], warnings: WarningLog) -> None:
