@@ -24,13 +24,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import onnx
 
-from .. import fsutil
+from .. import fsutil, lazy
 from . import catalog, modelopt_run
 
 if TYPE_CHECKING:
+    import onnx
+
     from .sources import DeriveContext
+else:
+    onnx = lazy.module("onnx")  # imported at its first use
 
 log = logging.getLogger(__name__)
 

@@ -17,10 +17,15 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import onnx
-
+from .. import lazy
 from ..progress import progress_interval
+
+if TYPE_CHECKING:
+    import onnx
+else:
+    onnx = lazy.module("onnx")  # imported at its first use
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import onnx
 
+from .. import lazy
 from . import onnx_stream, store
 from .calibration import feeds_for, identity_for, load_for, output_levels
 from .catalog import CATALOG, Derived, ModelSpec
@@ -31,7 +31,11 @@ from .convert import (
 from .facefusion import MODELS
 
 if TYPE_CHECKING:
+    import onnx
+
     from .sources import DeriveContext
+else:
+    onnx = lazy.module("onnx")  # imported at its first use
 
 # --- prepared variants of learned models -------------------------------------------------
 #

@@ -14,10 +14,9 @@ import json
 import logging
 from dataclasses import replace
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
-import onnx
-
+from facefusion_batch import lazy
 from facefusion_batch.errors import InputError
 from facefusion_batch.models import store
 from facefusion_batch.models.catalog import DEFAULT_DETECTOR, DEFAULT_MESH
@@ -41,6 +40,11 @@ from facefusion_batch.runtime.tensorrt_backend import (
     profiles_for,
 )
 from facefusion_batch.runtime.torch_backend import graph_signature
+
+if TYPE_CHECKING:
+    import onnx
+else:
+    onnx = lazy.module("onnx")  # imported at its first use
 
 log = logging.getLogger("ffbatch")
 
