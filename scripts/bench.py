@@ -107,10 +107,10 @@ def job_floor(clip: Path, out: Path, pixel_format: str = "bgr24", hwaccel: str =
     """Decode + encode only, through the same reader and writer as a render: with BGR frames
     (what a CPU render converts to and from) or the decoder's yuv420p planes (no conversion)."""
     from facefusion_batch.pipeline.report import peak_rss_mb
-    from facefusion_batch.video.encoder_policy import EncoderSettings
-    from facefusion_batch.video.probe import probe
-    from facefusion_batch.video.reader import FrameReader
-    from facefusion_batch.video.writer import VideoWriter
+    from facefusion_batch.video.decode.probe import probe
+    from facefusion_batch.video.decode.reader import FrameReader
+    from facefusion_batch.video.encode.encoder_policy import EncoderSettings
+    from facefusion_batch.video.encode.writer import VideoWriter
 
     info = probe(clip)
     t0 = time.perf_counter()

@@ -2,7 +2,7 @@
 
 The bench clip (scripts/bench.py: a pan over the astronaut portrait, one face) is transcoded
 to FFV1 as 8-bit 4:2:0, 10-bit 4:2:2 and 16-bit 4:4:4 (the same pictures), and each is
-rendered into FFV1 at its own pixel format (video/native.py keeps it). Prints fps per depth,
+rendered into FFV1 at its own pixel format (video/pictures/native.py keeps it). Prints fps per depth,
 the ratio to 8 bits and the seconds spent composing the swap back into the native pictures,
 and checks on the way that pixels outside the faces' painted rectangles came out untouched
 (the share of bit-identical luma samples). Numbers are for the machine it runs on.

@@ -188,7 +188,7 @@ def main() -> None:
     except Exception:
         has_trt = False
 
-    from facefusion_batch.video.hwaccel import hwaccel_problem
+    from facefusion_batch.video.decode.hwaccel import hwaccel_problem
 
     nvdec = not hwaccel_problem("cuda")
     results["nvdec"] = nvdec or hwaccel_problem("cuda")

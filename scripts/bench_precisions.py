@@ -65,7 +65,7 @@ def photo_crops() -> np.ndarray:
     from facefusion_batch.runtime.backends import select_backend
     from facefusion_batch.runtime.device import DeviceSettings
     from facefusion_batch.tools.calibration import PHOTOS
-    from facefusion_batch.video.stills import read_image
+    from facefusion_batch.video.pictures.stills import read_image
 
     spec = learned_model(NAME)
     kernels = HostKernels()

@@ -29,8 +29,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from bench import make_clip  # noqa: E402
 
 from facefusion_batch.models.assets import asset_path  # noqa: E402
-from facefusion_batch.video.native import NativePicture, native_format  # noqa: E402
-from facefusion_batch.video.probe import probe  # noqa: E402
+from facefusion_batch.video.decode.probe import probe  # noqa: E402
+from facefusion_batch.video.pictures.native import NativePicture, native_format  # noqa: E402
 
 SIZE = (640, 360)
 # name -> (suffix, codec, pix_fmt, options, (colorspace, range, primaries, transfer))

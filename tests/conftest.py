@@ -20,7 +20,7 @@ from media import make_clip
 from facefusion_batch.faces.table import FaceTable
 from facefusion_batch.models.assets import asset_path
 from facefusion_batch.pipeline.build import Models, load_models
-from facefusion_batch.video.stills import read_image
+from facefusion_batch.video.pictures.stills import read_image
 
 FACE_CLIP_SIZE = (640, 360)  # (width, height) as displayed
 FACE_CLIP_FRAMES = 24

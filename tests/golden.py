@@ -109,7 +109,7 @@ def demo_frames(numbers: tuple[int, ...]) -> list[np.ndarray]:
     from make_inputs import render_frame  # noqa: PLC0415
 
     from facefusion_batch.models.assets import asset_path
-    from facefusion_batch.video.stills import read_image
+    from facefusion_batch.video.pictures.stills import read_image
 
     photo = read_image(asset_path("t1.jpg"))
     return [render_frame(photo, i / DEMO_FPS, DEMO_SECONDS, DEMO_SIZE) for i in numbers]

@@ -32,7 +32,7 @@ from facefusion_batch.runtime.device import DeviceSettings
 from facefusion_batch.runtime.onnxruntime_backend import OnnxRuntimeCpuBackend
 from facefusion_batch.tools import models as tools_models
 from facefusion_batch.tools.calibration import extract_crops, write_identity
-from facefusion_batch.video.stills import read_image
+from facefusion_batch.video.pictures.stills import read_image
 
 HOST = HostKernels()
 

@@ -34,7 +34,7 @@ from typer.testing import CliRunner
 
 from facefusion_batch import RENDER_REVISION, __version__, cli, errors
 from facefusion_batch.runtime.backends import nvidia_gpu_count
-from facefusion_batch.video.reader import FrameReader
+from facefusion_batch.video.decode.reader import FrameReader
 
 FACE_CLIP_SIZE = (640, 360)  # what conftest's face_clip is made with
 FACE_CLIP_FRAMES = 24

@@ -32,8 +32,8 @@ from facefusion_batch.farm.outputs import compositing_paths
 from facefusion_batch.models.assets import asset_path
 from facefusion_batch.pipeline.run import Renderer
 from facefusion_batch.swap.classical.settings import ClassicalSettings
-from facefusion_batch.video.compositing import face_layer
-from facefusion_batch.video.encoder_policy import EncoderSettings
+from facefusion_batch.video.compositing.compositing import face_layer
+from facefusion_batch.video.encode.encoder_policy import EncoderSettings
 
 FRAMES = 12
 CHUNK = 5

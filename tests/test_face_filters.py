@@ -26,7 +26,7 @@ from facefusion_batch.faces.classify import (
 from facefusion_batch.faces.select import select_faces
 from facefusion_batch.models.facefusion import MODELS
 from facefusion_batch.models.prepare import make_dynamic_batch
-from facefusion_batch.video.stills import read_image
+from facefusion_batch.video.pictures.stills import read_image
 
 K = hostk.HOST
 

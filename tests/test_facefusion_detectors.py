@@ -57,7 +57,7 @@ from facefusion_batch.pipeline.build import (
     load_learned,
 )
 from facefusion_batch.runtime.onnxruntime_backend import OnnxRuntimeCpuBackend
-from facefusion_batch.video.stills import read_image
+from facefusion_batch.video.pictures.stills import read_image
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = ROOT / "tests" / "data" / "facefusion_detect_reference.json"

@@ -21,7 +21,7 @@ from test_cli import ffbatch, ffbatch_here
 from facefusion_batch.cli import FACEFUSION_ALIASES, FACEFUSION_SAME, facefusion_argv
 from facefusion_batch.errors import InputError
 from facefusion_batch.tools.facefusion_job import read_facefusion_job
-from facefusion_batch.video.trimmed import trim_range, write_trimmed
+from facefusion_batch.video.encode.trimmed import trim_range, write_trimmed
 
 ACCEPTED = frozenset(FACEFUSION_ALIASES) | FACEFUSION_SAME
 JOBS = Path(__file__).parent / "data" / "facefusion_jobs"

@@ -453,7 +453,7 @@ def print_table() -> None:
 
     from facefusion_batch.models.assets import asset_path
     from facefusion_batch.pipeline.build import load_models
-    from facefusion_batch.video.stills import read_image
+    from facefusion_batch.video.pictures.stills import read_image
 
     models = load_models("cpu", threads=2, models_dir=None)
     astronaut = read_image(asset_path("astronaut.png"))

@@ -23,10 +23,10 @@ from test_cli import ffbatch_here
 
 from facefusion_batch.errors import InputError
 from facefusion_batch.models.assets import asset_path
-from facefusion_batch.video.probe import probe
-from facefusion_batch.video.segments import TAG_FRAMES, parse_frame_range, read_tags
-from facefusion_batch.video.sequence import printf_pattern
-from facefusion_batch.video.writer import shift_timecode
+from facefusion_batch.video.decode.probe import probe
+from facefusion_batch.video.decode.segments import TAG_FRAMES, parse_frame_range, read_tags
+from facefusion_batch.video.encode.sequence import printf_pattern
+from facefusion_batch.video.encode.writer import shift_timecode
 
 SIZE = (160, 128)
 

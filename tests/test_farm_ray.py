@@ -21,7 +21,7 @@ from test_compositing_outputs import decoded, sequence
 from facefusion_batch.config import RenderSettings
 from facefusion_batch.farm.jobs import render
 from facefusion_batch.models.assets import asset_path
-from facefusion_batch.video.encoder_policy import EncoderSettings
+from facefusion_batch.video.encode.encoder_policy import EncoderSettings
 
 
 @pytest.fixture(scope="module")

@@ -44,7 +44,7 @@ def clip(work) -> Path:
 
 @pytest.fixture(scope="module")
 def settings(clip, source, work) -> RenderSettings:
-    from facefusion_batch.video.encoder_policy import EncoderSettings
+    from facefusion_batch.video.encode.encoder_policy import EncoderSettings
 
     return RenderSettings(
         input=clip, output=work / "x.mp4", sources=(source,), encoder=EncoderSettings(crf=0), quiet=True

@@ -26,8 +26,14 @@ from facefusion_batch.farm.concat import inspect_segment, join_segments
 from facefusion_batch.farm.jobs import render
 from facefusion_batch.models.assets import asset_path
 from facefusion_batch.pipeline.run import Renderer
-from facefusion_batch.video.reader import FrameReader
-from facefusion_batch.video.segments import TAG_FRAMES, frame_index, parse_range, read_tags, split_frames
+from facefusion_batch.video.decode.reader import FrameReader
+from facefusion_batch.video.decode.segments import (
+    TAG_FRAMES,
+    frame_index,
+    parse_range,
+    read_tags,
+    split_frames,
+)
 
 FRAMES = 18  # three segments and a lossy split, each of several frames
 SIZE = (320, 240)

@@ -89,7 +89,7 @@ def test_the_script_writes_its_json_and_chart(tmp_path):
 
 def test_a_repeated_mpegts_chunk_is_a_splice_and_keeps_every_frame(clips, tmp_path):
     """Fuzz case 21 (a chunk of an MPEG-TS repeated): the clock steps back where the copy starts,
-    as at a splice of two recordings, so the copy is moved after what precedes it (video/timing.py):
+    as at a splice of two recordings, so the copy is moved after what precedes it (video/decode/timing.py):
     every frame a reference decode gives, the audio with it, exit 0."""
     result = fuzz.run_case(21, clips, tmp_path, timeout=400)
     assert (result.kind, result.clip, result.outcome) == ("duplicate", "ts", "ok"), result.detail

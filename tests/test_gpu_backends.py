@@ -32,7 +32,7 @@ from facefusion_batch.runtime.batching import GPU_BATCH
 from facefusion_batch.runtime.device import DeviceSettings, default_streams, parse_gpu_list
 from facefusion_batch.runtime.nvml import NvmlSampler, nvml_gpus
 from facefusion_batch.runtime.session import TensorInfo
-from facefusion_batch.video.encoder_policy import EncoderSettings
+from facefusion_batch.video.encode.encoder_policy import EncoderSettings
 
 HAS_GPU = nvidia_gpu_count() > 0
 no_gpu = pytest.mark.skipif(HAS_GPU, reason="checks the behaviour without an NVIDIA GPU")

@@ -34,7 +34,7 @@ from facefusion_batch.runtime.device import DeviceSettings  # noqa: E402
 from facefusion_batch.runtime.torch_backend import TorchBackend  # noqa: E402
 from facefusion_batch.settings.types import SwapSettings  # noqa: E402
 from facefusion_batch.swap.classical.settings import ClassicalSettings  # noqa: E402
-from facefusion_batch.video.planes import PlaneLayout, blank_picture  # noqa: E402
+from facefusion_batch.video.pictures.planes import PlaneLayout, blank_picture  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 HOST = HostKernels()
@@ -295,8 +295,8 @@ def test_learned_standins_on_cuda_match_the_host(
 
 
 def test_nvdec_decodes_the_same_pictures_and_a_render_uses_it(tmp_path, t1_small):
-    from facefusion_batch.video.hwaccel import hwaccel_problem
-    from facefusion_batch.video.reader import FrameReader
+    from facefusion_batch.video.decode.hwaccel import hwaccel_problem
+    from facefusion_batch.video.decode.reader import FrameReader
 
     if hwaccel_problem("cuda"):
         pytest.skip(f"no NVDEC here: {hwaccel_problem('cuda')}")

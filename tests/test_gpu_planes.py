@@ -33,15 +33,15 @@ from facefusion_batch.runtime.batching import BatchPolicy  # noqa: E402
 from facefusion_batch.runtime.device import DeviceSettings  # noqa: E402
 from facefusion_batch.runtime.torch_backend import TorchBackend  # noqa: E402
 from facefusion_batch.swap.classical.settings import ClassicalSettings  # noqa: E402
-from facefusion_batch.video.encoder_policy import EncoderSettings  # noqa: E402
-from facefusion_batch.video.planes import (  # noqa: E402
+from facefusion_batch.video.decode.probe import probe  # noqa: E402
+from facefusion_batch.video.decode.reader import FrameReader  # noqa: E402
+from facefusion_batch.video.encode.encoder_policy import EncoderSettings  # noqa: E402
+from facefusion_batch.video.encode.writer import VideoWriter  # noqa: E402
+from facefusion_batch.video.pictures.planes import (  # noqa: E402
     PlaneLayout,
     blank_picture,
     plane_layout_for,
 )
-from facefusion_batch.video.probe import probe  # noqa: E402
-from facefusion_batch.video.reader import FrameReader  # noqa: E402
-from facefusion_batch.video.writer import VideoWriter  # noqa: E402
 
 
 def packed(y: np.ndarray, u: np.ndarray, v: np.ndarray) -> np.ndarray:
@@ -197,7 +197,7 @@ ASTRONAUT = asset_path("astronaut.png")
 @pytest.mark.slow
 def test_device_backend_keeps_a_ten_bit_input_at_ten_bits(tmp_path, monkeypatch, t1_small, cpu_torch_models):
     """A 10-bit 4:2:2 input on the device kernel set: BGR to the device, the native pictures on
-    the host (video/native.py): the same pixel format out, untouched outside the faces."""
+    the host (video/pictures/native.py): the same pixel format out, untouched outside the faces."""
     monkeypatch.setattr(build_module, "select_backend", lambda *a, **k: TorchBackend(device="cpu"))
     clip = make_clip(tmp_path / "in.mp4", frames=6, size=(640, 360), image=t1_small)
     deep = tmp_path / "in.mkv"
@@ -285,7 +285,7 @@ def test_device_backend_writes_the_matte_and_the_face_layer(
         inside = matte > 0
         a = matte[..., None] / 255.0
         back = a * face[..., :3] + (1 - a) * before
-        # the default multiband blend: a few pixels of the layer clip (video/compositing.py)
+        # the default multiband blend: a few pixels of the layer clip (video/compositing/compositing.py)
         assert (np.abs(back - after)[inside] > 1).sum() <= 0.02 * inside.sum()
     assert painted > 4000
 

@@ -13,8 +13,8 @@ import av
 import numpy as np
 import pytest
 
-from facefusion_batch.video.h264_fields import FieldPairs, nal_units, parse_sps
-from facefusion_batch.video.segments import frame_index
+from facefusion_batch.video.decode.h264_fields import FieldPairs, nal_units, parse_sps
+from facefusion_batch.video.decode.segments import frame_index
 
 
 class BitWriter:

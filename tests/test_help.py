@@ -15,7 +15,7 @@ from media import make_clip
 from test_cli import ffbatch, ffbatch_here
 
 from facefusion_batch.cli import PANELS, app, ffmpeg_hint
-from facefusion_batch.video.formats import encoder_in_build
+from facefusion_batch.video.encode.formats import encoder_in_build
 
 COMMANDS = ("render", "preview", "plan", "concat")
 

@@ -17,7 +17,7 @@ from test_cli import assert_usage_error, ffbatch, ffbatch_here, leftovers
 
 from facefusion_batch.errors import InputError
 from facefusion_batch.pipeline.build import pick_source_faces
-from facefusion_batch.video.reader import FrameReader
+from facefusion_batch.video.decode.reader import FrameReader
 
 # -- --on-decode-error ------------------------------------------------------------------------
 

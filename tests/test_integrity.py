@@ -29,7 +29,7 @@ from facefusion_batch.farm.manifest import file_fingerprint, settings_digest
 from facefusion_batch.farm.outputs import job_for
 from facefusion_batch.fsutil import AtomicFile, claim_output, remove_live_temps
 from facefusion_batch.runtime import onnxruntime_backend
-from facefusion_batch.video.stills import MAX_IMAGE_PIXELS, exif_orientation, image_size, read_image
+from facefusion_batch.video.pictures.stills import MAX_IMAGE_PIXELS, exif_orientation, image_size, read_image
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from test_cli import ffbatch_here
 
-from facefusion_batch.video.probe import probe
+from facefusion_batch.video.decode.probe import probe
 
 FRAMES = 3
 ENCODERS = {

@@ -32,7 +32,7 @@ from facefusion_batch.swap.classical.settings import ClassicalSettings  # noqa: 
 from facefusion_batch.swap.classical.stage import OCCLUSION_CROP, OCCLUSION_TEMPLATE  # noqa: E402
 from facefusion_batch.swap.learned import LearnedSettings  # noqa: E402
 from facefusion_batch.swap.masks import MaskSettings  # noqa: E402
-from facefusion_batch.video.planes import PlaneLayout, blank_picture  # noqa: E402
+from facefusion_batch.video.pictures.planes import PlaneLayout, blank_picture  # noqa: E402
 
 HOST = HostKernels()
 TORCH = TorchKernels("cpu")

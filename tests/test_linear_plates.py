@@ -1,4 +1,4 @@
-"""Scene-linear EXR plates (video/colour.py, video/native.py's float composition).
+"""Scene-linear EXR plates (video/pictures/colour.py, video/pictures/native.py's float composition).
 
 The plate is generated: t1.jpg decoded from sRGB to linear light, a window exposed six times
 over (highlights up to 6.0) and a floor far down in the shadows (values below 0.002), written as
@@ -25,8 +25,8 @@ from test_cli import ffbatch_here
 from facefusion_batch.api import Renderer, RenderSettings, render
 from facefusion_batch.errors import InputError
 from facefusion_batch.models.assets import asset_path
-from facefusion_batch.video.colour import srgb_decode, srgb_encode, view_transform
-from facefusion_batch.video.native import NativePicture, compose, rgb_box, view8
+from facefusion_batch.video.pictures.colour import srgb_decode, srgb_encode, view_transform
+from facefusion_batch.video.pictures.native import NativePicture, compose, rgb_box, view8
 
 SIZE = (320, 224)
 FRAMES = (1001, 1002)

@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 from facefusion_batch.config import FACE_MODES, validate_choices
 from facefusion_batch.errors import InputError
 from facefusion_batch.runtime.device import parse_gpu_list
-from facefusion_batch.video.encoder_policy import EncoderSettings, quality_to_crf, validate_encoder
-from facefusion_batch.video.segments import parse_range, split_frames
+from facefusion_batch.video.decode.segments import parse_range, split_frames
+from facefusion_batch.video.encode.encoder_policy import EncoderSettings, quality_to_crf, validate_encoder
 
 # no deadline: these are properties, not timings (with a job running beside the suite, one
 # case took 256 ms against the default 200 ms and failed as "flaky")

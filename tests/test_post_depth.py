@@ -1,5 +1,5 @@
 """High bit depth end to end and untouched pixels (issue 12): frames keep the decoder's own
-pictures (video/native.py); only what the swap changed is composed back in, at the input's
+pictures (video/pictures/native.py); only what the swap changed is composed back in, at the input's
 precision. Clips are made here with PyAV; the checks decode the outputs plane by plane.
 """
 
@@ -15,9 +15,9 @@ import pytest
 from media import encode_image, synthetic_frame
 from test_cli import ffbatch_here
 
-from facefusion_batch.video.encoder_policy import EncoderSettings, check_output
-from facefusion_batch.video.native import NativePicture, compose, native_format, rgb_box
-from facefusion_batch.video.probe import probe
+from facefusion_batch.video.decode.probe import probe
+from facefusion_batch.video.encode.encoder_policy import EncoderSettings, check_output
+from facefusion_batch.video.pictures.native import NativePicture, compose, native_format, rgb_box
 
 SIZE = (128, 96)
 

@@ -24,12 +24,17 @@ from facefusion_batch.config import encoder_options
 from facefusion_batch.errors import InputError
 from facefusion_batch.farm.manifest import segment_name
 from facefusion_batch.tools.doctor import report_lines
-from facefusion_batch.video.encoder_policy import EncoderSettings, check_output, validate_encoder
-from facefusion_batch.video.formats import ENCODER_TABLE, available_encoders, check_fits, segment_suffix
-from facefusion_batch.video.probe import probe
-from facefusion_batch.video.reader import FrameReader
-from facefusion_batch.video.sequence import SequenceWriter
-from facefusion_batch.video.writer import VideoWriter
+from facefusion_batch.video.decode.probe import probe
+from facefusion_batch.video.decode.reader import FrameReader
+from facefusion_batch.video.encode.encoder_policy import EncoderSettings, check_output, validate_encoder
+from facefusion_batch.video.encode.formats import (
+    ENCODER_TABLE,
+    available_encoders,
+    check_fits,
+    segment_suffix,
+)
+from facefusion_batch.video.encode.sequence import SequenceWriter
+from facefusion_batch.video.encode.writer import VideoWriter
 
 SIZE = (256, 144)  # DNxHR needs 256x120 or more
 FRAMES = 6
@@ -454,7 +459,7 @@ def test_interlaced_input_is_refused_with_the_reason(tmp_path):
 def test_ten_bit_needs_the_users_word(prores_master, tmp_path):
     info = probe(prores_master)
     out = tmp_path / "out.mov"
-    # 10-bit into 10-bit keeps its bits (video/native.py); into 8 bits it needs the user's word
+    # 10-bit into 10-bit keeps its bits (video/pictures/native.py); into 8 bits it needs the user's word
     assert check_output(EncoderSettings(codec="prores_ks"), info, out) == []
     with pytest.raises(InputError, match=r"10-bit .*--allow-reduce"):
         check_output(EncoderSettings(codec="dnxhd"), info, out)

@@ -119,7 +119,7 @@ def test_a_job_output_path_that_climbs_with_dotdot_is_exit_2(output, tmp_path):
 SECOND_SIGINT = """
 import os, signal, sys, threading
 from facefusion_batch import cli
-from facefusion_batch.video.writer import VideoWriter
+from facefusion_batch.video.encode.writer import VideoWriter
 
 where = sys.argv[1]
 real_write, real_abort = VideoWriter.write, VideoWriter.abort

@@ -9,7 +9,7 @@ import av
 from media import make_clip
 from test_cli import ffbatch_here
 
-from facefusion_batch.video.stream_end import transport_cut
+from facefusion_batch.video.decode.stream_end import transport_cut
 
 
 def test_a_transport_stream_cut_inside_a_packet_is_rendered_with_a_warning(tmp_path, astronaut_path):
@@ -59,7 +59,7 @@ def test_a_complete_asf_file_gets_no_truncation_warning(tmp_path, astronaut_path
     import numpy as np
     from media import synthetic_frame
 
-    from facefusion_batch.video.stream_end import declared_size
+    from facefusion_batch.video.decode.stream_end import declared_size
 
     wmv = tmp_path / "whole.wmv"
     with av.open(str(wmv), "w", format="asf") as out:

@@ -30,7 +30,7 @@ from facefusion_batch.settings.types import SwapSettings
 from facefusion_batch.swap.classical.settings import ClassicalSettings
 from facefusion_batch.swap.classical.source import SourceFace
 from facefusion_batch.swap.classical.stage import ClassicalSwapper
-from facefusion_batch.video.stills import read_image
+from facefusion_batch.video.pictures.stills import read_image
 
 FAR = 0.75  # box sizes from a face's box centre beyond which nothing may change
 CLASSICAL = SwapSettings(swapper="classical")

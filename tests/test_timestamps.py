@@ -33,10 +33,10 @@ from facefusion_batch.config import RenderSettings
 from facefusion_batch.errors import InputError, Interrupted
 from facefusion_batch.farm.jobs import render as render_job
 from facefusion_batch.pipeline.run import Renderer
-from facefusion_batch.video.reader import FrameReader
-from facefusion_batch.video.segments import frame_index
-from facefusion_batch.video.stream_end import declared_size
-from facefusion_batch.video.timing import ClockMap, ClockScan, display_order, strictly_after
+from facefusion_batch.video.decode.reader import FrameReader
+from facefusion_batch.video.decode.segments import frame_index
+from facefusion_batch.video.decode.stream_end import declared_size
+from facefusion_batch.video.decode.timing import ClockMap, ClockScan, display_order, strictly_after
 
 
 def decoded_times(path: Path) -> tuple[list[Fraction | None], list[int]]:
@@ -68,7 +68,7 @@ def test_display_times_put_the_streams_pts_in_increasing_order():
 
 
 def test_a_repeated_or_earlier_pts_goes_one_tick_after_the_frame_before():
-    """The one rule the reader and the writer both apply (video/timing.strictly_after)."""
+    """The one rule the reader and the writer both apply (video/decode/timing.strictly_after)."""
     assert strictly_after(None, 7) == 7  # the first frame keeps its own
     assert strictly_after(6, 7) == 7 and strictly_after(6, 100) == 100  # later: kept
     assert strictly_after(7, 7) == 8  # a repeat: one tick on

@@ -18,8 +18,8 @@ from facefusion_batch.errors import InputError
 from facefusion_batch.farm import manifest, reuse
 from facefusion_batch.farm.concat import join_segments
 from facefusion_batch.farm.manifest import Manifest, open_manifest
-from facefusion_batch.video.segments import read_tags
-from facefusion_batch.video.written import record_path
+from facefusion_batch.video.decode.segments import read_tags
+from facefusion_batch.video.encode.written import record_path
 
 
 @pytest.fixture(scope="module")

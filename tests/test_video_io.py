@@ -33,7 +33,7 @@ from facefusion_batch.video import (
     quality_to_crf,
     validate_encoder,
 )
-from facefusion_batch.video import probe as probe_module
+from facefusion_batch.video.decode import probe as probe_module
 
 probe = probe_module.probe
 FAST = EncoderSettings(preset="ultrafast")

@@ -20,8 +20,8 @@ import pytest
 from media import _DIVX_USER_DATA, AUDIO_RATE, _mpeg4_packets, _not_coded_vop, _write_tone, frame_number
 from test_cli import ffbatch
 
-from facefusion_batch.video.reader import FrameReader
-from facefusion_batch.video.segments import frame_index
+from facefusion_batch.video.decode.reader import FrameReader
+from facefusion_batch.video.decode.segments import frame_index
 
 RATE = Fraction(25)
 INCREMENT_BITS = 5  # a VOL time resolution of 25: 5 bits of vop_time_increment

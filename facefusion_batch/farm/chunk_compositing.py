@@ -26,7 +26,7 @@ from facefusion_batch.errors import FfbatchError
 from facefusion_batch.farm.concat import join_segments
 from facefusion_batch.farm.manifest import remove_stale_partials, segment_name
 from facefusion_batch.farm.segment import is_up_to_date
-from facefusion_batch.video.compositing import (
+from facefusion_batch.video.compositing.compositing import (
     LAYER_ENCODER,
     MATTE_ENCODER,
     CompositingWriters,
@@ -36,11 +36,11 @@ from facefusion_batch.video.compositing import (
     publish_sequence,
     sequence_complete,
 )
-from facefusion_batch.video.formats import segment_suffix
-from facefusion_batch.video.probe import VideoInfo
-from facefusion_batch.video.sequence import is_sequence_pattern
-from facefusion_batch.video.writer import VideoWriter
-from facefusion_batch.video.written import record_written
+from facefusion_batch.video.decode.probe import VideoInfo
+from facefusion_batch.video.encode.formats import segment_suffix
+from facefusion_batch.video.encode.sequence import is_sequence_pattern
+from facefusion_batch.video.encode.writer import VideoWriter
+from facefusion_batch.video.encode.written import record_written
 
 
 def staged(work: Path, option: str, path: Path) -> Path:

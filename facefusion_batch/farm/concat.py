@@ -30,11 +30,11 @@ import av.error
 from facefusion_batch.errors import FfbatchError, InputError, Interrupted, OutputError
 from facefusion_batch.farm.reuse import TAG_RENDERED_BY, TAG_SETTINGS_ALONE
 from facefusion_batch.fsutil import AtomicFile, check_name_length, claim_output, ffmpeg_path
-from facefusion_batch.video.audio import AudioMuxer
-from facefusion_batch.video.probe import check_readable_file, pick_video_stream
-from facefusion_batch.video.segments import TAG_FRAME_COUNT, TAG_FRAMES, TAG_INPUT, TAG_SETTINGS
-from facefusion_batch.video.writer import carried_tags, container_format_for, iso_timescales
-from facefusion_batch.video.written import forget_written, record_written
+from facefusion_batch.video.decode.probe import check_readable_file, pick_video_stream
+from facefusion_batch.video.decode.segments import TAG_FRAME_COUNT, TAG_FRAMES, TAG_INPUT, TAG_SETTINGS
+from facefusion_batch.video.encode.audio import AudioMuxer
+from facefusion_batch.video.encode.writer import carried_tags, container_format_for, iso_timescales
+from facefusion_batch.video.encode.written import forget_written, record_written
 
 log = logging.getLogger("ffbatch")
 

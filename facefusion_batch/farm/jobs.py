@@ -64,21 +64,22 @@ from facefusion_batch.progress import Progress
 from facefusion_batch.settings.types import PlanSettings
 from facefusion_batch.stdout import say
 from facefusion_batch.timing import StageTimer
-from facefusion_batch.video.compositing import describe_output, open_compositing_writers
-from facefusion_batch.video.encoder_policy import check_output, encoder_parameters
-from facefusion_batch.video.formats import CONTAINERS, check_fits
-from facefusion_batch.video.hwaccel import hwaccel_problem
-from facefusion_batch.video.probe import check_not_a_pipe, probe
-from facefusion_batch.video.reader import FrameReader
-from facefusion_batch.video.segments import check_complete, format_range, frames_of_range, parse_range
-from facefusion_batch.video.sequence import (
+from facefusion_batch.video.compositing.compositing import describe_output, open_compositing_writers
+from facefusion_batch.video.decode.hwaccel import hwaccel_problem
+from facefusion_batch.video.decode.probe import check_not_a_pipe, probe
+from facefusion_batch.video.decode.reader import FrameReader
+from facefusion_batch.video.decode.segments import check_complete, format_range, frames_of_range, parse_range
+from facefusion_batch.video.encode.encoder_policy import check_output, encoder_parameters
+from facefusion_batch.video.encode.formats import CONTAINERS, check_fits
+from facefusion_batch.video.encode.sequence import (
     SequenceWriter,
     check_sequence_output,
     default_start_number,
     is_sequence_pattern,
     printf_pattern,
 )
-from facefusion_batch.video.stills import (
+from facefusion_batch.video.encode.writer import VideoWriter
+from facefusion_batch.video.pictures.stills import (
     DEEP_IMAGE_SUFFIXES,
     IMAGE_SUFFIXES,
     is_still_image,
@@ -88,7 +89,6 @@ from facefusion_batch.video.stills import (
     still_stream_map,
     write_image_atomically,
 )
-from facefusion_batch.video.writer import VideoWriter
 
 log = logging.getLogger("ffbatch")
 

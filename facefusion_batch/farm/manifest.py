@@ -31,8 +31,8 @@ from typing import Any
 from facefusion_batch import RENDER_REVISION, __version__, fsutil
 from facefusion_batch.config import DeviceSettings, RenderSettings
 from facefusion_batch.errors import InputError, OutputError
-from facefusion_batch.video.probe import sequence_numbers
-from facefusion_batch.video.sequence import is_sequence_pattern
+from facefusion_batch.video.decode.probe import sequence_numbers
+from facefusion_batch.video.encode.sequence import is_sequence_pattern
 
 log = logging.getLogger("ffbatch")
 
@@ -134,7 +134,7 @@ def work_dir_for(output: Path) -> Path:
 
 
 def segment_name(start: int, end: int, suffix: str = SEGMENT_SUFFIX) -> str:
-    """`suffix`: video/formats.segment_suffix(codec), .mov for the codecs .mp4 cannot hold (ProRes)."""
+    """`suffix`: video/encode/formats.segment_suffix(codec), .mov for the codecs .mp4 cannot hold (ProRes)."""
     return f"{start:08d}-{end:08d}{suffix}"
 
 

@@ -35,9 +35,9 @@ from facefusion_batch.farm.manifest import remove_work_dir, segment_name, work_d
 from facefusion_batch.farm.task_reports import summed_counts
 from facefusion_batch.fsutil import claim_output, write_json_atomically
 from facefusion_batch.stdout import say
-from facefusion_batch.video.formats import segment_suffix
-from facefusion_batch.video.probe import probe
-from facefusion_batch.video.segments import frame_index
+from facefusion_batch.video.decode.probe import probe
+from facefusion_batch.video.decode.segments import frame_index
+from facefusion_batch.video.encode.formats import segment_suffix
 
 log = logging.getLogger("ffbatch")
 

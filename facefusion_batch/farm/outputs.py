@@ -23,15 +23,15 @@ from facefusion_batch.config import (
 from facefusion_batch.errors import InputError
 from facefusion_batch.farm.manifest import settings_digest
 from facefusion_batch.farm.reuse import code_tags, drop_stale, input_tag, intact, made_here, ours
-from facefusion_batch.video.compositing import sequence_complete
-from facefusion_batch.video.segments import (
+from facefusion_batch.video.compositing.compositing import sequence_complete
+from facefusion_batch.video.decode.segments import (
     TAG_INPUT,
     TAG_SETTINGS,
     frame_index,
     read_tags,
     video_packet_count,
 )
-from facefusion_batch.video.sequence import is_sequence_pattern
+from facefusion_batch.video.encode.sequence import is_sequence_pattern
 
 log = logging.getLogger("ffbatch")
 

@@ -47,10 +47,10 @@ from facefusion_batch.farm.manifest import segment_name, work_dir_for
 from facefusion_batch.farm.openjd import to_openjd
 from facefusion_batch.farm.outputs import DEFAULT_PATTERN, compositing_paths, outputs_for
 from facefusion_batch.settings.types import PLAN_FORMATS
-from facefusion_batch.video.formats import check_fits, segment_suffix
-from facefusion_batch.video.probe import probe
-from facefusion_batch.video.segments import first_frame_number, format_range, frame_index, split_frames
-from facefusion_batch.video.sequence import is_sequence_pattern, printf_pattern
+from facefusion_batch.video.decode.probe import probe
+from facefusion_batch.video.decode.segments import first_frame_number, format_range, frame_index, split_frames
+from facefusion_batch.video.encode.formats import check_fits, segment_suffix
+from facefusion_batch.video.encode.sequence import is_sequence_pattern, printf_pattern
 
 FORMATS = PLAN_FORMATS  # settings/types.py: PlanFormat
 

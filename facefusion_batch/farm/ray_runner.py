@@ -62,9 +62,9 @@ from facefusion_batch.progress import Progress
 from facefusion_batch.settings.types import PlanSettings
 from facefusion_batch.stdout import say
 from facefusion_batch.timing import StageTimer
-from facefusion_batch.video.formats import segment_suffix
-from facefusion_batch.video.probe import probe
-from facefusion_batch.video.segments import frame_index
+from facefusion_batch.video.decode.probe import probe
+from facefusion_batch.video.decode.segments import frame_index
+from facefusion_batch.video.encode.formats import segment_suffix
 
 log = logging.getLogger("ffbatch")
 

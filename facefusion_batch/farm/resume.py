@@ -48,13 +48,13 @@ from facefusion_batch.pipeline.run import (
     read_ranges,
     run_frames,
 )
-from facefusion_batch.video.formats import segment_suffix
-from facefusion_batch.video.planes import BGR24
-from facefusion_batch.video.probe import VideoInfo
-from facefusion_batch.video.reader import Frame
-from facefusion_batch.video.segments import FrameIndex, frame_index, split_frames
-from facefusion_batch.video.stream_end import judge_end
-from facefusion_batch.video.writer import VideoWriter
+from facefusion_batch.video.decode.probe import VideoInfo
+from facefusion_batch.video.decode.reader import Frame
+from facefusion_batch.video.decode.segments import FrameIndex, frame_index, split_frames
+from facefusion_batch.video.decode.stream_end import judge_end
+from facefusion_batch.video.encode.formats import segment_suffix
+from facefusion_batch.video.encode.writer import VideoWriter
+from facefusion_batch.video.pictures.planes import BGR24
 
 log = logging.getLogger("ffbatch")
 

@@ -1,6 +1,6 @@
 """Whether finished work may be reused instead of rendered: made from this input with these
 settings by this code (the ffbatch version and its RENDER_REVISION, both in the settings digest),
-and still holding the bytes it was written with (video/written.py).
+and still holding the bytes it was written with (video/encode/written.py).
 
 Outputs and segments carry, beside the digest (`ffbatch_settings`), who rendered them
 (`ffbatch_rendered_by`) and the digest of the settings alone (`ffbatch_settings_alone`): work of
@@ -17,8 +17,8 @@ from pathlib import Path
 from facefusion_batch import RENDER_REVISION, __version__
 from facefusion_batch.config import RenderSettings
 from facefusion_batch.farm.manifest import settings_digest
-from facefusion_batch.video.segments import TAG_SETTINGS, read_tags
-from facefusion_batch.video.written import forget_written, written_problem
+from facefusion_batch.video.decode.segments import TAG_SETTINGS, read_tags
+from facefusion_batch.video.encode.written import forget_written, written_problem
 
 log = logging.getLogger("ffbatch")
 

@@ -1,7 +1,7 @@
 """`render --frames START:END`: one exact frame range of one input into a video-only segment.
 
 The segment starts with a keyframe (every encode does), keeps the input's pts
-and time base, and carries tags (`video/segments.py`) that say which frames of
+and time base, and carries tags (`video/decode/segments.py`) that say which frames of
 which input, rendered with which settings. That makes the command idempotent,
 as a farm needs: run again with the same settings when the segment exists, it
 says so and exits 0 without rendering (`--force` renders it again).
@@ -17,9 +17,9 @@ from facefusion_batch.errors import FfbatchError, InputError, OutputError
 from facefusion_batch.farm.manifest import settings_digest
 from facefusion_batch.farm.reuse import code_tags, drop_stale, input_tag, intact, made_here
 from facefusion_batch.pipeline.run import JobReport, log_start, pixel_format_of, read_ranges, render_into
-from facefusion_batch.video.compositing import open_compositing_writers, sequence_complete
-from facefusion_batch.video.probe import sequence_numbers
-from facefusion_batch.video.segments import (
+from facefusion_batch.video.compositing.compositing import open_compositing_writers, sequence_complete
+from facefusion_batch.video.decode.probe import sequence_numbers
+from facefusion_batch.video.decode.segments import (
     TAG_FRAME_COUNT,
     TAG_FRAMES,
     TAG_INPUT,
@@ -29,8 +29,8 @@ from facefusion_batch.video.segments import (
     read_tags,
     video_packet_count,
 )
-from facefusion_batch.video.sequence import SequenceWriter, is_sequence_pattern
-from facefusion_batch.video.writer import VideoWriter, from_frame
+from facefusion_batch.video.encode.sequence import SequenceWriter, is_sequence_pattern
+from facefusion_batch.video.encode.writer import VideoWriter, from_frame
 
 log = logging.getLogger("ffbatch")
 

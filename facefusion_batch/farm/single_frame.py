@@ -2,7 +2,7 @@
 
 A facility's single frames are DPX and EXR, which the photo path (OpenCV, 8-bit) cannot read.
 The frame is rendered as a one-frame image sequence instead, through the sequence path every
-plate takes (its own precision, `video/native.py`; DPX 10-bit stays 10-bit): a hidden folder
+plate takes (its own precision, `video/pictures/native.py`; DPX 10-bit stays 10-bit): a hidden folder
 beside the output holds a link to the input named as a sequence, the one frame is written there
 and renamed to the output, and the folder is removed whatever happens.
 """
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from facefusion_batch.config import RenderSettings
 from facefusion_batch.errors import InputError, OutputError
 from facefusion_batch.fsutil import write_json_atomically
-from facefusion_batch.video.sequence import SEQUENCE_CODECS, is_sequence_pattern
+from facefusion_batch.video.encode.sequence import SEQUENCE_CODECS, is_sequence_pattern
 
 if TYPE_CHECKING:
     from facefusion_batch.pipeline.run import JobReport

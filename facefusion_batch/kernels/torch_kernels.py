@@ -5,7 +5,7 @@ once. In between, on this instance's CUDA stream (each executor worker owns one 
 made on its own thread), the stages' crops, model calls, masks and paints stay on the device;
 only small arrays (detections, mesh points, embeddings) come back through `to_host`.
 
-With yuv420p planes (`upload(..., planes=layout)`, video/planes.py) the decoder's planes
+With yuv420p planes (`upload(..., planes=layout)`, video/pictures/planes.py) the decoder's planes
 cross instead, at half the bytes; the device converts them to BGR, and `download` converts
 back only the rectangles that were painted, so every other pixel leaves exactly as it was
 decoded.

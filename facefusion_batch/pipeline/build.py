@@ -71,8 +71,8 @@ from facefusion_batch.swap.learned import LearnedSettings, LearnedSwapper
 from facefusion_batch.swap.masks import AreaMasker, CropMasker, Occluder, RegionParser
 from facefusion_batch.swap.regions import FaceRegions
 from facefusion_batch.timing import StageTimer
-from facefusion_batch.video.reader import FrameReader
-from facefusion_batch.video.stills import is_still_image, read_image
+from facefusion_batch.video.decode.reader import FrameReader
+from facefusion_batch.video.pictures.stills import is_still_image, read_image
 
 log = logging.getLogger("ffbatch")
 

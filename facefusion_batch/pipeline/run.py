@@ -10,7 +10,7 @@ many inputs, or many segments, share one load. Three kinds of job run on it:
 
 - plain: the whole input into `settings.output`, audio copied (the default);
 - a frame range (`settings.frames`): a video-only segment tagged with its range
-  (see `video/segments.py`), the unit of farm rendering;
+  (see `video/decode/segments.py`), the unit of farm rendering;
 - chunked (`farm/resume.py`): segments in a work directory beside the output,
   recorded in a manifest, then joined with the audio; an interrupted job
   resumes from the segments that are finished.
@@ -38,16 +38,16 @@ from facefusion_batch.pipeline.executor import run_ordered
 from facefusion_batch.pipeline.report import RenderReport
 from facefusion_batch.pipeline.stages import BatchResult, FacePipeline
 from facefusion_batch.timing import StageTimer
-from facefusion_batch.video.colour import ViewTransform, view_transform
-from facefusion_batch.video.compositing import CompositingWriters
-from facefusion_batch.video.encoder_policy import native_layout, output_pix_fmt
-from facefusion_batch.video.fields import FIRST_FIELD, split_fields, weave_fields
-from facefusion_batch.video.native import NativeFrames, compose
-from facefusion_batch.video.planes import BGR24, NATIVE, YUV420P, PlaneLayout, plane_layout_for
-from facefusion_batch.video.probe import VideoInfo
-from facefusion_batch.video.reader import Frame, FrameReader
-from facefusion_batch.video.sequence import SequenceWriter, is_sequence_pattern, sequence_codec
-from facefusion_batch.video.writer import VideoWriter
+from facefusion_batch.video.compositing.compositing import CompositingWriters
+from facefusion_batch.video.decode.probe import VideoInfo
+from facefusion_batch.video.decode.reader import Frame, FrameReader
+from facefusion_batch.video.encode.encoder_policy import native_layout, output_pix_fmt
+from facefusion_batch.video.encode.sequence import SequenceWriter, is_sequence_pattern, sequence_codec
+from facefusion_batch.video.encode.writer import VideoWriter
+from facefusion_batch.video.pictures.colour import ViewTransform, view_transform
+from facefusion_batch.video.pictures.fields import FIRST_FIELD, split_fields, weave_fields
+from facefusion_batch.video.pictures.native import NativeFrames, compose
+from facefusion_batch.video.pictures.planes import BGR24, NATIVE, YUV420P, PlaneLayout, plane_layout_for
 
 log = logging.getLogger("ffbatch")
 
@@ -78,7 +78,7 @@ class JobReport(RenderReport):
     segments: dict[str, int] = field(default_factory=dict)  # total / rendered / reused
     dropped: list[str] = field(default_factory=list)  # streams of the input the output could not keep
     reduced: list[str] = field(default_factory=list)  # precision the user agreed to lose (--allow-reduce)
-    encoder_parameters: dict[str, Any] = field(default_factory=dict)  # video/writer.encoder_parameters
+    encoder_parameters: dict[str, Any] = field(default_factory=dict)  # video/encode/writer.encoder_parameters
     streams: list[dict[str, Any]] = field(default_factory=list)  # input stream -> what became of it
     compositing: list[dict[str, Any]] = field(default_factory=list)  # --matte-output, --face-only-output
 
@@ -175,9 +175,9 @@ class Renderer:
         BGR with each frame's own picture beside it (NativeFrames), or None for BGR frames.
 
         Planes only where the pipeline converts colour on the device (`accepts_planes`) and the
-        input and output allow it exactly (video/planes.py), and the job needs no 8-bit BGR view
+        input and output allow it exactly (video/pictures/planes.py), and the job needs no 8-bit BGR view
         of its swapped frames (`bgr_view`: the compositing outputs are made from it); otherwise
-        the native pictures where the input's pixel format allows (video/native.py); said in the
+        the native pictures where the input's pixel format allows (video/pictures/native.py); said in the
         log and the report. `settings`: the job's (its output and colour space), when not the
         renderer's."""
         settings = settings or self.settings
@@ -301,7 +301,7 @@ def run_frames(
 
 def compose_native(frames: list[Frame], result: BatchResult) -> None:
     """Replace each result by its frame's native picture with the change the swap made composed
-    in (video/native.py); frames without a native picture (a replaced frame before the first
+    in (video/pictures/native.py); frames without a native picture (a replaced frame before the first
     good one) stay BGR, which the writer converts."""
     rects: dict[int, list] = {}
     for rect in result.painted:
@@ -312,7 +312,7 @@ def compose_native(frames: list[Frame], result: BatchResult) -> None:
 
 
 def woven(result: BatchResult, images: list[np.ndarray], fields: list[np.ndarray], first: int) -> BatchResult:
-    """A batch swapped as fields (video/fields.py) back as frames: the fields' changes woven in,
+    """A batch swapped as fields (video/pictures/fields.py) back as frames: the fields' changes woven in,
     per-frame counts summed over each frame's two fields (face counts stay per field), the faces
     not swapped and the swap's decisions too: every per-frame count lines up with the batch's
     frames."""
@@ -405,7 +405,7 @@ def count_not_swapped(report: RenderReport, result: BatchResult, written: np.nda
 
 
 def input_view(settings: RenderSettings, info: VideoInfo) -> ViewTransform | None:
-    """How the input's floating-point (EXR) pictures are shown to the face stages (video/colour.py);
+    """How the input's floating-point (EXR) pictures are shown to the face stages (video/pictures/colour.py);
     None for integer pictures. InputError for a colour space or OCIO config that cannot be used."""
     return view_transform(info.pix_fmt, settings.input_colorspace, settings.ocio_config)
 

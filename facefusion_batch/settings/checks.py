@@ -33,14 +33,14 @@ from facefusion_batch.settings.types import (
 )
 from facefusion_batch.swap.classical.settings import EYES_MOUTH_CHOICES
 from facefusion_batch.swap.masks import MASK_AREAS, MASK_TYPES, REGION_CLASSES
-from facefusion_batch.video.compositing import check_face_only_output
-from facefusion_batch.video.encoder_policy import validate_encoder
-from facefusion_batch.video.formats import CONTAINERS, check_fits
-from facefusion_batch.video.hwaccel import HWACCELS
-from facefusion_batch.video.matte import check_matte_output
-from facefusion_batch.video.probe import check_sequence_fps
-from facefusion_batch.video.reader import DECODE_ERROR_MODES
-from facefusion_batch.video.sequence import (
+from facefusion_batch.video.compositing.compositing import check_face_only_output
+from facefusion_batch.video.compositing.matte import check_matte_output
+from facefusion_batch.video.decode.hwaccel import HWACCELS
+from facefusion_batch.video.decode.probe import check_sequence_fps
+from facefusion_batch.video.decode.reader import DECODE_ERROR_MODES
+from facefusion_batch.video.encode.encoder_policy import validate_encoder
+from facefusion_batch.video.encode.formats import CONTAINERS, check_fits
+from facefusion_batch.video.encode.sequence import (
     check_start_number,
     is_sequence_pattern,
     sequence_codec,

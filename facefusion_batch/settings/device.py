@@ -21,7 +21,7 @@ from facefusion_batch.runtime.device import (
 from facefusion_batch.runtime.nvml import list_gpus
 from facefusion_batch.settings.checks import validate_choices
 from facefusion_batch.settings.types import BACKENDS, BackendChoice, RenderSettings
-from facefusion_batch.video.hwaccel import HWACCELS, Hwaccel
+from facefusion_batch.video.decode.hwaccel import HWACCELS, Hwaccel
 
 log = logging.getLogger("ffbatch")
 

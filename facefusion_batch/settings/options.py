@@ -38,7 +38,7 @@ from facefusion_batch.settings.types import (
 from facefusion_batch.swap.classical.settings import ClassicalSettings
 from facefusion_batch.swap.learned import LearnedSettings
 from facefusion_batch.swap.masks import MaskSettings
-from facefusion_batch.video.encoder_policy import EncoderSettings
+from facefusion_batch.video.encode.encoder_policy import EncoderSettings
 
 # the panels render, preview and plan list their options in, in this order
 PANEL_IO = "Input and output"

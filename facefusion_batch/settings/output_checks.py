@@ -11,8 +11,8 @@ from pathlib import Path
 from facefusion_batch.errors import InputError
 from facefusion_batch.fsutil import check_name_length, same_file
 from facefusion_batch.settings.types import RenderSettings
-from facefusion_batch.video.probe import sequence_numbers
-from facefusion_batch.video.sequence import (
+from facefusion_batch.video.decode.probe import sequence_numbers
+from facefusion_batch.video.encode.sequence import (
     default_start_number,
     frame_path,
     is_sequence_pattern,

@@ -18,8 +18,8 @@ from facefusion_batch.runtime.batching import BatchPolicy
 from facefusion_batch.runtime.device import DeviceSettings
 from facefusion_batch.swap.classical.settings import ClassicalSettings
 from facefusion_batch.swap.learned import LearnedSettings
-from facefusion_batch.video.encoder_policy import EncoderSettings
-from facefusion_batch.video.reader import DecodeErrorMode
+from facefusion_batch.video.decode.reader import DecodeErrorMode
+from facefusion_batch.video.encode.encoder_policy import EncoderSettings
 
 # the choices of the settings' own words; the command line's choices and did-you-mean read them
 FaceMode = Literal["many", "one", "reference"]
@@ -93,7 +93,7 @@ class RenderSettings:
     models_dir: Path | None = None
     report: Path | None = None
     matte_output: Path | None = None  # the paste alpha of every frame, as its own video or sequence
-    face_only_output: Path | None = None  # the swapped faces alone, straight alpha (video/compositing.py)
+    face_only_output: Path | None = None  # the swapped faces alone, straight alpha (video/compositing/)
     overwrite: bool = False
     quiet: bool = False
     # scale-out (docs/farm.md): an exact frame range rendered to a segment; chunked, resumable
@@ -108,7 +108,7 @@ class RenderSettings:
     fail_if_no_faces: bool = False  # exit 2, writing nothing, when not one face was swapped
     fail_on_truncated: bool = False  # exit 2 before rendering when the input's video stops early
     input_fps: float | None = None  # an image sequence input's frame rate (--fps; default 24)
-    # how a floating-point (EXR) plate is shown to the face stages (video/colour.py): auto (scene-
+    # how a floating-point (EXR) plate is shown to the face stages (video/pictures/colour.py): auto (scene-
     # linear), linear, srgb, or an OCIO colour space; the OCIO config (None: $OCIO, else built-in)
     input_colorspace: str = "auto"
     ocio_config: str | None = None

@@ -31,9 +31,9 @@ from facefusion_batch.models.calibration import (
 )
 from facefusion_batch.models.facefusion import learned_model
 from facefusion_batch.runtime.session import Session
-from facefusion_batch.video.probe import probe
-from facefusion_batch.video.reader import FrameReader
-from facefusion_batch.video.stills import is_still_image, read_image, write_image_atomically
+from facefusion_batch.video.decode.probe import probe
+from facefusion_batch.video.decode.reader import FrameReader
+from facefusion_batch.video.pictures.stills import is_still_image, read_image, write_image_atomically
 
 log = logging.getLogger("ffbatch")
 

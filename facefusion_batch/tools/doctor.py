@@ -17,8 +17,8 @@ from facefusion_batch.runtime.backends import availability, choose_auto
 from facefusion_batch.runtime.engine_cache import EngineCache, MachineKey
 from facefusion_batch.runtime.nvml import list_gpus, load_pynvml
 from facefusion_batch.runtime.onnxruntime_backend import cuda_provider_problem
-from facefusion_batch.video.formats import ENCODER_TABLE, available_encoders, containers_for
-from facefusion_batch.video.hwaccel import NVDEC, NVENC, codecs_present, nvdec_opens, nvenc_opens
+from facefusion_batch.video.decode.hwaccel import NVDEC, NVENC, codecs_present, nvdec_opens, nvenc_opens
+from facefusion_batch.video.encode.formats import ENCODER_TABLE, available_encoders, containers_for
 
 
 def _version(module: str) -> str:

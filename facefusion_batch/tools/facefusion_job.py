@@ -26,7 +26,7 @@ rewrites to ffbatch's like any other FaceFusion name. Keys are:
   weak new face and smooth the points along each track;
 - trim_frame_start / trim_frame_end: the step renders those frames (START inclusive, END exclusive,
   each clamped to the video, as FaceFusion's restrict_trim_frame) with `--frames`, and its file is
-  that clip from 0 with the input's sound of the same span (video/trimmed.py); a photo is not
+  that clip from 0 with the input's sound of the same span (video/encode/trimmed.py); a photo is not
   trimmed, as in FaceFusion.
 """
 
@@ -41,10 +41,10 @@ from pathlib import Path
 from typing import Any
 
 from facefusion_batch.errors import InputError
-from facefusion_batch.video.join_in_order import join_in_order
-from facefusion_batch.video.probe import probe
-from facefusion_batch.video.stills import is_still_image
-from facefusion_batch.video.trimmed import trim_range, write_trimmed
+from facefusion_batch.video.decode.probe import probe
+from facefusion_batch.video.encode.join_in_order import join_in_order
+from facefusion_batch.video.encode.trimmed import trim_range, write_trimmed
+from facefusion_batch.video.pictures.stills import is_still_image
 
 log = logging.getLogger("ffbatch")
 

@@ -15,11 +15,11 @@ from facefusion_batch.errors import InputError
 from facefusion_batch.fsutil import claim_output
 from facefusion_batch.pipeline.run import Renderer, input_view, pixel_format_of, run_frames
 from facefusion_batch.timing import StageTimer
-from facefusion_batch.video.native import NativePicture
-from facefusion_batch.video.probe import VideoInfo, probe
-from facefusion_batch.video.reader import Frame, FrameReader
-from facefusion_batch.video.segments import FrameIndex, frame_index
-from facefusion_batch.video.stills import write_image_atomically
+from facefusion_batch.video.decode.probe import VideoInfo, probe
+from facefusion_batch.video.decode.reader import Frame, FrameReader
+from facefusion_batch.video.decode.segments import FrameIndex, frame_index
+from facefusion_batch.video.pictures.native import NativePicture
+from facefusion_batch.video.pictures.stills import write_image_atomically
 
 log = logging.getLogger("ffbatch")
 

@@ -4,7 +4,7 @@ VFX pipelines number frames from 1001 for a video input (`--start-number`). Each
 encoded by FFmpeg's image encoder for the extension (PNG and TIFF 8- or 16-bit RGB, DPX,
 OpenEXR half/float RGB) into a hidden temporary name beside its final one; `close()` renames
 them all into place, `abort()` removes them, so a failed render leaves no partial sequence.
-An EXR plate's own values go back out as they came (half stays half; video/colour.py says how
+An EXR plate's own values go back out as they came (half stays half; video/pictures/colour.py says how
 the face stages see them); a video's frames become EXR as display-referred RGB scaled to 0..1.
 """
 
@@ -24,10 +24,10 @@ import numpy as np
 from av.video.codeccontext import VideoCodecContext
 
 from facefusion_batch.errors import FfbatchError, InputError, OutputError
-from facefusion_batch.video.colour import FLOAT_PIX_FMTS, HALF_PIX_FMTS
-from facefusion_batch.video.native import NativePicture, rgb_box
-from facefusion_batch.video.planes import BGR24, NATIVE, YUV420P, picture_shape
-from facefusion_batch.video.probe import VideoInfo, sequence_numbers
+from facefusion_batch.video.decode.probe import VideoInfo, sequence_numbers
+from facefusion_batch.video.pictures.colour import FLOAT_PIX_FMTS, HALF_PIX_FMTS
+from facefusion_batch.video.pictures.native import NativePicture, rgb_box
+from facefusion_batch.video.pictures.planes import BGR24, NATIVE, YUV420P, picture_shape
 
 log = logging.getLogger("ffbatch")
 
@@ -39,7 +39,7 @@ SEQUENCE_CODECS = {
     ".dpx": ("dpx", "rgb24"),
     ".exr": ("exr", "gbrpf32le"),
 }
-# the default for an input deeper than 8 bits (written at its precision, video/native.py); DPX
+# the default for an input deeper than 8 bits (written at its precision, video/pictures/native.py); DPX
 # keeps a 10- or 12-bit input's own depth (gbrp10le/gbrp12le, what 10-bit DPX plates hold)
 SEQUENCE_DEEP = {".png": "rgb48be", ".tif": "rgb48le", ".tiff": "rgb48le", ".dpx": "rgb48le"}
 DEFAULT_START_NUMBER = 1001

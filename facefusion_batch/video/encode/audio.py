@@ -31,8 +31,8 @@ import av.error
 
 from facefusion_batch.errors import InputError
 from facefusion_batch.fsutil import ffmpeg_path
-from facefusion_batch.video.probe import check_readable_file, pick_video_stream
-from facefusion_batch.video.timing import ClockMap, has_clock, scan_clock, shift_ticks, timeline_shift
+from facefusion_batch.video.decode.probe import check_readable_file, pick_video_stream
+from facefusion_batch.video.decode.timing import ClockMap, has_clock, scan_clock, shift_ticks, timeline_shift
 
 log = logging.getLogger("ffbatch")
 

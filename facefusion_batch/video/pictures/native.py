@@ -15,7 +15,7 @@ alone, so every pixel outside the faces leaves bit for bit as decoded, and insid
 target's gradients keep their high-bit-depth detail under the 8-bit change.
 
 Floating-point pictures (EXR's half and float planes) are shown to the face stages through a
-view transform (video/colour.py: scene-linear → display) and the change goes back through its
+view transform (video/pictures/colour.py: scene-linear → display) and the change goes back through its
 inverse at float precision, `compose_float`; samples the swap left alone keep every bit.
 
 Used for the pixel formats `native_reason` accepts (planar YUV and GBR at 8-16 bits, packed
@@ -32,9 +32,9 @@ from functools import lru_cache
 import av
 import numpy as np
 
-from facefusion_batch.video.colour import FLOAT_PIX_FMTS, ViewTransform
-from facefusion_batch.video.planes import COLORSPACE_MATRICES
-from facefusion_batch.video.probe import VideoInfo
+from facefusion_batch.video.decode.probe import VideoInfo
+from facefusion_batch.video.pictures.colour import FLOAT_PIX_FMTS, ViewTransform
+from facefusion_batch.video.pictures.planes import COLORSPACE_MATRICES
 
 Rect = tuple[int, int, int, int, int]  # frame, x, y, width, height (kernels/base.py's)
 
@@ -104,7 +104,7 @@ def native_reason(info: VideoInfo) -> str:
 
 @dataclass(frozen=True)
 class NativeFrames:
-    """A render's frame layout (beside video/planes.py's PlaneLayout): 8-bit BGR for the face
+    """A render's frame layout (beside video/pictures/planes.py's PlaneLayout): 8-bit BGR for the face
     stages, each frame's own picture of `pix_fmt` carried beside it and composed after the swap."""
 
     pix_fmt: str
@@ -122,7 +122,7 @@ class NativePicture:
     planes: list[np.ndarray]
     colorspace: int = 2
     color_range: int = 0
-    view: ViewTransform | None = None  # a float picture's view for the face stages (video/colour.py)
+    view: ViewTransform | None = None  # a float picture's view for the face stages (video/pictures/colour.py)
 
     @classmethod
     def from_av(cls, frame: av.VideoFrame, pix_fmt: str, width: int, height: int) -> NativePicture:
@@ -275,7 +275,7 @@ _IDENTITY = ViewTransform("display values as they are", "identity")
 
 
 def _apply_float(picture: NativePicture, x0: int, y0: int, change: np.ndarray) -> None:
-    """video/colour.py's composition: out = in + inverse(view(in) + d) − inverse(view(in)) where
+    """video/pictures/colour.py's composition: out = in + inverse(view(in) + d) − inverse(view(in)) where
     the 8-bit change d (RGB, display units) is not zero; every other sample keeps its bits."""
     h, w = change.shape[:2]
     changed = (change != 0).any(axis=-1)

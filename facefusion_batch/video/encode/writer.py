@@ -10,7 +10,7 @@ Timing: every frame is encoded with the pts it had in the input and the input's
 time base, so frame counts are exact and variable frame rates survive. Each
 frame's duration is the gap to the next one (the last frame repeats the
 previous gap), which keeps the container duration right. A pts that repeats the one before
-goes one tick after it (`video/timing.strictly_after`, the reader's rule too).
+goes one tick after it (`video/decode/timing.strictly_after`, the reader's rule too).
 
 Pictures: BGR `uint8` in, converted to the output pixel format (`output_pix_fmt`:
 --pix-fmt, else the input's own where the encoder takes it) with the colour
@@ -19,14 +19,14 @@ its SAR, language and timecode tags), so colours round-trip. With 4:2:0/4:2:2
 pixel formats an odd width or height is padded to even by repeating the last
 column/row (logged once): the output is then one pixel wider/taller than the
 input. With `pixel_format="yuv420p"` the frames arrive as planes in the input's
-own encoding (video/planes.py) and go to the encoder unconverted. With
-`pixel_format="native"` they arrive as `NativePicture`s (video/native.py: the input's
+own encoding (video/pictures/planes.py) and go to the encoder unconverted. With
+`pixel_format="native"` they arrive as `NativePicture`s (video/pictures/native.py: the input's
 own pixel format and precision, changed only where faces were painted) and go to the
 encoder as they are, or converted by swscale at full precision when the output's pixel
 format differs (10-bit 4:2:0 into ProRes 4:2:2, say).
 
 The encoder's settings and what they mean for an input (pixel format, options, the checks
-before any frame) are video/encoder_policy.py.
+before any frame) are video/encode/encoder_policy.py.
 """
 
 from __future__ import annotations
@@ -49,15 +49,18 @@ import numpy as np
 
 from facefusion_batch.errors import FfbatchError, InputError, OutputError
 from facefusion_batch.fsutil import AtomicFile, ffmpeg_path
-from facefusion_batch.video.audio import AudioMuxer
-from facefusion_batch.video.encoder_policy import (
+from facefusion_batch.video.decode.probe import VideoInfo
+from facefusion_batch.video.decode.segments import TAG_SETTINGS
+from facefusion_batch.video.decode.timing import shift_ticks, strictly_after
+from facefusion_batch.video.encode.audio import AudioMuxer
+from facefusion_batch.video.encode.encoder_policy import (
     EncoderSettings,
     even_dims,
     output_pix_fmt,
     stream_options,
     validate_encoder,
 )
-from facefusion_batch.video.formats import (
+from facefusion_batch.video.encode.formats import (
     CONTAINERS,
     ENCODERS,
     NVENC_PRESETS,
@@ -65,12 +68,9 @@ from facefusion_batch.video.formats import (
     check_fits,
     container_format_for,
 )
-from facefusion_batch.video.native import NativePicture
-from facefusion_batch.video.planes import BGR24, NATIVE, PIXEL_FORMATS, YUV420P, picture_shape
-from facefusion_batch.video.probe import VideoInfo
-from facefusion_batch.video.segments import TAG_SETTINGS
-from facefusion_batch.video.timing import shift_ticks, strictly_after
-from facefusion_batch.video.written import record_written
+from facefusion_batch.video.encode.written import record_written
+from facefusion_batch.video.pictures.native import NativePicture
+from facefusion_batch.video.pictures.planes import BGR24, NATIVE, PIXEL_FORMATS, YUV420P, picture_shape
 
 log = logging.getLogger("ffbatch")
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from facefusion_batch.video.bits import BitReader
+from facefusion_batch.video.decode.bits import BitReader
 
 _SLICE, _IDR, _SPS, _PPS = 1, 5, 7, 8
 # profiles whose SPS carries chroma format, bit depths and scaling matrices (7.3.2.1.1)

@@ -19,11 +19,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from facefusion_batch.video.probe import VideoInfo
+from facefusion_batch.video.decode.probe import VideoInfo
 
 BGR24 = "bgr24"
 YUV420P = "yuv420p"
-# 8-bit BGR for the face stages, plus the decoder's own planes at full precision (video/native.py)
+# 8-bit BGR for the face stages, plus the decoder's own planes at full precision (video/pictures/native.py)
 NATIVE = "native"
 PIXEL_FORMATS = (BGR24, YUV420P, NATIVE)
 

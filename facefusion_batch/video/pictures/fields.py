@@ -7,7 +7,7 @@ through the face stages as a frame of its own, in the order the fields are shown
 swap changed is brought back to field height (each field row gets the mean change of the two
 rows it was stretched to) and added to the field's own rows. A row the swap did not touch
 keeps its values exactly, so the woven frame differs from the input only inside the painted
-rectangles, and the native composition (video/native.py) carries that into the input's own
+rectangles, and the native composition (video/pictures/native.py) carries that into the input's own
 pictures. Field order itself goes to the output as the input's (the container's flag).
 """
 

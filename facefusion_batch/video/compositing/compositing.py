@@ -15,7 +15,7 @@ than 8 bits).
 
 For an input deeper than 8 bits the plate is read from the frame's own picture at its precision
 and only the swap's change (out − plate, from the 8-bit view the face stages saw) is 8-bit, as
-in the main output (video/native.py), so the layer keeps the input's gradients inside the faces.
+in the main output (video/pictures/native.py), so the layer keeps the input's gradients inside the faces.
 
 Sequences are numbered by the input frame: `start_number + frame index`, so a segment
 (`--frames A:B`) or a chunk writes exactly its own frames and any split gives the files a whole
@@ -35,15 +35,25 @@ from typing import Any
 import numpy as np
 
 from facefusion_batch.errors import InputError, OutputError
-from facefusion_batch.video.encoder_policy import EncoderSettings, validate_encoder
-from facefusion_batch.video.matte import MATTE_PIX_FMT, check_matte_output, matte_info, matte_picture
-from facefusion_batch.video.native import NativePicture, native_format, rgb_box
-from facefusion_batch.video.planes import NATIVE
-from facefusion_batch.video.probe import VideoInfo
-from facefusion_batch.video.sequence import SequenceWriter, frame_path, is_sequence_pattern, sequence_codec
+from facefusion_batch.video.compositing.matte import (
+    MATTE_PIX_FMT,
+    check_matte_output,
+    matte_info,
+    matte_picture,
+)
+from facefusion_batch.video.decode.probe import VideoInfo
+from facefusion_batch.video.encode.encoder_policy import EncoderSettings, validate_encoder
+from facefusion_batch.video.encode.sequence import (
+    SequenceWriter,
+    frame_path,
+    is_sequence_pattern,
+    sequence_codec,
+)
 
 # the face layer as it leaves the pipeline: straight RGBA, 8-bit for 8-bit images (exactly the
-from facefusion_batch.video.writer import VideoWriter
+from facefusion_batch.video.encode.writer import VideoWriter
+from facefusion_batch.video.pictures.native import NativePicture, native_format, rgb_box
+from facefusion_batch.video.pictures.planes import NATIVE
 
 # the face layer as it leaves the pipeline: straight RGBA, 8-bit for 8-bit images (exactly the
 # output's codes: swscale would round 16 → 8 bits up), else 16-bit
@@ -151,7 +161,7 @@ def face_layer(
     (so a·F + (1 − a)·plate = out), transparent black outside. Only the matte's bounding box is
     computed.
 
-    `native`: the frame's own picture before the swap, deeper than 8 bits (video/native.py): the
+    `native`: the frame's own picture before the swap, deeper than 8 bits (video/pictures/native.py): the
     plate is then read from it at its precision and only the swap's change comes from the 8-bit
     view, as the main output composes it, so the layer keeps the input's gradients too."""
     height, width = matte.shape

@@ -3,7 +3,7 @@
 EXR plates hold scene-linear light by convention: values above 1.0 are highlights, shadow detail
 lives far below 1/255. The face stages work on an 8-bit display picture, so each float picture is
 shown to them through a view transform (`forward`: plate values → display 0–1), and the change
-the swap makes is taken back through its inverse (video/native.py's `compose_float`):
+the swap makes is taken back through its inverse (video/pictures/native.py's `compose_float`):
 
     out = in + inverse(view(in) + d) − inverse(view(in))
 

@@ -4,7 +4,7 @@
 (the options alone) and `check_output` (against one input: interlacing, HDR, bits and chroma
 lost, the encoder opened on the input's size); `output_pix_fmt` picks the pixel format written,
 `stream_options` the FFmpeg options, `encoder_parameters` what the report says. The writer that
-applies them is video/writer.py.
+applies them is video/encode/writer.py.
 
 Quality: `crf` 0-51 (x264/x265 CRF; NVENC constant-quality `cq`, where 0 means
 "automatic" and is raised to 1). `quality` 0-100 (100 best) is the alternative,
@@ -30,9 +30,8 @@ import numpy as np
 from av.video.codeccontext import VideoCodecContext
 
 from facefusion_batch.errors import InputError
-from facefusion_batch.video.colour import is_float_format
-from facefusion_batch.video.fields import field_reason
-from facefusion_batch.video.formats import (
+from facefusion_batch.video.decode.probe import VideoInfo
+from facefusion_batch.video.encode.formats import (
     ENCODER_TABLE,
     X26X_TO_NVENC,
     X26X_TO_SVTAV1,
@@ -40,9 +39,10 @@ from facefusion_batch.video.formats import (
     check_fits,
     encoder_spec,
 )
-from facefusion_batch.video.native import native_reason
-from facefusion_batch.video.probe import VideoInfo
-from facefusion_batch.video.sequence import is_sequence_pattern, sequence_codec
+from facefusion_batch.video.encode.sequence import is_sequence_pattern, sequence_codec
+from facefusion_batch.video.pictures.colour import is_float_format
+from facefusion_batch.video.pictures.fields import field_reason
+from facefusion_batch.video.pictures.native import native_reason
 
 PIPELINE_BITS = 8  # what the face pipeline carries per channel today
 
@@ -306,7 +306,7 @@ def output_pix_fmt(settings: EncoderSettings, info: VideoInfo) -> str:
     if spec.profiles:
         return fallback  # ProRes / DNxHR: the profile decides
     if info.pix_fmt in formats and (info.bit_depth > PIPELINE_BITS or not native_layout(info, info.pix_fmt)):
-        return info.pix_fmt  # the input's own pictures go out as they came (video/native.py)
+        return info.pix_fmt  # the input's own pictures go out as they came (video/pictures/native.py)
     deep = _deep_match(info.pix_fmt, formats)
     if deep is not None:
         return deep  # all the input's bits, in its own family (a 16-bit PNG's rgb48be → rgb48le)
@@ -348,7 +348,7 @@ def _has_alpha(pix_fmt: str) -> bool:
 
 def reduction_problems(info: VideoInfo, pix_fmt: str) -> list[str]:
     """What writing `info`'s frames as `pix_fmt` loses: bits the output cannot hold (frames on the
-    native path keep the input's precision, video/native.py; others go through 8 bits) or chroma."""
+    native path keep the input's precision, video/pictures/native.py; others go through 8 bits) or chroma."""
     problems = []
     native = not native_layout(info, pix_fmt)
     if native and _depth(pix_fmt) < info.bit_depth:
@@ -446,7 +446,7 @@ def even_dims(width: int, height: int, pix_fmt: str) -> tuple[int, int]:
 
 def native_layout(info: VideoInfo, pix_fmt: str) -> str:
     """'' when frames of `info` can travel at their own precision into a `pix_fmt` output
-    (video/native.py), else why not."""
+    (video/pictures/native.py), else why not."""
     reason = native_reason(info)
     if reason:
         return reason

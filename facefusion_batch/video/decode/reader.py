@@ -6,7 +6,7 @@ C-contiguous BGR `uint8` array (OpenCV's channel order), turns it upright
 according to the stream's display matrix and hands it to the consumer through a
 bounded queue: memory stays flat however long the video is. With
 `pixel_format="yuv420p"` it hands over the decoder's planes instead, unconverted
-(see video/planes.py: for pipelines that convert on the GPU).
+(see video/pictures/planes.py: for pipelines that convert on the GPU).
 
 Errors in the decode thread are re-raised in the consumer: FFmpeg read/decode
 errors as `InputError` ("... is truncated or corrupt at frame N ..."), anything
@@ -17,14 +17,14 @@ Frames are counted, never estimated: every video packet the demuxer hands over
 an error (undecodable leading frames, damage) fails the read with `InputError`
 at the end of the stream; a `frames=` range checks every frame's pts against the
 frame index instead. Timestamps are the decoder's, put in display order
-(video/timing.py: packed B-frames in AVI).
+(video/decode/timing.py: packed B-frames in AVI).
 
 A file cut short does *not* raise: FFmpeg's demuxers treat an early end of file
 as the end of the stream, so the reader yields the frames that were complete and
 stops cleanly, logging a warning when the packets stop well before the end the
 container declares for the video (`VideoInfo.declared_end_s`; files that declare
 none, such as MPEG-TS, cannot tell). A stream that stops early in a file that holds
-every byte its container declares (video/stream_end.py) was not cut short: the
+every byte its container declares (video/decode/stream_end.py) was not cut short: the
 demuxer gave up at damage, which is an `InputError` (containers that declare no
 size: when much of the file is left after the last video packet). (An .mp4/.mov
 cut short before its index, the `moov` box, is refused earlier, by `probe`.) Other
@@ -61,14 +61,14 @@ import cv2
 import numpy as np
 
 from facefusion_batch.errors import FfbatchError, InputError
-from facefusion_batch.video.colour import ViewTransform, is_float_format
-from facefusion_batch.video.hwaccel import HWACCELS
-from facefusion_batch.video.native import NativePicture, view8
-from facefusion_batch.video.planes import BGR24, NATIVE, PIXEL_FORMATS, YUV420P, blank_picture
-from facefusion_batch.video.probe import VideoInfo, open_input, probe
-from facefusion_batch.video.segments import FrameIndex, FramePackets, frame_index
-from facefusion_batch.video.stream_end import PacketEnd, judge_end
-from facefusion_batch.video.timing import DisplayTimes, strictly_after
+from facefusion_batch.video.decode.hwaccel import HWACCELS
+from facefusion_batch.video.decode.probe import VideoInfo, open_input, probe
+from facefusion_batch.video.decode.segments import FrameIndex, FramePackets, frame_index
+from facefusion_batch.video.decode.stream_end import PacketEnd, judge_end
+from facefusion_batch.video.decode.timing import DisplayTimes, strictly_after
+from facefusion_batch.video.pictures.colour import ViewTransform, is_float_format
+from facefusion_batch.video.pictures.native import NativePicture, view8
+from facefusion_batch.video.pictures.planes import BGR24, NATIVE, PIXEL_FORMATS, YUV420P, blank_picture
 
 log = logging.getLogger("ffbatch")
 
@@ -150,7 +150,7 @@ class FrameReader:
         (for inputs `native_reason` accepts).
         `hwaccel="cuda"`: decoded by NVDEC (frames come back to host memory as nv12; a stream
         NVDEC cannot decode falls back to the software decoder).
-        `view`: how a floating-point (EXR) picture is shown as 8-bit BGR (video/colour.py)."""
+        `view`: how a floating-point (EXR) picture is shown as 8-bit BGR (video/pictures/colour.py)."""
         if hwaccel not in HWACCELS:
             raise ValueError(f"hwaccel must be one of {HWACCELS}")
         self.hwaccel = hwaccel
@@ -183,7 +183,7 @@ class FrameReader:
         self.decode_errors = 0  # errors the decoder raised and "skip" stepped over
         self.frames_surplus = 0  # pictures "skip" left out: more than the stream's packets, a time repeated
         self.frames_promised = 0  # video packets that should each give a frame (not hidden by an edit list)
-        self._end = PacketEnd()  # where they stop (video/stream_end.py)
+        self._end = PacketEnd()  # where they stop (video/decode/stream_end.py)
         self._queue: queue.Queue = queue.Queue(maxsize=queue_size)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -467,7 +467,7 @@ class FrameReader:
 
     def _displayed(self, container, stream) -> Iterator[tuple[av.VideoFrame, int | None]]:
         """Every decoded picture in the decoder's (display) order, with its display pts: the
-        stream's pts in increasing order (video/timing.py), whatever order the demuxer guessed."""
+        stream's pts in increasing order (video/decode/timing.py), whatever order the demuxer guessed."""
         times: DisplayTimes[av.VideoFrame] = DisplayTimes()
         rebaser = self.info.clock.rebaser()  # a clock that jumps: each part after the one before
         counts = FramePackets(stream)

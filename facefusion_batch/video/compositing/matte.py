@@ -4,7 +4,7 @@ A compositor redoes the blend from it (Nuke, Resolve, Flame): 8-bit grey, 255 wh
 replaced the picture, 0 wherever nothing was pasted, one matte per output frame with the
 output frame's timestamp. Written losslessly: FFV1 grey in .mkv / .avi, or a grey PNG / TIFF
 image sequence (`matte.%06d.png`, numbered by input frame from the output's start number).
-The writers are video/compositing.py's, shared with `--face-only-output`.
+The writers are video/compositing/compositing.py's, shared with `--face-only-output`.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 
 from facefusion_batch.errors import InputError
-from facefusion_batch.video.native import NativePicture
-from facefusion_batch.video.probe import VideoInfo
-from facefusion_batch.video.sequence import is_sequence_pattern, sequence_codec
+from facefusion_batch.video.decode.probe import VideoInfo
+from facefusion_batch.video.encode.sequence import is_sequence_pattern, sequence_codec
+from facefusion_batch.video.pictures.native import NativePicture
 
 MATTE_PIX_FMT = "gray"
 MATTE_VIDEO_SUFFIXES = (".mkv", ".avi")

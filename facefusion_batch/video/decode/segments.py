@@ -35,12 +35,12 @@ import av.error
 
 from facefusion_batch.errors import InputError
 from facefusion_batch.fsutil import ffmpeg_path
-from facefusion_batch.video.h264_fields import FieldPairs
-from facefusion_batch.video.mpeg4 import NotCodedVops
-from facefusion_batch.video.probe import pick_video_stream, sequence_numbers
-from facefusion_batch.video.sequence import is_sequence_pattern
-from facefusion_batch.video.stream_end import PacketEnd, judge_end
-from facefusion_batch.video.timing import ClockMap, ClockScan, has_clock, shift_ticks
+from facefusion_batch.video.decode.h264_fields import FieldPairs
+from facefusion_batch.video.decode.mpeg4 import NotCodedVops
+from facefusion_batch.video.decode.probe import pick_video_stream, sequence_numbers
+from facefusion_batch.video.decode.stream_end import PacketEnd, judge_end
+from facefusion_batch.video.decode.timing import ClockMap, ClockScan, has_clock, shift_ticks
+from facefusion_batch.video.encode.sequence import is_sequence_pattern
 
 TAG_FRAMES = "ffbatch_frames"
 TAG_FRAME_COUNT = "ffbatch_frame_count"
@@ -155,7 +155,7 @@ class FrameIndex:
     pts: tuple[int, ...]  # sorted: pts[n] is the pts of frame n (only when `exact`)
     keyframe_pts: tuple[int, ...]  # sorted
     exact: bool  # every packet had a pts and no two were equal: seeking is safe
-    # where the clock jumps (video/timing.py): pts are on the moved timeline, which a seek in the
+    # where the clock jumps (video/decode/timing.py): pts are on the moved timeline, which a seek in the
     # file's own clock cannot address, so ranges seek to a keyframe by its byte position
     # (parallel to `keyframe_pts`); () for every other input
     keyframe_pos: tuple[int, ...] = ()
@@ -198,8 +198,8 @@ def gives_frame(packet: av.Packet) -> bool:
 
 class FramePackets:
     """Which demuxed video packets of `stream` stand for a frame, asked in decode order: those
-    `gives_frame` accepts, less MPEG-4 Part 2 not-coded VOPs (video/mpeg4.py), which a decoder
-    shows no picture for, and the second fields of H.264 field pairs (video/h264_fields.py),
+    `gives_frame` accepts, less MPEG-4 Part 2 not-coded VOPs (video/decode/mpeg4.py), which a decoder
+    shows no picture for, and the second fields of H.264 field pairs (video/decode/h264_fields.py),
     which complete the frame their first field began."""
 
     def __init__(self, stream) -> None:
@@ -224,7 +224,7 @@ class FramePackets:
     def at_end(self) -> bool:
         """Whether the stream's last packet, an N-VOP, gives a frame after all: the decoder hands
         over the picture it repeats when it is flushed (FFmpeg's mpeg4 decoder does, without
-        B-frames: video/mpeg4.py)."""
+        B-frames: video/decode/mpeg4.py)."""
         return self._held and (self._vops is None or self._vops.repeats_at_end)
 
 

@@ -21,7 +21,7 @@ import av.error
 
 from facefusion_batch.errors import InputError
 from facefusion_batch.fsutil import ffmpeg_path
-from facefusion_batch.video.timing import ClockMap, has_clock, scan_clock, timeline_shift
+from facefusion_batch.video.decode.timing import ClockMap, has_clock, scan_clock, timeline_shift
 
 
 @dataclass(frozen=True)
@@ -76,14 +76,14 @@ class VideoInfo:
     open_options: tuple[tuple[str, str], ...] = ()
     first_number: int | None = None
     # seconds added to every video and audio timestamp so that none is negative (an MPEG-TS whose
-    # clock wrapped starts below 0; see video/timing.py); 0 for almost every input
+    # clock wrapped starts below 0; see video/decode/timing.py); 0 for almost every input
     start_shift: Fraction = Fraction(0)
     # when the container says the video stream ends, in seconds of its own timeline (a Matroska
     # track's DURATION tag, else the stream's start + duration); None: it does not say.
     # Packets that stop well before it mean the file was cut short.
     declared_end_s: float | None = None
     # an MPEG-TS/PS whose clock jumps mid-clip (spliced recordings): where, and the time each part
-    # is moved by so that it follows the one before (video/timing.py); empty for almost every input
+    # is moved by so that it follows the one before (video/decode/timing.py); empty for almost every input
     clock: ClockMap = ClockMap()
 
     @property

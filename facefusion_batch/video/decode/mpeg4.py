@@ -16,7 +16,7 @@ held picture. An N-VOP with nothing held back is a dropped frame and gives none.
 
 from __future__ import annotations
 
-from facefusion_batch.video.bits import BitReader
+from facefusion_batch.video.decode.bits import BitReader
 
 _VOP = b"\x00\x00\x01\xb6"
 _VOL_FIRST, _VOL_LAST = 0x20, 0x2F  # video_object_layer_start_code 00 00 01 2x

@@ -19,7 +19,7 @@ import numpy as np
 
 from facefusion_batch.errors import InputError, OutputError
 from facefusion_batch.fsutil import AtomicFile, ffmpeg_path
-from facefusion_batch.video.formats import container_format_for
+from facefusion_batch.video.encode.formats import container_format_for
 
 
 def trim_range(frame_total: int, start: int | None, end: int | None) -> tuple[int, int]:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from facefusion_batch.errors import InputError
-from facefusion_batch.video.probe import VideoInfo, sequence_numbers
+from facefusion_batch.video.decode.probe import VideoInfo, sequence_numbers
 
 log = logging.getLogger("ffbatch")
 

@@ -21,7 +21,7 @@ import av.error
 
 from facefusion_batch.errors import InputError, OutputError
 from facefusion_batch.fsutil import AtomicFile, ffmpeg_path
-from facefusion_batch.video.formats import container_format_for
+from facefusion_batch.video.encode.formats import container_format_for
 
 
 def _layout(container) -> list[tuple[Any, ...]]:

@@ -1,0 +1,1 @@
+"""Compositing outputs: the face-only layer with alpha and the matte, and the writers of both."""

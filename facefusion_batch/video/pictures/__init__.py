@@ -1,0 +1,2 @@
+"""What a frame is held as: the decoder's native pictures, yuv420p planes, EXR colour, interlaced
+fields, and still images."""
