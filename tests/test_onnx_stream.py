@@ -12,6 +12,7 @@ import pytest
 import standins
 from onnx import numpy_helper
 
+from facefusion_batch.faces.identity import read_emap
 from facefusion_batch.models import onnx_stream, prepare
 
 
@@ -129,3 +130,40 @@ def test_the_streamed_check_agrees_with_the_checker_on_the_whole_file(tmp_path: 
         onnx.checker.check_model(str(src))
     with pytest.raises(onnx.checker.ValidationError):
         onnx_stream.rewrite_graph(src, out, _dynamic, check=True)
+
+
+def test_the_last_initializer_read_alone_is_the_one_onnx_loads_last(
+    swapper_file: Path, tmp_path: Path
+) -> None:
+    """inswapper's emap, read without parsing the graph: the same record as onnx.load's last
+    initializer, in the original and in its streamed batch copy (whose large initializers move
+    after the small graph); read_emap gives its values, and falls back to a whole load for an
+    emap stored outside the file."""
+    loaded = onnx.load(str(swapper_file))
+    alone = onnx_stream.last_initializer(swapper_file)
+    assert alone.SerializeToString() == loaded.graph.initializer[-1].SerializeToString()
+    copy = tmp_path / "copy.onnx"
+    onnx_stream.rewrite_graph(swapper_file, copy, _dynamic, what="batch copy")
+    assert onnx_stream.last_initializer(copy).SerializeToString() == alone.SerializeToString()
+    emap = numpy_helper.to_array(loaded.graph.initializer[-1])
+    assert emap.shape == (512, 512)
+    np.testing.assert_array_equal(read_emap(swapper_file), emap)
+    np.testing.assert_array_equal(read_emap(copy), emap)
+    outside = tmp_path / "outside" / "model.onnx"
+    outside.parent.mkdir()
+    onnx.save(loaded, str(outside), save_as_external_data=True, location="weights.bin", size_threshold=1024)
+    assert onnx_stream.last_initializer(outside).data_location == onnx.TensorProto.EXTERNAL
+    np.testing.assert_array_equal(read_emap(outside), emap)
+
+
+def test_a_file_without_initializers_has_no_emap(tmp_path: Path) -> None:
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Identity", ["x"], ["y"])],
+        "g",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])],
+    )
+    path = tmp_path / "bare.onnx"
+    onnx.save(onnx.helper.make_model(graph), str(path))
+    with pytest.raises(ValueError, match="no initializers, so no emap"):
+        read_emap(path)

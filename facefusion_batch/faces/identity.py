@@ -29,6 +29,7 @@ import numpy as np
 from facefusion_batch.faces.align import align_crops, crop_model_input
 from facefusion_batch.faces.table import FaceTable
 from facefusion_batch.kernels.base import Frames, Kernels
+from facefusion_batch.models import onnx_stream
 from facefusion_batch.models.facefusion import MODELS, RECOGNISER, LearnedModel
 from facefusion_batch.runtime.batching import HOST, BatchPolicy
 from facefusion_batch.runtime.session import Session, run_chunked
@@ -126,14 +127,19 @@ def source_identity(
 
 
 def read_emap(model_path: Path) -> np.ndarray:
-    """inswapper's embedding map: the graph's last initializer, 512×512."""
+    """inswapper's embedding map: the graph's last initializer, 512×512 (read alone from the
+    file, models/onnx_stream.last_initializer; one stored outside the file: the whole model
+    loaded)."""
     import onnx
     from onnx import numpy_helper
 
-    model = onnx.load(str(model_path))
-    if not model.graph.initializer:
-        raise ValueError(f"{model_path} has no initializers, so no emap")
-    emap = numpy_helper.to_array(model.graph.initializer[-1]).astype(np.float32)
+    try:
+        last = onnx_stream.last_initializer(model_path)
+    except onnx_stream.WireError as exc:
+        raise ValueError(f"{model_path}: {exc}, so no emap") from exc
+    if last.data_location == onnx.TensorProto.EXTERNAL:
+        last = onnx.load(str(model_path)).graph.initializer[-1]
+    emap = numpy_helper.to_array(last).astype(np.float32)
     if emap.shape != (512, 512):
         raise ValueError(f"{model_path}: the last initializer is {emap.shape}, not the 512×512 emap")
     return emap
