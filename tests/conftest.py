@@ -8,6 +8,7 @@ of corrupting the next test.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import cv2
@@ -26,6 +27,16 @@ FACE_CLIP_SIZE = (640, 360)  # (width, height) as displayed
 FACE_CLIP_FRAMES = 24
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Each xdist worker on cores of its own (its share of this process's affinity mask): the
+    renders' thread pools size themselves to it, so two workers never spin on one core."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if worker.startswith("gw") and 2 <= count <= len(cores):
+        os.sched_setaffinity(0, cores[int(worker[2:]) % count :: count])
+
+
 def _read_only(image: np.ndarray) -> np.ndarray:
     image = np.ascontiguousarray(image)
     image.setflags(write=False)
@@ -34,7 +45,7 @@ def _read_only(image: np.ndarray) -> np.ndarray:
 
 @pytest.fixture(scope="session")
 def models() -> Models:
-    return load_models("cpu", threads=2, models_dir=None)
+    return load_models("cpu", threads=None, models_dir=None)
 
 
 @pytest.fixture(scope="session")

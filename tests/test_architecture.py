@@ -18,7 +18,7 @@ PACKAGE = Path(facefusion_batch.__file__).resolve().parent
 NAME = "facefusion_batch"
 
 # modules that belong to no room: small utilities every room may use
-BASE = {"errors", "fsutil", "lazy", "paths", "timing", "progress", "stdout", "__main__", "_version"}
+BASE = {"cores", "errors", "fsutil", "lazy", "paths", "timing", "progress", "stdout", "__main__", "_version"}
 # room → the rooms it may import (and itself); the base modules are always allowed
 ALLOWED: dict[str, set[str]] = {
     # the library face; the package's __init__ re-exports it

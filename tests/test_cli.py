@@ -539,7 +539,7 @@ def test_render_help_states_every_default():
 
     threads = block("--threads")
     crf = block("--crf")
-    assert "cores / workers" in threads, threads
+    assert "the cores this job may use / workers" in threads, threads
     assert "18" in crf, crf
 
 

@@ -24,6 +24,7 @@ from test_cli import assert_usage_error, ffbatch, ffbatch_here, leftovers
 
 from facefusion_batch import cli, fsutil
 from facefusion_batch.config import render_settings
+from facefusion_batch.cores import usable_cores
 from facefusion_batch.errors import Interrupted
 from facefusion_batch.farm.manifest import file_fingerprint, settings_digest
 from facefusion_batch.farm.outputs import job_for
@@ -285,9 +286,28 @@ def test_a_sideways_phone_photo_still_gives_its_face(work, astronaut_image):
     ],
 )
 def test_numeric_options_are_range_checked(work, extra, words):
-    if extra == ("--threads", "9") and (os.cpu_count() or 1) * 4 >= 9:
+    if extra == ("--threads", "9") and usable_cores() * 4 >= 9:
         pytest.skip("this machine has cores enough for 9 threads")
     assert_usage_error(refused(work, *extra), *words)
+    assert not (work / "out.mp4").exists() and leftovers(work) == []
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no affinity masks on this platform")
+def test_a_job_pinned_to_one_core_sizes_its_thread_pools_to_it(work):
+    """A farm's cpuset or `taskset` gives a job some cores of a big node: the pools and the
+    --threads check go by the affinity mask, not by the machine's core count."""
+    from facefusion_batch.pipeline.run import default_threads
+    from facefusion_batch.runtime.onnxruntime_backend import OnnxRuntimeCpuBackend
+
+    saved = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(saved)})
+    try:
+        assert usable_cores() == 1 and default_threads(1) == 1
+        assert OnnxRuntimeCpuBackend().threads == 1
+        assert_usage_error(refused(work, "--threads", "5"), "--threads 5", "1 cores usable")
+    finally:
+        os.sched_setaffinity(0, saved)
+    assert usable_cores() == len(saved)
     assert not (work / "out.mp4").exists() and leftovers(work) == []
 
 

@@ -8,7 +8,6 @@ equal N single runs) and kept beside the original.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
@@ -17,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .. import lazy
+from ..cores import usable_cores
 from . import onnx_stream, store
 from .calibration import feeds_for, identity_for, load_for, output_levels
 from .catalog import CATALOG, Derived, ModelSpec
@@ -222,7 +222,7 @@ def check_batch_equality(path: Path, batch: int = PROBE_BATCH) -> float:
     bench_cpu_rate.py), so the single run takes the core the batch would hardly use."""
     from concurrent.futures import ThreadPoolExecutor
 
-    session = _session(path, threads=max(1, (os.cpu_count() or 2) // 2))
+    session = _session(path, threads=max(1, usable_cores() // 2))
     extent = session.get_modelmeta().custom_metadata_map.get(PROBE_EXTENT)
     feeds = probe_feeds(session, batch, np.random.default_rng(0), int(extent) if extent else None)
     names = [o.name for o in session.get_outputs()]

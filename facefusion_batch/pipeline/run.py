@@ -19,7 +19,6 @@ many inputs, or many segments, share one load. Three kinds of job run on it:
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable, Generator, Iterable
 from contextlib import contextmanager
@@ -29,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from facefusion_batch.config import RenderSettings
+from facefusion_batch.cores import usable_cores
 from facefusion_batch.errors import InputError, Interrupted, raise_if_signalled, signal_handlers
 from facefusion_batch.kernels.base import Kernels
 from facefusion_batch.kernels.factory import make_kernels
@@ -64,7 +64,7 @@ def sigterm_as_interrupt():
 
 
 def default_threads(workers: int) -> int:
-    return max(1, (os.cpu_count() or 2) // max(1, workers))
+    return max(1, usable_cores() // max(1, workers))
 
 
 @dataclass

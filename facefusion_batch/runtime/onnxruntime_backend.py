@@ -9,12 +9,12 @@ imported only when that backend is made.
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from facefusion_batch.cores import usable_cores
 from facefusion_batch.errors import BackendUnavailableError, Interrupted, ModelError
 from facefusion_batch.runtime.batching import BatchPolicy
 from facefusion_batch.runtime.device import DeviceSettings
@@ -64,7 +64,7 @@ class OnnxRuntimeCpuBackend:
     name = "cpu"
 
     def __init__(self, threads: int | None = None, precision: str = "fp32") -> None:
-        self.threads = threads if threads is not None else max(1, (os.cpu_count() or 2))
+        self.threads = threads if threads is not None else usable_cores()
         self.precision = precision  # int8: learned models run their INT8 variant where it holds
 
     def load(self, model_path: Path, *, label: str) -> OrtSession:
@@ -257,7 +257,7 @@ class OnnxRuntimeCudaBackend:
                 raise BackendUnavailableError(f"--gpu-runtime onnxruntime: {problem}")
             device = f"cuda:{self.options.gpu}"
         self.device = device
-        self.threads = threads if threads is not None else max(1, os.cpu_count() or 2)
+        self.threads = threads if threads is not None else usable_cores()
         if is_cuda(device):
             # TF32 off: fp32 means fp32, as the torch runtime's (cudnn's own default is TF32)
             # arena grown as requested, not to the next power of two: torch's allocator shares the GPU

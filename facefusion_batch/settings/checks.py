@@ -4,10 +4,10 @@ user typed, so a farm log says what to fix."""
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import replace
 from pathlib import Path
 
+from facefusion_batch.cores import usable_cores
 from facefusion_batch.errors import InputError, did_you_mean
 from facefusion_batch.faces.classify import AGE_LIMIT, GENDERS, RACE_NAMES, FaceFilterSettings
 from facefusion_batch.faces.identity import CONVENTIONS
@@ -72,11 +72,11 @@ def validate(settings: RenderSettings) -> RenderSettings:
     """Check everything that can be checked before any work starts (on the host that renders:
     plan, on a submit host, checks the options only)."""
     validate_options(settings)
-    cores = os.cpu_count() or 1
+    cores = usable_cores()
     if settings.threads is not None and settings.threads > THREADS_PER_CORE * cores:
         raise InputError(
             f"--threads {settings.threads} is more than {THREADS_PER_CORE} per core of this machine "
-            f"({cores} cores); leave it out to use one per core"
+            f"({cores} cores usable by this job); leave it out to use one per core"
         )
     validate_paths(settings)
     return settings

@@ -354,7 +354,7 @@ RENDER: tuple[Option, ...] = (
     Option(
         "threads",
         int | None,
-        help="onnxruntime threads per model (default: cores / workers).",
+        help="onnxruntime threads per model (default: the cores this job may use / workers).",
         panel=PANEL_GPU,
         field="threads",
     ),

@@ -12,6 +12,7 @@ import importlib.util
 import os
 import platform
 
+from facefusion_batch.cores import usable_cores
 from facefusion_batch.paths import ffbatch_home
 from facefusion_batch.runtime.backends import availability, choose_auto
 from facefusion_batch.runtime.engine_cache import EngineCache, MachineKey
@@ -38,7 +39,8 @@ def report_lines() -> list[str]:
         torch_line = f"{avail.torch} ({'CUDA ' + avail.torch_cuda if avail.torch_cuda else 'CPU-only build'})"
     trt_line = avail.tensorrt or avail.tensorrt_problem
     lines = [
-        f"python        {platform.python_version()} on {platform.machine()} ({os.cpu_count()} cores)",
+        f"python        {platform.python_version()} on {platform.machine()} "
+        f"({usable_cores()} of {os.cpu_count()} cores usable)",
         f"ffbatch home  {ffbatch_home()}",
         f"onnxruntime   {_version('onnxruntime')}",
         f"av (PyAV)     {_version('av')}",
