@@ -269,7 +269,11 @@ def test_the_trimmed_job_renders_frames_1_and_2_with_their_sound(tmp_path, workd
     swapped, _ = decode_all(tmp_path / "whole" / "output.mp4")
     target, _ = decode_all(d / "target.mp4")
     for (_, ours), (_, full), (_, original) in zip(trimmed, swapped[1:3], target[1:3], strict=True):
-        assert cv2.absdiff(ours, full).mean() < 2 < cv2.absdiff(ours, original).mean()  # frames 1, 2, swapped
+        # frames 1, 2, swapped: as the whole job's up to codec noise (the trimmed file starts on an
+        # I-frame; x264 on one core, as a pinned test worker, codes them 1.1-2.0 apart), far from
+        # the original's (6.8-9.4 apart)
+        near, far = cv2.absdiff(ours, full).mean(), cv2.absdiff(ours, original).mean()
+        assert near < 0.5 * far and far > 4, (near, far)
     with av.open(str(d / "output.mp4")) as c:
         assert c.streams.audio[0].duration * c.streams.audio[0].time_base < 0.08 + 1024 / 48000
     assert not [p.name for p in d.iterdir() if "swap-trimmed-" in p.name or ".frames" in p.name]
