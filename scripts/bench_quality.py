@@ -67,7 +67,15 @@ sys.path[:0] = [str(ROOT), str(ROOT / "examples")]
 
 from make_inputs import camera_path, render_frame  # noqa: E402
 from quality_harm import CONFIDENCE_LIMIT, GAZE_FLAG, LID_FLAG, OPENING_LIMIT, face_harm, match  # noqa: E402
-from quality_set import FRAME, SPLIT_RULE, clip_plan, photo_half, render_clip, set_photos  # noqa: E402
+from quality_set import (  # noqa: E402
+    FRAME,
+    SPLIT_RULE,
+    clip_plan,
+    draw_occluder,
+    photo_half,
+    render_clip,
+    set_photos,
+)
 
 from facefusion_batch.config import SwapSettings  # noqa: E402
 from facefusion_batch.faces.mesh import LEFT_EYE_OUTER, RIGHT_EYE_OUTER  # noqa: E402
@@ -576,6 +584,22 @@ def wider_set(models, embed, swap: SwapSettings, args, t1: np.ndarray, t1_boxes:
         row = int(np.argmax(table.areas()))
         faces[name] = (path, image, table.box[row], table.landmarks5[row], embed(image, table.box[row]))
     halves = {name: photo_half(sha) for name, (_, sha) in photos.items() if name in faces}
+    matched: dict[tuple[str, str], np.ndarray] = {}
+
+    def reference(source: str, occluder: str | None) -> np.ndarray:
+        """The source's embedding to compare a swap with: its photo's, or where the clip has a
+        stand-in in front of the face (a hand, hair, glasses), the photo's with the same
+        stand-in drawn on it. A swap that rightly keeps the glasses in front shares them with
+        the original, so against the bare photo it reads as the original's whoever it shows."""
+        if not occluder:
+            return faces[source][4]
+        if (source, occluder) not in matched:
+            _, image, box, landmarks, _ = faces[source]
+            drawn = image.copy()
+            draw_occluder(drawn, occluder, landmarks[:2].astype(np.float64), float(box[2] - box[0]), 0.0)
+            matched[source, occluder] = embed(drawn, box)
+        return matched[source, occluder]
+
     plan = clip_plan(halves, args.seed, args.wide_per_pair)
     rows, clips, worst = [], [], []
     pipelines = {}
@@ -632,12 +656,15 @@ def wider_set(models, embed, swap: SwapSettings, args, t1: np.ndarray, t1_boxes:
                 if found is not None
                 else 0.0,
                 "closer_to_source": None,
+                "closer_to_source_matched": None,
                 "worst_block_dE76": None,
             }
             if swapped:
                 e_out = embed(out[f], fbox)
-                record["closer_to_source"] = bool(
-                    np.linalg.norm(e_out - faces[source][4]) < np.linalg.norm(e_out - embed(clip[f], fbox))
+                to_original = np.linalg.norm(e_out - embed(clip[f], fbox))
+                record["closer_to_source"] = bool(np.linalg.norm(e_out - faces[source][4]) < to_original)
+                record["closer_to_source_matched"] = bool(
+                    np.linalg.norm(e_out - reference(source, cond.occluder)) < to_original
                 )
                 blocks = skin_blocks(t_in.mesh[r], models.regions, clip[f].shape[:2])
                 record["worst_block_dE76"] = round(colour_errors(clip[f], out[f], blocks)[0], 2)
@@ -719,6 +746,11 @@ def half_summary(rows: list[dict], clips: list[dict]) -> dict:
         if r["closer_to_source"] is not None:
             by_source.setdefault(r["source"], []).append(r["closer_to_source"])
     per_source = {s: round(100 * float(np.mean(v)), 1) for s, v in sorted(by_source.items())}
+    by_source_matched: dict[str, list[bool]] = {}
+    for r in swapped:
+        if r.get("closer_to_source_matched") is not None:
+            by_source_matched.setdefault(r["source"], []).append(r["closer_to_source_matched"])
+    matched = {s: round(100 * float(np.mean(v)), 1) for s, v in sorted(by_source_matched.items())}
     de = np.array([r["worst_block_dE76"] for r in swapped if r["worst_block_dE76"] is not None], float)
     de = de[np.isfinite(de)]
     opening = np.array([r["opening_change"] for r in rows], float)
@@ -750,6 +782,9 @@ def half_summary(rows: list[dict], clips: list[dict]) -> dict:
         },
         "transferred_pct_by_source": per_source,
         "transferred_pct_mean": round(float(np.mean(list(per_source.values()))), 1) if per_source else None,
+        # the same against the source photo with the clip's stand-in occluder drawn on it too
+        "transferred_matched_pct_by_source": matched,
+        "transferred_matched_pct_mean": round(float(np.mean(list(matched.values()))), 1) if matched else None,
         "faces_worst_block_le8_pct": round(100 * float(np.mean(de <= 8)), 1) if len(de) else None,
         "swap_toggles": int(sum(c["toggles"] for c in clips)),
         # swapped faces by the swap's decision (swap/classical/fit.py: full, own_eyes_<reason>), as the
@@ -771,7 +806,8 @@ def draw_wide(wide: dict, worst: list) -> np.ndarray:
             f"gaze > 25%: {s['faces_gaze_change_over_25pct']}, "
             f"lid > half: {s['faces_lid_change_over_half']}; "
             f"closer to source {s['transferred_pct_mean']}% "
-            f"(min {min(s['transferred_pct_by_source'].values(), default=None)}%); "
+            f"(min {min(s['transferred_pct_by_source'].values(), default=None)}%; "
+            f"with the occluders on the source too {s.get('transferred_matched_pct_mean')}%); "
             f"worst block <= 8: {s['faces_worst_block_le8_pct']}%; toggles {s['swap_toggles']}"
         )
     crops = []
