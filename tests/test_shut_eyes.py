@@ -47,16 +47,23 @@ def test_a_wink_is_told_from_a_shut_pair_and_a_half_read_eye():
     assert wink_shares((0.45, 0.0)) == (0.0, 0.0)  # half read: left as it is
 
 
-def test_a_winking_photo_gives_its_open_eye_to_both_sides(models, t1_image, t1_faces, tmp_path):
-    """t1.jpg's Matthew winks (his left eye shut): as a source, the triangles round that eye are
-    painted from the flipped photo (his open right eye), and the source counts as open-eyed."""
-    settings = ClassicalSettings()
+def test_a_winking_photo_gives_its_open_eye_to_both_sides(models, t1_image, t1_faces, tmp_path, caplog):
+    """t1.jpg's Matthew winks (his left eye shut; his right a smile's squint): as a source, the
+    triangles round that eye are painted from the flipped photo (his right eye). With the fit
+    off the source then counts as open-eyed; with it (the default) the photo keeps its reading,
+    so targets keep their own eyes instead of his squint painted on both sides as slits."""
+    settings = replace(ClassicalSettings(), fit=False)
     path = face_photo(tmp_path, t1_image, t1_faces, MATTHEW, "matthew")
     plain = prepare_sources(models, (path,), replace(settings, mirror_fill=False))[0]
     assert plain.lid_shut[0] >= 0.9 and plain.lid_shut[1] <= 0.1, plain.lid_shut
     source = prepare_sources(models, (path,), settings)[0]
     assert source.lid_shut == pytest.approx((0.0, 0.0), abs=0.1)
     assert source.eye_open[0] == pytest.approx(source.eye_open[1])
+    with caplog.at_level(logging.WARNING, logger="ffbatch"):
+        fitted = prepare_sources(models, (path,), ClassicalSettings())[0]
+    assert fitted.lid_shut == plain.lid_shut and fitted.eye_open == plain.eye_open
+    np.testing.assert_array_equal(fitted.use_mirror, source.use_mirror)  # the same texture
+    assert any("reads shut (a squint or a wink)" in r.getMessage() for r in caplog.records)
     # against the mirror fill without the lids read (his face is a little turned, so some
     # triangles are taken from the flipped photo anyway)
     unread = prepare_sources(models, (path,), replace(settings, lids=False))[0]
@@ -80,3 +87,22 @@ def test_a_photo_with_shut_eyes_is_warned_of(models, t1_image, t1_faces, tmp_pat
         david = face_photo(tmp_path, t1_image, t1_faces, DAVID, "david")
         prepare_sources(models, (david,), ClassicalSettings())
     assert not any("eyes are shut" in r.getMessage() for r in caplog.records)
+
+
+def test_a_winking_photo_leaves_every_target_its_own_eyes(models, t1_image, t1_faces, t1_small, tmp_path):
+    """Matthew's photo as the source over t1: no face gets his eyes (none decided `full`), most
+    for the reason that the photo's own eye is shut."""
+    from facefusion_batch.config import SwapSettings
+    from facefusion_batch.pipeline.build import build_pipeline
+    from facefusion_batch.pipeline.report import RenderReport
+    from facefusion_batch.pipeline.run import count_not_swapped
+
+    path = face_photo(tmp_path, t1_image, t1_faces, MATTHEW, "matthew")
+    pipeline = build_pipeline(models, (path,), SwapSettings(), "many")
+    pipeline.start_job()
+    frames = [np.ascontiguousarray(t1_small)] * 2
+    result = pipeline(HOST, frames, seq=0)
+    report = RenderReport(input="in", output="out", backend="cpu")
+    count_not_swapped(report, result, np.ones(len(frames), bool))
+    assert result.faces_swapped >= 10 and "full" not in report.swap_decisions, report.swap_decisions
+    assert report.swap_decisions.get("own_eyes_source_shut", 0) >= result.faces_swapped // 2

@@ -305,6 +305,13 @@ def prepare_sources(
                     "so less of the source shows (a photo with open eyes gives them)",
                     path,
                 )
+            elif max(left, right) >= 0.5 and settings.fit:
+                log.warning(
+                    "%s: one of the source face's eyes reads shut (a squint or a wink): faces in the "
+                    "video keep their own eyes, so less of the source shows (a photo with both eyes "
+                    "open gives them)",
+                    path,
+                )
     sources = [
         prepare_source(frames.pixels[i], table.mesh[r], models.regions, settings, (shut[i, 0], shut[i, 1]))
         for i, r in enumerate(rows)
@@ -317,7 +324,9 @@ def prepare_sources(
         if mesh is not None:
             # flipped, the photo's left eye is the mirror face's right: its lids swap sides
             mirror = prepare_source(flipped[i], mesh, models.regions, settings, (shut[i, 1], shut[i, 0]))
-            sources[i] = with_mirror(sources[i], mirror, triangles, models.regions)
+            sources[i] = with_mirror(
+                sources[i], mirror, triangles, models.regions, open_wink=not (settings.fit and settings.lids)
+            )
     return sources
 
 

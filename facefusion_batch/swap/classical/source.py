@@ -73,12 +73,18 @@ class SourceFace:
 
 
 def with_mirror(
-    source: SourceFace, mirror: SourceFace, triangles: np.ndarray, regions: FaceRegions
+    source: SourceFace,
+    mirror: SourceFace,
+    triangles: np.ndarray,
+    regions: FaceRegions,
+    open_wink: bool = True,
 ) -> SourceFace:
     """`source` whose squeezed side is painted from `mirror`, the same face in the photo
     flipped left-right (prepared the same way), over `triangles` (the swap's); an eye the
     photo has shut while the other is open (a wink) is painted from there too (the flipped
-    photo's open eye), and counts as open from then on."""
+    photo's open eye), and with `open_wink` counts as open from then on. Without it (the fit,
+    swap/classical/fit.py) the photo keeps its reading: one eye read shut is most often a smile's
+    squint, and its other eye, read open, a narrowed one that painted open eyes as slits."""
     shut = source.lid_shut
     extra = shut_eye_weights(source.mesh, shut, (regions.left_eye, regions.right_eye))
     own, flipped, use = symmetric_pair(
@@ -86,6 +92,8 @@ def with_mirror(
     )
     texture, offset = atlas(own, flipped)
     mirror_mesh = mirror.mesh + np.array([offset, 0.0, 0.0], np.float32)
+    if not open_wink:
+        return replace(source, texture=texture, mirror_mesh=mirror_mesh, use_mirror=use)
     # a wink's shut eye is the open one now, as open as it (a shut pair stays shut)
     wink, opening = wink_shares(shut), source.eye_open
     lid_shut = (shut[0] + wink[0] * (shut[1] - shut[0]), shut[1] + wink[1] * (shut[0] - shut[1]))
