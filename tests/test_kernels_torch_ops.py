@@ -235,18 +235,42 @@ def test_local_colour_keeps_the_sources_chroma_spread(face_region):
     assert (global_[1:] > 1.2 * source[1:]).all()
 
 
+def test_local_colour_shrinks_the_sources_chroma_spread_on_a_grey_target(face_region):
+    """A grey shot (black-and-white, a desaturated grade): the source's tint spread is shrunk to
+    the target's, so its red lips and pink cheeks do not stay on a grey face; on both sets."""
+    from facefusion_batch.kernels.host_ops import transfer_colour
+
+    target, swapped, mask = face_region
+    grey = np.repeat(cv2.cvtColor(target.astype(np.uint8), cv2.COLOR_BGR2GRAY)[..., None], 3, axis=2)
+    grey = grey.astype(np.float32)
+    source = cv2.cvtColor(swapped.astype(np.uint8), cv2.COLOR_BGR2LAB)[mask].astype(np.float32).std(axis=0)
+    assert (source[1:] > 3).all()  # the source has a tint spread to lose
+    host = transfer_colour(swapped, grey, mask, 1.0, "local", 1e4)
+    device = hwc(D.transfer_colour(chw(swapped), chw(grey), torch.from_numpy(mask), 1.0, "local", 1e4))
+    for out in (host, device):
+        lab = cv2.cvtColor(np.clip(out + 0.5, 0, 255).astype(np.uint8), cv2.COLOR_BGR2LAB)[mask]
+        assert (lab.astype(np.float32)[:, 1:].std(axis=0) < 1.0).all()
+        assert np.abs(lab[:, 1:].astype(np.float32) - 128).max() <= 3  # grey, within rounding
+
+
 def _lab_of(bgr: np.ndarray) -> np.ndarray:
     return cv2.cvtColor(np.clip(bgr + 0.5, 0, 255).astype(np.uint8), cv2.COLOR_BGR2LAB).astype(np.float32)
 
 
 def _spotted_skin(spots, radius: float):
-    """(target, source, mask, inner): an even target skin, and the same skin with smooth spots
+    """(target, source, mask, inner): a target skin whose tint drifts gently across it (a*/b*
+    ±10 over the face, as a lit face's does: more tint spread than the source's, which local
+    colour would shrink to the target's), and an even skin of its mean with smooth spots
     (`spots`: (LAB channel, 8-bit change, y, x), Gaussian of `radius` px) as the source; the
     skin mask and the part of it well inside."""
     h, w = 120, 100
-    target = np.full((h, w, 3), (120, 150, 200), np.float32)
+    even = np.full((h, w, 3), (120, 150, 200), np.float32)
     yy, xx = np.mgrid[:h, :w]
-    lab = np.broadcast_to(_lab_of(target)[0, 0], (h, w, 3)).copy()
+    lab = np.broadcast_to(_lab_of(even)[0, 0], (h, w, 3)).copy()
+    drift = lab.copy()
+    drift[..., 1] += 20 * (xx / (w - 1) - 0.5)
+    drift[..., 2] += 20 * (yy / (h - 1) - 0.5)
+    target = cv2.cvtColor(np.round(drift).astype(np.uint8), cv2.COLOR_LAB2BGR).astype(np.float32)
     for channel, change, y, x in spots:
         lab[..., channel] += change * np.exp(-((yy - y) ** 2 + (xx - x) ** 2) / (2 * radius**2))
     source = cv2.cvtColor(np.round(lab).astype(np.uint8), cv2.COLOR_LAB2BGR).astype(np.float32)

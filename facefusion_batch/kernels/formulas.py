@@ -87,11 +87,13 @@ def transfer_colour(
     `global` matches LAB mean and standard deviation on skin only (eyes, brows and lips
     excluded); `local` also carries the target's low-frequency shading (its light, at the scale
     `sigma` in pixels: one, or one per image), so a flat-lit source does not look pasted onto a
-    side-lit face, and matches the spread of lightness only: the target's tint arrives with its
+    side-lit face, and matches the spread of lightness: the target's tint arrives with its
     shading, and stretching the source's a*/b* spread to the target's (whose skin mask also
     covers lashes, lids and lip rims) reddened the source's lids and the rims of its features
     (scripts/bench_quality.py, two sources: skin blocks with a*/b* off by more than 4, 5.66 ->
-    3.46 % and 2.17 -> 1.10 %, identity unchanged; the lightness ratio is what carries it).
+    3.46 % and 2.17 -> 1.10 %, identity unchanged; the lightness ratio is what carries it). The
+    a*/b* spread is only ever shrunk to the target's, never stretched: on a grey or desaturated
+    shot the source's red lips and pink cheeks otherwise stayed, a coloured face on a grey frame.
     Where that ratio darkens a pixel (a dark eye, a socket), its chroma darkens by the same
     share (LAB_NEUTRAL), as under less light: at full chroma a brown eye turned maroon.
     After the shading, what is left of the tint's difference at the finer scale TINT_SCALE ×
@@ -123,16 +125,17 @@ def transfer_colour(
         sd_t = sd_t * ops.per_channel(fix[..., 0, :])
         mu_t = mu_t + ops.per_channel(fix[..., 1, :])
     ratio = xp.clip(sd_t / sd_s, *STD_RATIO_RANGE)
-    if mode == "local":  # the lightness spread only
+    if mode == "local":  # the lightness spread; the tint's only ever shrunk to the target's
         lightness = ops.constant((1.0, 0.0, 0.0), src)
-        ratio = ratio * lightness + (1 - lightness)
+        ratio = ratio * lightness + xp.clip(sd_t / sd_s, 0.0, 1.0) * (1 - lightness)
     moved = (src - mu_s) * ratio + mu_t
     if mode == "local":
         light, tint = _light_and_tint(ops)
         # where the stretch darkens a pixel, its chroma darkens with it (about neutral)
         stretched = (light(src) - light(mu_s)) * light(ratio) + light(mu_s)
         follow = xp.clip(xp.clip(stretched, 1.0, None) / xp.clip(light(src), 1.0, None), 0.0, 1.0)
-        chroma = LAB_NEUTRAL + follow * (tint(src) - LAB_NEUTRAL) + tint(mu_t - mu_s)
+        own = tint(mu_s) + tint(ratio) * (tint(src) - tint(mu_s))
+        chroma = LAB_NEUTRAL + follow * (own - LAB_NEUTRAL) + tint(mu_t - mu_s)
         moved = ops.join_channels([light(moved), chroma])
         # swap the low frequencies: target light and tint, source detail
         shading = ops.masked_blur(dst, skin, sigma) - ops.masked_blur(moved, skin, sigma)
