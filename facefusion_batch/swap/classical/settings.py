@@ -71,9 +71,6 @@ class ClassicalSettings:
     # through the mesh's normals (swap/classical/relight.py, kernels/formulas.py relight): the judging half
     # agreed (docs/default-swap.md)
     relight: bool = True
-    # the source's iris drawn where the target's is (swap/classical/gaze.py), with the fit, which
-    # measures both gazes; off: the judging half moved by one face (docs/default-swap.md)
-    follow_gaze: bool = False
 
     def __post_init__(self) -> None:
         if self.colour not in COLOUR_MODES:

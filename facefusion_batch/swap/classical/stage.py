@@ -31,7 +31,6 @@ from facefusion_batch.swap.classical.fit import (
     reason_of,
     target_gazes,
 )
-from facefusion_batch.swap.classical.gaze import eye_spot, follow_gaze, shifted_offsets
 from facefusion_batch.swap.classical.lids import shut_lids
 from facefusion_batch.swap.classical.raster import rasterize
 from facefusion_batch.swap.classical.relight import normal_texture, rotations
@@ -194,8 +193,6 @@ class ClassicalSwapper:
             if face_maps is None:
                 continue
             map_x, map_y, (x0, y0) = face_maps
-            if gaze is not None and self.settings.follow_gaze:
-                self.follow_gazes(map_x, map_y, (x0, y0), geometry[f], int(choice[f]), gaze[f], holds[f])
             iod = 0.7 * eye_frame(mesh[f])[1]
             sigma = max(1.0, self.settings.shading_scale * iod)
             hold = (float(holds[f, 0]), float(holds[f, 1]))
@@ -221,28 +218,6 @@ class ClassicalSwapper:
                 )
             )
         return out
-
-    def follow_gazes(
-        self,
-        map_x: np.ndarray,
-        map_y: np.ndarray,
-        origin: tuple[int, int],
-        geometry: np.ndarray,
-        source: int,
-        gaze: np.ndarray,
-        holds: np.ndarray,
-    ) -> None:
-        """Each painted eye of one face's map bent so the source's iris lands where the target's
-        is (swap/classical/gaze.py); an eye held whole, or not measured on either face, as it is."""
-        src = self.sources[source]
-        source_mesh = src.mesh if src.shape_mesh is None else src.shape_mesh  # the photo's, not inset
-        for e, loop in enumerate((self.face_regions.left_eye, self.face_regions.right_eye)):
-            target, own = gaze[e], self.source_gaze[source, e]
-            if holds[e] >= 1 or not (np.isfinite(target).all() and np.isfinite(own).all()):
-                continue
-            target_spot, target_loop = eye_spot(geometry, loop, target)
-            source_spot, source_loop = eye_spot(source_mesh, loop, shifted_offsets(target, own))
-            follow_gaze(map_x, map_y, origin, target_loop, target_spot, source_loop, source_spot)
 
     def eye_holds(self, table: FaceTable, choice: np.ndarray, lids: np.ndarray | None) -> np.ndarray:
         """[F,2] the rules with the fit off: how much of each eye stays the target's own. A
