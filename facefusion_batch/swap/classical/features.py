@@ -15,9 +15,10 @@ from facefusion_batch.swap.regions import FaceRegions
 # source's lid and brow bone stay and carry its identity (docs/default-swap.md)
 EYE_MARGIN = 0.015
 # IOD: with the do-no-harm fit (swap/classical/fit.py) the held eye is the target's whole eye with its lids,
-# its edge ramped over HELD_FEATHER so no lid line of either face shows at the seam
-# (tuning half: 0.015 and 0.06 both moved fewer faces to the source, docs/default-swap.md)
-HELD_MARGIN, HELD_FEATHER = 0.03, 0.03
+# its edge ramped over HELD_FEATHER so no lid line of either face shows at the seam (tuning half:
+# a margin of 0.015 and 0.06 both moved fewer faces to the source; a feather of 0.06 did less harm
+# on both halves for a little identity, render revision 5: docs/default-swap.md)
+HELD_MARGIN, HELD_FEATHER = 0.03, 0.06
 # above the brows, a source pixel darker than this share of the face's median grey is hair (a
 # fringe); cutting lighter hair too cost identity (docs/default-swap.md)
 HAIR_DARKER = 0.6
