@@ -9,6 +9,7 @@ of corrupting the next test.
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import cv2
@@ -29,7 +30,16 @@ FACE_CLIP_FRAMES = 24
 
 def pytest_configure(config: pytest.Config) -> None:
     """Each xdist worker on cores of its own (its share of this process's affinity mask): the
-    renders' thread pools size themselves to it, so two workers never spin on one core."""
+    renders' thread pools size themselves to it, so two workers never spin on one core.
+
+    A suite started from a shell without job control (`nohup`, `cmd &` in a script) inherits
+    SIGINT and SIGQUIT ignored, and ffbatch rightly keeps an ignored signal ignored: the signal
+    cases would test the launcher. The suite stands in for an interactive shell, so both go back
+    to their defaults here (in this process, and so in every child it starts)."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGQUIT) is signal.SIG_IGN:
+        signal.signal(signal.SIGQUIT, signal.SIG_DFL)
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
