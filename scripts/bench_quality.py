@@ -66,7 +66,17 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "examples")]
 
 from make_inputs import camera_path, render_frame  # noqa: E402
-from quality_harm import CONFIDENCE_LIMIT, GAZE_FLAG, LID_FLAG, OPENING_LIMIT, face_harm, match  # noqa: E402
+from quality_harm import (  # noqa: E402
+    CONFIDENCE_LIMIT,
+    GAZE_FLAG,
+    LID_FLAG,
+    OPENING_LIMIT,
+    SHARPER_FLAG,
+    SOFTER_FLAG,
+    blur_mismatch,
+    face_harm,
+    match,
+)
 from quality_set import (  # noqa: E402
     FRAME,
     SPLIT_RULE,
@@ -657,6 +667,7 @@ def wider_set(models, embed, swap: SwapSettings, args, t1: np.ndarray, t1_boxes:
                 else 0.0,
                 "closer_to_source": None,
                 "closer_to_source_matched": None,
+                "blur_mismatch": None,
                 "worst_block_dE76": None,
             }
             if swapped:
@@ -666,6 +677,7 @@ def wider_set(models, embed, swap: SwapSettings, args, t1: np.ndarray, t1_boxes:
                 record["closer_to_source_matched"] = bool(
                     np.linalg.norm(e_out - reference(source, cond.occluder)) < to_original
                 )
+                record["blur_mismatch"] = finite(blur_mismatch(clip[f], out[f], t_in.mesh[r], models.regions))
                 blocks = skin_blocks(t_in.mesh[r], models.regions, clip[f].shape[:2])
                 record["worst_block_dE76"] = round(colour_errors(clip[f], out[f], blocks)[0], 2)
             rows.append(record)
@@ -753,6 +765,7 @@ def half_summary(rows: list[dict], clips: list[dict]) -> dict:
     matched = {s: round(100 * float(np.mean(v)), 1) for s, v in sorted(by_source_matched.items())}
     de = np.array([r["worst_block_dE76"] for r in swapped if r["worst_block_dE76"] is not None], float)
     de = de[np.isfinite(de)]
+    sharpness = np.array([r.get("blur_mismatch") for r in swapped], float)
     opening = np.array([r["opening_change"] for r in rows], float)
     gaze = np.array([r["gaze_change"] for r in rows], float)
     over = [r for r in rows if (r["opening_change"] or 0.0) > OPENING_LIMIT]
@@ -775,6 +788,12 @@ def half_summary(rows: list[dict], clips: list[dict]) -> dict:
         "opening_change_max": round(float(np.nanmax(opening)), 3) if np.isfinite(opening).any() else None,
         "gaze_change_median": round(float(np.nanmedian(gaze)), 3) if np.isfinite(gaze).any() else None,
         "gaze_change_max": round(float(np.nanmax(gaze)), 3) if np.isfinite(gaze).any() else None,
+        # detail along the input face's blurriest direction, output over input (quality_harm.py)
+        "faces_sharper_than_frame": int(np.sum(sharpness > SHARPER_FLAG)),
+        "faces_detail_lost": int(np.sum(sharpness < SOFTER_FLAG)),
+        "blur_mismatch_median": round(float(np.nanmedian(sharpness)), 3)
+        if np.isfinite(sharpness).any()
+        else None,
         # per condition kind: faces over the opening limit, under half the confidence
         "harm_by_kind": {
             k: [sum(r["kind"] == k for r in over), sum(r["kind"] == k for r in weak)]
@@ -804,7 +823,9 @@ def draw_wide(wide: dict, worst: list) -> np.ndarray:
             f"opening > 20%: {s['faces_opening_change_over_20pct']}, "
             f"confidence < half: {s['faces_confidence_under_half']}, "
             f"gaze > 25%: {s['faces_gaze_change_over_25pct']}, "
-            f"lid > half: {s['faces_lid_change_over_half']}; "
+            f"lid > half: {s['faces_lid_change_over_half']}, "
+            f"sharper / softer than the frame: {s.get('faces_sharper_than_frame')} / "
+            f"{s.get('faces_detail_lost')}; "
             f"closer to source {s['transferred_pct_mean']}% "
             f"(min {min(s['transferred_pct_by_source'].values(), default=None)}%; "
             f"with the occluders on the source too {s.get('transferred_matched_pct_mean')}%); "

@@ -13,6 +13,10 @@ OPENING_LIMIT = 0.20  # the issue's target: openings within 20 % of the eye/mout
 CONFIDENCE_LIMIT = 0.5  # the output face found with under half the input's confidence
 GAZE_FLAG = 0.25  # a gaze moved by a quarter of the eye's width: counted, no target of the issue's
 LID_FLAG = 0.5  # an eye's lid read (swap/classical/lids.py, 0 open to 1 shut) moved by half: counted likewise
+# detail along the input face's blurriest direction, output over input (`blur_mismatch`): counted
+# likewise when the swap is half again as sharp there as its frame (a crisp face pasted into a
+# motion blur), or has lost half of it (edges of the input gone: a glasses rim painted over)
+SHARPER_FLAG, SOFTER_FLAG = 1.5, 0.5
 
 
 def loop_opening(points: np.ndarray, angle: float) -> float:
@@ -73,6 +77,31 @@ def face_harm(
         "opening_change": float(change.max()),
         "gaze_change": float(np.nanmax(gaze)) if np.isfinite(gaze).any() else float("nan"),
     }
+
+
+def blur_mismatch(before: np.ndarray, after: np.ndarray, mesh_in: np.ndarray, regions) -> float:
+    """How much sharper the output face is than the input along the input face's blurriest
+    direction: the gradient energy inside the face oval along the least eigenvector of the
+    input's structure tensor, output over input (1: as soft; a face blurred along one direction,
+    a motion blur, shows a swap that stays crisp there as much more than 1). NaN where the face
+    is too small to tell."""
+    h, w = before.shape[:2]
+    oval = np.zeros((h, w), np.uint8)
+    cv2.fillPoly(oval, [np.round(mesh_in[regions.face_oval, :2]).astype(np.int32)], 1)
+    inside = oval > 0
+    if inside.sum() < 400:
+        return float("nan")
+
+    def tensor(image: np.ndarray) -> np.ndarray:
+        grey = cv2.cvtColor(image, cv2.COLOR_BGR2GRAY).astype(np.float32)
+        gx, gy = cv2.Sobel(grey, cv2.CV_32F, 1, 0), cv2.Sobel(grey, cv2.CV_32F, 0, 1)
+        gx, gy = gx[inside].astype(np.float64), gy[inside].astype(np.float64)
+        return np.array([[np.mean(gx * gx), np.mean(gx * gy)], [np.mean(gx * gy), np.mean(gy * gy)]])
+
+    t_in, t_out = tensor(before), tensor(after)
+    values, vectors = np.linalg.eigh(t_in)
+    soft = vectors[:, 0]  # the direction the input face has least detail along
+    return float((soft @ t_out @ soft) / max(values[0], 1e-6))
 
 
 def match(box: np.ndarray, boxes: np.ndarray) -> int:

@@ -15,7 +15,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
-from quality_harm import loop_opening, openings  # noqa: E402
+from quality_harm import SHARPER_FLAG, SOFTER_FLAG, blur_mismatch, loop_opening, openings  # noqa: E402
 from quality_set import (  # noqa: E402
     ASTRONAUT_SHA256,
     CAMERAMAN_SHA256,
@@ -164,3 +164,23 @@ def test_openings_of_an_ellipse():
 def test_openings_on_a_real_face(t1_faces, models):
     values = openings(t1_faces.mesh[0], models.regions)
     assert values.shape == (3,) and np.all(values >= 0) and np.all(values < 1)
+
+
+def test_blur_mismatch_tells_a_crisp_face_in_a_motion_blur_and_an_erased_rim(astronaut_image, models):
+    """A face blurred along one direction against its sharp self reads as sharper than its frame;
+    the same face with glasses rims drawn against it without reads as detail lost."""
+    import cv2
+    from quality_set import draw_occluder
+
+    image = np.ascontiguousarray(astronaut_image)
+    table = hostk.analyse(models, [image])
+    row = int(np.argmax(table.areas()))
+    mesh = table.mesh[row]
+    kernel = np.zeros((15, 15), np.float32)
+    kernel[7, :] = 1 / 15  # 15 px along the rows
+    blurred = cv2.filter2D(image, -1, kernel)
+    assert blur_mismatch(blurred, blurred, mesh, models.regions) == pytest.approx(1.0)
+    assert blur_mismatch(blurred, image, mesh, models.regions) > SHARPER_FLAG
+    rims = image.copy()
+    draw_occluder(rims, "glasses", table.landmarks5[row][:2].astype(np.float64), 0.0, 0.0)
+    assert blur_mismatch(rims, image, mesh, models.regions) < SOFTER_FLAG
