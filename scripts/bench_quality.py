@@ -750,19 +750,20 @@ def finite(value: float) -> float | None:
     return round(float(value), 3) if np.isfinite(value) else None
 
 
+def share_by_source(rows: list[dict], key: str) -> dict[str, float]:
+    """Per source, the share (%) of `rows` whose `key` is true (rows without it left out)."""
+    by_source: dict[str, list[bool]] = {}
+    for r in rows:
+        if r.get(key) is not None:
+            by_source.setdefault(r["source"], []).append(r[key])
+    return {s: round(100 * float(np.mean(v)), 1) for s, v in sorted(by_source.items())}
+
+
 def half_summary(rows: list[dict], clips: list[dict]) -> dict:
     """One half's numbers against the issue's targets."""
     swapped = [r for r in rows if r["swapped"]]
-    by_source: dict[str, list[bool]] = {}
-    for r in swapped:
-        if r["closer_to_source"] is not None:
-            by_source.setdefault(r["source"], []).append(r["closer_to_source"])
-    per_source = {s: round(100 * float(np.mean(v)), 1) for s, v in sorted(by_source.items())}
-    by_source_matched: dict[str, list[bool]] = {}
-    for r in swapped:
-        if r.get("closer_to_source_matched") is not None:
-            by_source_matched.setdefault(r["source"], []).append(r["closer_to_source_matched"])
-    matched = {s: round(100 * float(np.mean(v)), 1) for s, v in sorted(by_source_matched.items())}
+    per_source = share_by_source(swapped, "closer_to_source")
+    matched = share_by_source(swapped, "closer_to_source_matched")
     de = np.array([r["worst_block_dE76"] for r in swapped if r["worst_block_dE76"] is not None], float)
     de = de[np.isfinite(de)]
     sharpness = np.array([r.get("blur_mismatch") for r in swapped], float)

@@ -124,10 +124,11 @@ def transfer_colour(
     if fix is not None:  # toward the face's track: spread factor, mean shift
         sd_t = sd_t * ops.per_channel(fix[..., 0, :])
         mu_t = mu_t + ops.per_channel(fix[..., 1, :])
-    ratio = xp.clip(sd_t / sd_s, *STD_RATIO_RANGE)
+    spread = sd_t / sd_s
+    ratio = xp.clip(spread, *STD_RATIO_RANGE)
     if mode == "local":  # the lightness spread; the tint's only ever shrunk to the target's
         lightness = ops.constant((1.0, 0.0, 0.0), src)
-        ratio = ratio * lightness + xp.clip(sd_t / sd_s, 0.0, 1.0) * (1 - lightness)
+        ratio = ratio * lightness + xp.clip(spread, 0.0, 1.0) * (1 - lightness)
     moved = (src - mu_s) * ratio + mu_t
     if mode == "local":
         light, tint = _light_and_tint(ops)

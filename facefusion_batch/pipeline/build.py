@@ -324,9 +324,9 @@ def prepare_sources(
         if mesh is not None:
             # flipped, the photo's left eye is the mirror face's right: its lids swap sides
             mirror = prepare_source(flipped[i], mesh, models.regions, settings, (shut[i, 1], shut[i, 0]))
-            sources[i] = with_mirror(
-                sources[i], mirror, triangles, models.regions, open_wink=not (settings.fit and settings.lids)
-            )
+            # with the fit, a photo with one eye read shut keeps that reading (gives no eyes)
+            wink = not settings.fit
+            sources[i] = with_mirror(sources[i], mirror, triangles, models.regions, open_wink=wink)
     return sources
 
 
