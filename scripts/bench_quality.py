@@ -88,11 +88,12 @@ from quality_set import (  # noqa: E402
 )
 
 from facefusion_batch.config import SwapSettings  # noqa: E402
-from facefusion_batch.faces.mesh import LEFT_EYE_OUTER, RIGHT_EYE_OUTER  # noqa: E402
+from facefusion_batch.faces.mesh import LEFT_EYE_OUTER, RIGHT_EYE_OUTER, eye_frame  # noqa: E402
 from facefusion_batch.faces.track import FaceTracker, crosses_edge  # noqa: E402
 from facefusion_batch.kernels.host import HostKernels  # noqa: E402
 from facefusion_batch.models.assets import asset_path  # noqa: E402
 from facefusion_batch.pipeline.build import build_pipeline, load_models  # noqa: E402
+from facefusion_batch.swap.classical.fit import far_eye_hidden  # noqa: E402
 from facefusion_batch.swap.classical.lids import shut_lids  # noqa: E402
 from facefusion_batch.swap.classical.settings import ClassicalSettings  # noqa: E402
 from facefusion_batch.swap.learned import LearnedSettings  # noqa: E402
@@ -611,6 +612,7 @@ def wider_set(models, embed, swap: SwapSettings, args, t1: np.ndarray, t1_boxes:
         return matched[source, occluder]
 
     plan = clip_plan(halves, args.seed, args.wide_per_pair)
+    surface = np.ascontiguousarray(models.triangles, np.int32)
     rows, clips, worst = [], [], []
     pipelines = {}
     for half, source, target, cond in plan:
@@ -656,6 +658,9 @@ def wider_set(models, embed, swap: SwapSettings, args, t1: np.ndarray, t1_boxes:
                 "kind": cond.kind,
                 "frame": f,
                 "face_px": round(float(fbox[2] - fbox[0]), 1),
+                "yaw": round(float(eye_frame(t_in.mesh[r])[2]), 3),  # the input face's turn (yaw proxy)
+                # how much of its far eye the input face's own surface hides (swap/classical/fit.py)
+                "far_eye_hidden": round(far_eye_hidden(t_in.mesh[r], surface, models.regions), 3),
                 "swapped": swapped,
                 "opening_change": finite(harm["opening_change"]),
                 "gaze_change": finite(harm["gaze_change"]),
@@ -759,11 +764,19 @@ def share_by_source(rows: list[dict], key: str) -> dict[str, float]:
     return {s: round(100 * float(np.mean(v)), 1) for s, v in sorted(by_source.items())}
 
 
+def within_8(row: dict) -> bool:
+    """A face's worst skin block within 8 ΔE76, or the face not swapped (its skin as it came)."""
+    return not row["swapped"] or (row["worst_block_dE76"] is not None and row["worst_block_dE76"] <= 8)
+
+
 def half_summary(rows: list[dict], clips: list[dict]) -> dict:
     """One half's numbers against the issue's targets."""
     swapped = [r for r in rows if r["swapped"]]
     per_source = share_by_source(swapped, "closer_to_source")
     matched = share_by_source(swapped, "closer_to_source_matched")
+    every = share_by_source(
+        [{**r, "closer_to_source": bool(r["closer_to_source"])} for r in rows], "closer_to_source"
+    )
     de = np.array([r["worst_block_dE76"] for r in swapped if r["worst_block_dE76"] is not None], float)
     de = de[np.isfinite(de)]
     sharpness = np.array([r.get("blur_mismatch") for r in swapped], float)
@@ -806,6 +819,15 @@ def half_summary(rows: list[dict], clips: list[dict]) -> dict:
         "transferred_matched_pct_by_source": matched,
         "transferred_matched_pct_mean": round(float(np.mean(list(matched.values()))), 1) if matched else None,
         "faces_worst_block_le8_pct": round(100 * float(np.mean(de <= 8)), 1) if len(de) else None,
+        # over every face, not only the swapped ones: a face the swap left as it came counts as not
+        # closer to the source and as within 8 (its skin untouched), so a swap that leaves faces
+        # alone cannot raise the identity share by dropping its hard faces
+        "transferred_all_pct_by_source": every,
+        "transferred_all_pct_mean": round(float(np.mean(list(every.values()))), 1) if every else None,
+        "faces_worst_block_le8_all_pct": round(100 * float(np.mean([within_8(r) for r in rows])), 1)
+        if rows
+        else None,
+        "faces_not_swapped": len(rows) - len(swapped),
         "swap_toggles": int(sum(c["toggles"] for c in clips)),
         # swapped faces by the swap's decision (swap/classical/fit.py: full, own_eyes_<reason>), as the
         # render's report counts them

@@ -12,14 +12,20 @@ from facefusion_batch.pipeline.build import build_pipeline
 from facefusion_batch.pipeline.report import RenderReport
 from facefusion_batch.pipeline.run import count_not_swapped
 from facefusion_batch.swap.classical.fit import (
+    EYE_REASONS,
     FIT_WINDOW,
     HELD,
+    HIDDEN_FROM,
+    HIDDEN_NONE,
+    NOT_SWAPPED,
     REASONS,
+    WEAKER,
     FitInputs,
     FitTracks,
     gaze_offsets,
     reason_holds,
     reason_of,
+    strengths,
 )
 
 
@@ -34,6 +40,7 @@ def inputs(faces: int = 1, **changes) -> FitInputs:
         "target_yaw": np.zeros(faces),
         "source_yaw": np.zeros(faces),
         "source_shut": np.zeros((faces, 2)),
+        "far_eye_hidden": np.zeros(faces),
     }
     base.update({k: np.asarray(v, np.float64) for k, v in changes.items()})
     return FitInputs(**base)
@@ -46,17 +53,34 @@ def test_each_state_the_source_cannot_give_is_named():
         "eyes_wider": {"source_open": [[0.08, 0.08]]},  # a squinting source on open eyes
         "lids": {"lids": [[0.0, 1.0]]},
         "gaze": {"target_gaze": [[[0.0, 0.3], [0.0, 0.3]]]},  # looking down
-        "pose": {"target_yaw": [0.5]},
+        # turned as far as the photo, the other way: the mirror fill gives the face, not the eyes
+        "pose": {"target_yaw": [0.3], "source_yaw": [-0.3]},
         "source_shut": {"source_shut": [[1.0, 1.0]]},
     }
-    assert set(cases) == set(REASONS)
+    assert set(cases) == set(EYE_REASONS)
     for reason, change in cases.items():
         holds = reason_holds(inputs(**change))
         assert reason_of(holds) == [f"own_eyes_{reason}"], reason
         assert holds[0, REASONS.index(reason)] == 1.0
+        assert strengths(holds)[0] == 1.0, reason  # the whole face is still painted
     # an eye too shut to measure its gaze (NaN) asks nothing for its gaze
     nan = reason_holds(inputs(target_gaze=[[[np.nan, np.nan], [0.0, 0.0]]]))
     assert nan[0, REASONS.index("gaze")] == 0.0
+
+
+def test_a_face_in_profile_is_painted_less_then_not_at_all():
+    """Its far eye hidden behind its own face up to HIDDEN_FROM: full strength; from HIDDEN_NONE:
+    none (counted as not swapped); in between, less and less, and named."""
+    hidden = np.array([0.0, 0.125, HIDDEN_FROM, 0.33, 0.4, HIDDEN_NONE, 0.6])
+    holds = reason_holds(inputs(7, far_eye_hidden=hidden))
+    weight = strengths(holds)
+    assert weight[0] == weight[1] == weight[2] == 1.0
+    assert 1.0 > weight[3] > weight[4] > 0.0
+    assert weight[5] == weight[6] == 0.0
+    names = reason_of(holds)
+    assert names[:3] == ["full"] * 3 and names[4] == WEAKER, names
+    assert names[5] == names[6] == NOT_SWAPPED, names
+    assert holds[:, : len(EYE_REASONS)].max() == 0.0  # no eye reason asked for any of it
 
 
 def test_a_hold_lasts_the_window_and_lets_go():
@@ -118,5 +142,5 @@ def test_the_report_counts_every_painted_face_by_its_decision(models, t1_small, 
     count_not_swapped(report, result, np.ones(len(frames), bool))
     assert sum(report.swap_decisions.values()) == result.faces_swapped == 18, report.swap_decisions
     assert report.swap_decisions.get("own_eyes_lids", 0) >= 3, report.swap_decisions
-    assert set(report.swap_decisions) <= {"full", *(f"own_eyes_{r}" for r in REASONS)}
+    assert set(report.swap_decisions) <= {"full", WEAKER, *(f"own_eyes_{r}" for r in EYE_REASONS)}
     assert report.summary()["swap_decisions"] == report.swap_decisions

@@ -180,6 +180,9 @@ class FaceRegion:
     # [3, 3] the turn of the source's pose onto this face's (relighting: the source's normals,
     # texture channels 7–9, turned to the target's pose); None: not relit
     rotation: np.ndarray | None = None
+    # how much of the swap is painted over the target (1 all, toward 0 the target shows through):
+    # less for a head turned beyond what its source photo covers (swap/classical/fit.strengths)
+    strength: float = 1.0
 
     @property
     def height(self) -> int:

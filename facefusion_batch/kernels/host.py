@@ -158,6 +158,7 @@ class HostKernels:
                 colour_fix=r.colour_fix,
                 shade_limit=settings.shade_limit,
                 rotation=r.rotation if settings.relight else None,
+                strength=r.strength,
             )
             frames.painted.append((r.frame, r.x0, r.y0, r.width, r.height))
             _record_matte(frames, r.frame, r.x0, r.y0, used)

@@ -48,13 +48,15 @@ def paint_region(
     colour_fix: np.ndarray | None = None,
     shade_limit: float = SHADE_LIMIT,
     rotation: np.ndarray | None = None,
+    strength: float = 1.0,
 ) -> np.ndarray | None:
     """Sample the source texture ([h,w,5]: BGR, alpha, skin, or [h,w,7] with the eye masks)
     through the map and blend it into frame[y0:, x0:], in place; the weight falls to 0 over
     `edge` px toward the edge of what the map covers (`inset_ramp`). `matte`: return the blend's
     weight of the face over the region ([h, w], 0–1; for multiband the widest of its levels',
     `multiband_weights`). `rotation` ([3, 3], with a texture carrying normals in channels 7–9):
-    `local` colour relights the face first (formulas.relight)."""
+    `local` colour relights the face first (formulas.relight). `strength` (0–1): how much of the
+    finished swap goes over the target (FaceRegion.strength)."""
     rh, rw = map_x.shape
     covered = ~np.isnan(map_x)
     map_x[~covered] = -1e4
@@ -95,11 +97,14 @@ def paint_region(
     result = blend(blend_mode, target, face.astype(np.float32), alpha)
     if visible is not None:  # an occluder stays in front exactly: no pyramid level bleeds into it
         result = feather(target, result, visible)
+    if strength < 1:
+        result = target + np.float32(strength) * (result - target)
     frame[y0 : y0 + rh, x0 : x0 + rw] = np.clip(result + 0.5, 0, 255).astype(np.uint8)
     if not matte:
         return None
     used = multiband_weights(alpha) if blend_mode == "multiband" else alpha
-    return used if visible is None else used * visible
+    used = used if visible is None else used * visible
+    return used if strength >= 1 else used * np.float32(strength)
 
 
 def region_colour_stats(

@@ -270,6 +270,11 @@ def _paint_chunk(frames, regions, origins, canvas, textures, settings, host_blen
     if visible is not None:  # an occluder stays in front exactly: no pyramid level bleeds into it
         result = D.feather(target, result, visible)
         used = used * visible
+    weaker = np.array([r.strength for r in regions], np.float32)
+    if weaker.min() < 1:  # a head turned beyond its source's: part of the swap (FaceRegion.strength)
+        strength = D.to_device(weaker, device)[:, None, None]
+        result = target + strength[:, None] * (result - target)
+        used = used * strength
     result = D.to_uint8_levels(result).to(torch.uint8).permute(0, 2, 3, 1)  # [F, ch, cw, 3]
     frame_hw = (int(frames.shape[1]), int(frames.shape[2]))
     for f, r in enumerate(regions):

@@ -7,6 +7,10 @@ there is a guess, and at 1:1 it shows as a painted or bruised eye (issue 35). Su
 its own eyes wholesale, inside a feathered ring (the classical swap's eye channels), so its
 expression is the target's by construction; the source still brings the rest of the face. The
 mouth needs no decision: the target's inner mouth always stays its own (swap/classical/source.py).
+A face in profile, its far eye half hidden behind its own nose and cheek, has half a mesh the
+model can only guess; painted onto that guess the swap is a patchwork of stretched skin and a
+smeared far eye whatever the source. Such a face is painted at less strength, and with half of
+its far eye's outline hidden not at all (`profile_holds`): it keeps its own face.
 
 The decision uses no recogniser: the mesh's eye openings, the lids read from the picture
 (swap/classical/lids.py), where each eye's darkest quarter (iris and pupil) lies, and the yaw proxy
@@ -19,6 +23,7 @@ chunks and segments render as a whole render does.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import cv2
@@ -46,9 +51,20 @@ GAZE_MIN_OPENING = 0.12  # an eye opened less than this (height over width) hold
 GAZE_MIN_WIDTH = 8  # px: a smaller eye is too small to tell
 # head turn (yaw proxy) beyond the source photo's from which the target keeps its eyes / fully
 POSE_FROM, POSE_FULL = 0.25, 0.4
-# why a face keeps its own eyes, in the order a tie is named (the report counts each face once)
-REASONS = ("eyes_closed", "eyes_wider", "lids", "gaze", "pose", "source_shut")
+# share of the far eye's outline hidden behind the face's own surface (its mesh, depth-tested)
+# from which the whole face weakens / is not painted at all: a quarter / half. The tuning half's
+# most turned faces (Matt in t1.jpg, 0.43 of the yaw proxy) hide up to an eighth and transfer;
+# the span is two round shares above that, not a fitted value (docs/default-swap.md, "Profiles")
+HIDDEN_FROM, HIDDEN_NONE = 0.25, 0.5
+# why a face keeps its own eyes, in the order a tie is named (the report counts each face once);
+# the last, `profile`, weakens the whole face instead (`strengths`)
+REASONS = ("eyes_closed", "eyes_wider", "lids", "gaze", "pose", "source_shut", "profile")
+EYE_REASONS = REASONS[:-1]
 HELD = 0.5  # a face whose eyes stay its own by at least this much is counted under its reason
+WEAKER = "weaker_profile"  # the decision's name for a face painted at reduced strength
+# the report's reason (faces_not_swapped) for a face so far in profile that none of
+# the swap is painted: it leaves the frame as it came
+NOT_SWAPPED = "profile_far_eye_hidden"
 
 
 def smoothstep(t: np.ndarray) -> np.ndarray:
@@ -106,6 +122,7 @@ class FitInputs:
     target_yaw: np.ndarray  # [F]
     source_yaw: np.ndarray  # [F]
     source_shut: np.ndarray  # [F, 2] how shut the source photo's own eyes are
+    far_eye_hidden: np.ndarray  # [F] how much of its far eye the target's own face hides
 
 
 def held_eyes(target_open: np.ndarray, source_open: np.ndarray) -> np.ndarray:
@@ -128,16 +145,73 @@ def reason_holds(x: FitInputs) -> np.ndarray:
         gaze = smoothstep((np.nan_to_num(moved, nan=0.0) - GAZE_FROM) / (GAZE_FULL - GAZE_FROM))
     pose = smoothstep((np.abs(x.target_yaw - x.source_yaw) - POSE_FROM) / (POSE_FULL - POSE_FROM))
     per_eye = [closed, wider, lids, gaze, np.repeat(pose[:, None], 2, axis=1), x.source_shut]
-    return np.stack([np.max(h, axis=1) for h in per_eye], axis=1)
+    profile = profile_holds(x.far_eye_hidden)
+    return np.concatenate([np.stack([np.max(h, axis=1) for h in per_eye], axis=1), profile[:, None]], axis=1)
+
+
+def hidden_share(mesh: np.ndarray, triangles: np.ndarray, loop: Sequence[int] | np.ndarray) -> float:
+    """The share of `loop`'s points (an eye's outline) that the face's own surface hides: a
+    triangle of `triangles` not among the point's own covers it in the picture and lies nearer the
+    camera (the mesh's depth: smaller is nearer). A frontal face hides none; in profile the nose
+    and cheek hide the far eye."""
+    p, z = mesh[:, :2].astype(np.float64), mesh[:, 2].astype(np.float64)
+    points = np.asarray(loop)
+    q = p[points][:, None]  # [P, 1, 2]
+    corners = p[triangles]  # [T, 3, 2]: only triangles that reach over the outline's box can hide it
+    low, high = q[:, 0].min(axis=0), q[:, 0].max(axis=0)
+    triangles = triangles[np.all((corners.max(axis=1) >= low) & (corners.min(axis=1) <= high), axis=1)]
+    a, b, c = (p[triangles[:, i]][None] for i in range(3))  # [1, T, 2]
+
+    def side(u: np.ndarray, v: np.ndarray) -> np.ndarray:
+        return (v[..., 0] - u[..., 0]) * (q[..., 1] - u[..., 1]) - (v[..., 1] - u[..., 1]) * (
+            q[..., 0] - u[..., 0]
+        )
+
+    d1, d2, d3 = side(a, b), side(b, c), side(c, a)  # [P, T]
+    inside = ((d1 >= 0) & (d2 >= 0) & (d3 >= 0)) | ((d1 <= 0) & (d2 <= 0) & (d3 <= 0))
+    own = (triangles[None] == points[:, None, None]).any(axis=2)
+    nearer = z[triangles].mean(axis=1)[None] < z[points][:, None] - 1e-3 * np.ptp(z)
+    return float(np.mean(np.any(inside & ~own & nearer, axis=1)))
+
+
+def far_eye_hidden(mesh: np.ndarray, triangles: np.ndarray, regions: FaceRegions) -> float:
+    """How much of a face's more hidden eye its own surface hides (`hidden_share`, 0–1)."""
+    return max(
+        hidden_share(mesh, triangles, regions.left_eye), hidden_share(mesh, triangles, regions.right_eye)
+    )
+
+
+def profile_holds(hidden: np.ndarray) -> np.ndarray:
+    """[F] how much a face's far eye hidden behind its own nose and cheek (`far_eye_hidden`) asks
+    it to be left as it is: 0 up to HIDDEN_FROM of the eye's outline, 1 from HIDDEN_NONE."""
+    return smoothstep((np.asarray(hidden, np.float64) - HIDDEN_FROM) / (HIDDEN_NONE - HIDDEN_FROM))
+
+
+def strengths(holds: np.ndarray) -> np.ndarray:
+    """[F] how much of each face's swap is painted (1 all of it, 0 none), from its reason holds
+    after the track's smoothing: less the more of its far eye its own face hides."""
+    return 1.0 - holds[:, REASONS.index("profile")]
+
+
+def eye_holds_of(holds: np.ndarray) -> np.ndarray:
+    """[F] how much of both eyes stays the target's: the most any eye reason asks."""
+    return holds[:, : len(EYE_REASONS)].max(axis=1)
 
 
 def reason_of(holds: np.ndarray) -> list[str]:
-    """Per face, the report's name of its decision: `full`, or `own_eyes_<reason>` by the reason
-    that asks most (holds [F, len(REASONS)] after the track's smoothing)."""
+    """Per face, the report's name of its decision: `weaker_profile` for a face painted at half
+    strength or less (`strengths`; at none it is not painted and counted as not swapped,
+    NOT_SWAPPED), else `full`, or `own_eyes_<reason>` by the eye reason that asks most (holds
+    [F, len(REASONS)] after the track's smoothing)."""
     out = []
-    for row in holds:
-        best = int(np.argmax(row))
-        out.append("full" if row[best] < HELD else f"own_eyes_{REASONS[best]}")
+    for row, strength in zip(holds, strengths(holds), strict=True):
+        best = int(np.argmax(row[: len(EYE_REASONS)]))
+        if strength <= 0:
+            out.append(NOT_SWAPPED)
+        elif strength <= 1 - HELD:
+            out.append(WEAKER)
+        else:
+            out.append("full" if row[best] < HELD else f"own_eyes_{EYE_REASONS[best]}")
     return out
 
 

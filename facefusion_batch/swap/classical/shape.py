@@ -127,17 +127,21 @@ def shaped_meshes(
     target: np.ndarray,
     source: np.ndarray,
     regions: FaceRegions,
-    strength: float = 1.0,
+    strength: float | np.ndarray = 1.0,
     mouth: np.ndarray | None = None,
 ) -> np.ndarray:
     """[F,468,3] target meshes moved toward each face's source mesh ([F,468,3], any frame of
-    reference: it is fitted first); `strength` 0 gives the target, 1 the full transfer;
-    `mouth` [F] (default: none): how much of the mouth's width and lip shape goes with it."""
+    reference: it is fitted first); `strength` (one, or [F] one a face) 0 gives the target, 1
+    the full transfer; `mouth` [F] (default: none): how much of the mouth's width and lip shape
+    goes with it."""
     out = target.astype(np.float64).copy()
-    if strength <= 0 or not len(target):
+    amounts = np.broadcast_to(np.asarray(strength, np.float64), (len(target),))
+    if not len(target) or amounts.max() <= 0:
         return out.astype(np.float32)
     paired_lips = len(regions.lips_outer) == len(regions.lips_inner)
     for f in range(len(target)):
+        if amounts[f] <= 0:
+            continue
         tgt = target[f].astype(np.float64)
         scale, rotation, shift = similarity_3d(source[f][STABLE].astype(np.float64), tgt[STABLE])
         fitted = scale * source[f].astype(np.float64) @ rotation.T + shift
@@ -147,5 +151,5 @@ def shaped_meshes(
             delta = (1 - weight) * displacement(tgt, fitted, regions, with_mouth=False)
         if weight > 0:  # the lips moved to the source's width and thickness
             delta = delta + weight * displacement(tgt, fitted, regions, with_mouth=True)
-        out[f, :, :2] = tgt[:, :2] + strength * delta
+        out[f, :, :2] = tgt[:, :2] + amounts[f] * delta
     return out.astype(np.float32)

@@ -24,11 +24,15 @@ from facefusion_batch.kernels.base import EDGE_RAMP, FaceRegion, Frames, Kernels
 from facefusion_batch.swap.classical.colour_track import ColourTracks
 from facefusion_batch.swap.classical.features import eye_openness
 from facefusion_batch.swap.classical.fit import (
+    NOT_SWAPPED,
     FitInputs,
     FitTracks,
+    eye_holds_of,
+    far_eye_hidden,
     held_eyes,
     reason_holds,
     reason_of,
+    strengths,
     target_gazes,
 )
 from facefusion_batch.swap.classical.lids import shut_lids
@@ -96,6 +100,7 @@ class ClassicalSwapper:
     samples the source textures, recolours and blends every face of the batch."""
 
     name = "swap"
+    drop_reason = NOT_SWAPPED  # the only faces it leaves unpainted on purpose (swap/classical/fit.py)
 
     def __init__(
         self,
@@ -112,6 +117,7 @@ class ClassicalSwapper:
         self.settings = settings
         self.face_regions = regions
         self.triangles = swap_triangles(triangles, regions, settings.eyes_mouth)
+        self.surface = np.ascontiguousarray(triangles, np.int32)  # the face's own, no fans: what hides what
         self.relit = settings.relight and settings.colour == "local"
         if self.relit:  # the source's normals over its texture, channels 7–9 (swap/classical/relight.py)
             self.sources = sources = [
@@ -173,23 +179,33 @@ class ClassicalSwapper:
         scales = self.raster_scales(table)
         shapes = frame_shapes[table.frame_index].astype(np.float64)
         bounds = np.ceil(shapes * scales[:, None]).astype(np.int64)
-        mesh = geometry = table.required("mesh")
-        if self.settings.shape > 0 and self.settings.eyes_mouth != "target":  # the target's eyes stay put
-            sources = np.stack([self.sources[c].geometry for c in choice])
-            mouth = mouth_weight(self.source_yaw[choice]) if self.settings.mouth_shape else None
-            geometry = shaped_meshes(mesh, sources, self.face_regions, self.settings.shape, mouth)
-        maps = self.warp_maps(
-            choice, geometry[:, :, :2] * scales[:, None, None], mesh[:, :, 2], bounds, scales, shapes
-        )
+        mesh = table.required("mesh")
         if self.fit_tracks is not None:
-            holds, names = self.fit_holds(table, choice, lids, gaze, seq)
+            holds, names, strength = self.fit_holds(table, choice, lids, gaze, seq)
             if decided is not None:
                 decided[:] = names
         else:
-            holds = self.eye_holds(table, choice, lids)
+            holds, strength = self.eye_holds(table, choice, lids), np.ones(len(table))
+        painted = np.flatnonzero(strength > 0)  # a face turned far beyond its photo keeps its own
+        if not len(painted):
+            return []
+        geometry = mesh[painted]
+        if self.settings.shape > 0 and self.settings.eyes_mouth != "target":  # the target's eyes stay put
+            sources = np.stack([self.sources[c].geometry for c in choice[painted]])
+            mouth = mouth_weight(self.source_yaw[choice[painted]]) if self.settings.mouth_shape else None
+            amount = self.settings.shape * strength[painted]
+            geometry = shaped_meshes(geometry, sources, self.face_regions, amount, mouth)
+        maps = self.warp_maps(
+            choice[painted],
+            geometry[:, :, :2] * scales[painted, None, None],
+            mesh[painted, :, 2],
+            bounds[painted],
+            scales[painted],
+            shapes[painted],
+        )
         turns = rotations(np.stack([self.sources[c].geometry for c in choice]), mesh) if self.relit else None
         out: list[FaceRegion] = []
-        for f, face_maps in enumerate(maps):
+        for f, face_maps in zip(painted.tolist(), maps, strict=True):
             if face_maps is None:
                 continue
             map_x, map_y, (x0, y0) = face_maps
@@ -215,6 +231,7 @@ class ClassicalSwapper:
                     edge,
                     face=f,
                     rotation=None if turns is None else turns[f],
+                    strength=float(strength[f]),
                 )
             )
         return out
@@ -246,6 +263,7 @@ class ClassicalSwapper:
             target_yaw=np.array([eye_frame(m)[2] for m in mesh]).reshape(-1),
             source_yaw=self.source_yaw[choice].astype(np.float64),
             source_shut=np.array([self.sources[c].lid_shut for c in choice]).reshape(-1, 2),
+            far_eye_hidden=np.array([far_eye_hidden(m, self.surface, self.face_regions) for m in mesh]),
         )
 
     def fit_holds(
@@ -255,17 +273,18 @@ class ClassicalSwapper:
         lids: np.ndarray | None,
         gaze: np.ndarray | None,
         seq: int | None,
-    ) -> tuple[np.ndarray, list[str]]:
-        """[F,2] as `eye_holds`, and each face's decision's name: with the fit (swap/classical/fit.py) a
+    ) -> tuple[np.ndarray, list[str], np.ndarray]:
+        """[F,2] as `eye_holds`, each face's decision's name and [F] how much of its swap is
+        painted (fit.strengths): with the fit (swap/classical/fit.py) a
         face whose eyes the source cannot give keeps both its own, along its track; a turned
         face's far eye as before."""
         holds = reason_holds(self.fit_inputs(table, choice, lids, gaze))
         if self.fit_tracks is not None and table.track is not None and table.frame_no is not None:
             holds = self.fit_tracks.step(seq, table.track, table.frame_no, holds)
         names = reason_of(holds)
-        whole = holds.max(axis=1)[:, None]
+        whole = eye_holds_of(holds)[:, None]
         far = far_eye_holds(table.required("mesh"))
-        return np.maximum(far, whole), names
+        return np.maximum(far, whole), names, strengths(holds)
 
     def warp_maps(
         self,
@@ -347,6 +366,10 @@ class ClassicalSwapper:
         for region in regions if decided else []:  # what the report counts: painted faces, by decision
             counts = frames.decisions.setdefault(decided[region.face], np.zeros(frames.count, np.int64))
             counts[region.frame] += 1
+        if NOT_SWAPPED in decided:  # left as they came: the report counts them as not swapped
+            kept = np.array([name != NOT_SWAPPED for name in decided])
+            regions = [replace(r, face=int(np.cumsum(kept)[r.face]) - 1) for r in regions]
+            table = table.select(kept)
         textures = self.textures_for(k)
         if self.colour_tracks is not None and table.track is not None and table.frame_no is not None:
             regions = self.track_colours(k, frames, table, regions, textures)
