@@ -1,5 +1,5 @@
 """Running stages in tests on the host kernel set: `detect`, `analyse` (detect + mesh), `run`,
-and `classical_swap` on any kernel set."""
+`reported` (a default pipeline's batch and its report), and `classical_swap` on any kernel set."""
 
 from __future__ import annotations
 
@@ -34,6 +34,22 @@ def analyse(models, images: list[np.ndarray], table: FaceTable | None = None) ->
 def run(pipeline, images: list[np.ndarray]):
     """A pipeline's BatchResult for `images` on the host kernel set."""
     return pipeline(HOST, list(images))
+
+
+def reported(models, source_path, images: list[np.ndarray]):
+    """The default pipeline (every face, `source_path`) over `images` as one batch of a new job:
+    its BatchResult and a report that counted it, as a render's does."""
+    from facefusion_batch.config import SwapSettings
+    from facefusion_batch.pipeline.build import build_pipeline
+    from facefusion_batch.pipeline.report import RenderReport
+    from facefusion_batch.pipeline.run import count_not_swapped
+
+    pipeline = build_pipeline(models, (source_path,), SwapSettings(), "many")
+    pipeline.start_job()
+    result = pipeline(HOST, [np.ascontiguousarray(i) for i in images], seq=0)
+    report = RenderReport(input="in", output="out", backend="cpu")
+    count_not_swapped(report, result, np.ones(len(images), bool))
+    return result, report
 
 
 def stage(stage, images: list[np.ndarray], table: FaceTable) -> tuple[list[np.ndarray], FaceTable]:

@@ -4,13 +4,9 @@ a reason the report names, along its track without switching back and forth."""
 from __future__ import annotations
 
 import cv2
+import hostk
 import numpy as np
 
-from facefusion_batch.config import SwapSettings
-from facefusion_batch.kernels.host import HostKernels
-from facefusion_batch.pipeline.build import build_pipeline
-from facefusion_batch.pipeline.report import RenderReport
-from facefusion_batch.pipeline.run import count_not_swapped
 from facefusion_batch.swap.classical.fit import (
     EYE_REASONS,
     FIT_WINDOW,
@@ -134,12 +130,7 @@ def test_gaze_follows_the_dark_spot(models, t1_faces):
 def test_the_report_counts_every_painted_face_by_its_decision(models, t1_small, astronaut_path):
     """The default pipeline on three frames of t1: each swapped face is counted once under its
     decision; Lisa's shut eyes (the mesh keeps them open, the lids read shut) keep her own."""
-    pipeline = build_pipeline(models, (astronaut_path,), SwapSettings(), "many")
-    pipeline.start_job()
-    frames = [np.ascontiguousarray(t1_small)] * 3
-    result = pipeline(HostKernels(), frames, seq=0)
-    report = RenderReport(input="in", output="out", backend="cpu")
-    count_not_swapped(report, result, np.ones(len(frames), bool))
+    result, report = hostk.reported(models, astronaut_path, [t1_small] * 3)
     assert sum(report.swap_decisions.values()) == result.faces_swapped == 18, report.swap_decisions
     assert report.swap_decisions.get("own_eyes_lids", 0) >= 3, report.swap_decisions
     assert set(report.swap_decisions) <= {"full", WEAKER, *(f"own_eyes_{r}" for r in EYE_REASONS)}

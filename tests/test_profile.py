@@ -7,15 +7,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import hostk
 import numpy as np
 import pytest
 
-from facefusion_batch.config import SwapSettings
 from facefusion_batch.faces.mesh import eye_frame
 from facefusion_batch.kernels.host import HostKernels
-from facefusion_batch.pipeline.build import build_pipeline, prepare_sources
-from facefusion_batch.pipeline.report import RenderReport
-from facefusion_batch.pipeline.run import count_not_swapped
+from facefusion_batch.pipeline.build import prepare_sources
 from facefusion_batch.swap.classical import fit
 from facefusion_batch.swap.classical.settings import ClassicalSettings
 from facefusion_batch.swap.classical.stage import ClassicalSwapper
@@ -114,12 +112,7 @@ def test_a_face_in_profile_is_left_as_it_came(models, astronaut_path, t1_image, 
     monkeypatch.setattr(fit, "HIDDEN_FROM", (second + hidden[matt]) / 2)
     monkeypatch.setattr(fit, "HIDDEN_NONE", hidden[matt])
 
-    pipeline = build_pipeline(models, (astronaut_path,), SwapSettings(), "many")
-    pipeline.start_job()
-    frames = [np.ascontiguousarray(t1_image)] * 2
-    result = pipeline(HOST, frames, seq=0)
-    report = RenderReport(input="in", output="out", backend="cpu")
-    count_not_swapped(report, result, np.ones(len(frames), bool))
+    result, report = hostk.reported(models, astronaut_path, [t1_image] * 2)
     assert report.faces_not_swapped.get(fit.NOT_SWAPPED) == 2, report.faces_not_swapped
     assert result.faces_swapped == 10 and sum(report.swap_decisions.values()) == 10, report.swap_decisions
     x0, y0, x1, y1 = (int(v) for v in table.box[matt])

@@ -7,6 +7,7 @@ import logging
 from dataclasses import replace
 
 import cv2
+import hostk
 import numpy as np
 import pytest
 
@@ -92,17 +93,7 @@ def test_a_photo_with_shut_eyes_is_warned_of(models, t1_image, t1_faces, tmp_pat
 def test_a_winking_photo_leaves_every_target_its_own_eyes(models, t1_image, t1_faces, t1_small, tmp_path):
     """Matthew's photo as the source over t1: no face gets his eyes (none decided `full`), most
     for the reason that the photo's own eye is shut."""
-    from facefusion_batch.config import SwapSettings
-    from facefusion_batch.pipeline.build import build_pipeline
-    from facefusion_batch.pipeline.report import RenderReport
-    from facefusion_batch.pipeline.run import count_not_swapped
-
     path = face_photo(tmp_path, t1_image, t1_faces, MATTHEW, "matthew")
-    pipeline = build_pipeline(models, (path,), SwapSettings(), "many")
-    pipeline.start_job()
-    frames = [np.ascontiguousarray(t1_small)] * 2
-    result = pipeline(HOST, frames, seq=0)
-    report = RenderReport(input="in", output="out", backend="cpu")
-    count_not_swapped(report, result, np.ones(len(frames), bool))
+    result, report = hostk.reported(models, path, [t1_small] * 2)
     assert result.faces_swapped >= 10 and "full" not in report.swap_decisions, report.swap_decisions
     assert report.swap_decisions.get("own_eyes_source_shut", 0) >= result.faces_swapped // 2
