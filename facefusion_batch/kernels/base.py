@@ -181,7 +181,7 @@ class FaceRegion:
     # texture channels 7–9, turned to the target's pose); None: not relit
     rotation: np.ndarray | None = None
     # how much of the swap is painted over the target (1 all, toward 0 the target shows through):
-    # less for a head turned beyond what its source photo covers (swap/classical/fit.strengths)
+    # less for a face in profile, its far eye hidden by its own face (swap/classical/fit.strengths)
     strength: float = 1.0
 
     @property

@@ -271,7 +271,7 @@ def _paint_chunk(frames, regions, origins, canvas, textures, settings, host_blen
         result = D.feather(target, result, visible)
         used = used * visible
     weaker = np.array([r.strength for r in regions], np.float32)
-    if weaker.min() < 1:  # a head turned beyond its source's: part of the swap (FaceRegion.strength)
+    if weaker.min() < 1:  # a face in profile: part of the swap (FaceRegion.strength)
         strength = D.to_device(weaker, device)[:, None, None]
         result = target + strength[:, None] * (result - target)
         used = used * strength

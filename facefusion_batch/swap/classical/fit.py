@@ -162,10 +162,9 @@ def hidden_share(mesh: np.ndarray, triangles: np.ndarray, loop: Sequence[int] | 
     triangles = triangles[np.all((corners.max(axis=1) >= low) & (corners.min(axis=1) <= high), axis=1)]
     a, b, c = (p[triangles[:, i]][None] for i in range(3))  # [1, T, 2]
 
-    def side(u: np.ndarray, v: np.ndarray) -> np.ndarray:
-        return (v[..., 0] - u[..., 0]) * (q[..., 1] - u[..., 1]) - (v[..., 1] - u[..., 1]) * (
-            q[..., 0] - u[..., 0]
-        )
+    def side(u: np.ndarray, v: np.ndarray) -> np.ndarray:  # which side of the edge u→v each point is on
+        edge, to_point = v - u, q - u
+        return edge[..., 0] * to_point[..., 1] - edge[..., 1] * to_point[..., 0]
 
     d1, d2, d3 = side(a, b), side(b, c), side(c, a)  # [P, T]
     inside = ((d1 >= 0) & (d2 >= 0) & (d3 >= 0)) | ((d1 <= 0) & (d2 <= 0) & (d3 <= 0))

@@ -186,7 +186,7 @@ class ClassicalSwapper:
                 decided[:] = names
         else:
             holds, strength = self.eye_holds(table, choice, lids), np.ones(len(table))
-        painted = np.flatnonzero(strength > 0)  # a face turned far beyond its photo keeps its own
+        painted = np.flatnonzero(strength > 0)  # a face in full profile keeps its own
         if not len(painted):
             return []
         geometry = mesh[painted]
@@ -368,7 +368,8 @@ class ClassicalSwapper:
             counts[region.frame] += 1
         if NOT_SWAPPED in decided:  # left as they came: the report counts them as not swapped
             kept = np.array([name != NOT_SWAPPED for name in decided])
-            regions = [replace(r, face=int(np.cumsum(kept)[r.face]) - 1) for r in regions]
+            row = np.cumsum(kept) - 1  # each kept face's row in the table without the others
+            regions = [replace(r, face=int(row[r.face])) for r in regions]
             table = table.select(kept)
         textures = self.textures_for(k)
         if self.colour_tracks is not None and table.track is not None and table.frame_no is not None:
