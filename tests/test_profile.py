@@ -68,22 +68,25 @@ def test_half_strength_lies_halfway_on_both_kernel_sets(swapper, t1_image, t1_fa
     np.testing.assert_allclose(torch_matte, torch_full_matte * 0.5, atol=1e-6)
 
 
-def turned(mesh: np.ndarray, degrees: float) -> np.ndarray:
-    """`mesh` turned about its own vertical axis (the eye line levelled first), as the mesh
-    model's depth has it (smaller nearer the camera)."""
+def turned(mesh: np.ndarray, degrees: float, bowed: float = 0.0) -> np.ndarray:
+    """`mesh` turned about its own vertical axis by `degrees` and bowed (chin down) by `bowed`
+    degrees (the eye line levelled first), as the mesh model's depth has it (smaller nearer the
+    camera)."""
     m = mesh.astype(np.float64) - mesh.mean(axis=0)
     angle = -eye_frame(mesh)[0]
     roll = np.array([[np.cos(angle), -np.sin(angle), 0], [np.sin(angle), np.cos(angle), 0], [0, 0, 1]])
-    t = np.radians(degrees)
+    t, b = np.radians(degrees), np.radians(bowed)
     yaw = np.array([[np.cos(t), 0, np.sin(t)], [0, 1, 0], [-np.sin(t), 0, np.cos(t)]])
-    return m @ roll.T @ yaw.T
+    pitch = np.array([[1, 0, 0], [0, np.cos(b), -np.sin(b)], [0, np.sin(b), np.cos(b)]])
+    return m @ roll.T @ yaw.T @ pitch.T
 
 
 def test_a_turning_face_hides_more_and_more_of_its_far_eye(models, t1_faces):
     """t1's frontal faces hide none of either eye; the same meshes turned about their vertical
     axis hide more and more of the far eye and none of the near one, over half of it at 70°
     (further on the far eye falls outside the face's outline, where nothing covers it: the mesh
-    model draws no such face)."""
+    model draws no such face). Bowed instead, a face hides its two eyes alike under its brows:
+    that is no profile."""
     surface = np.ascontiguousarray(models.triangles, np.int32)
     regions = models.regions
     yaws = np.abs([eye_frame(m)[2] for m in t1_faces.mesh])
@@ -95,6 +98,10 @@ def test_a_turning_face_hides_more_and_more_of_its_far_eye(models, t1_faces):
         near = [fit.hidden_share(turned(mesh, d), surface, regions.left_eye) for d in (0, 20, 40, 55, 70)]
         assert far == sorted(far) and far[0] == far[1] == 0.0 and far[-1] >= fit.HIDDEN_NONE, far
         assert far[2] > 0.0 and max(near) == 0.0, (far, near)
+        assert fit.far_eye_hidden(turned(mesh, 70), surface, regions) >= fit.HIDDEN_NONE
+        # bowed, the brows hide the two eyes alike: no profile, however far (0 turn, 15-45°)
+        for bowed in (15, 30, 45):
+            assert fit.far_eye_hidden(turned(mesh, 0, bowed), surface, regions) <= fit.HIDDEN_FROM, bowed
 
 
 def test_a_face_in_profile_is_left_as_it_came(models, astronaut_path, t1_image, monkeypatch):

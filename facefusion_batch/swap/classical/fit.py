@@ -7,10 +7,11 @@ there is a guess, and at 1:1 it shows as a painted or bruised eye (issue 35). Su
 its own eyes wholesale, inside a feathered ring (the classical swap's eye channels), so its
 expression is the target's by construction; the source still brings the rest of the face. The
 mouth needs no decision: the target's inner mouth always stays its own (swap/classical/source.py).
-A face in profile, its far eye half hidden behind its own nose and cheek, has half a mesh the
-model can only guess; painted onto that guess the swap is a patchwork of stretched skin and a
-smeared far eye whatever the source. Such a face is painted at less strength, and with half of
-its far eye's outline hidden not at all (`profile_holds`): it keeps its own face.
+A face in profile, its far eye half hidden behind its own nose and cheek while the near one is
+in view, has half a mesh the model can only guess; painted onto that guess the swap is a
+patchwork of stretched skin and a smeared far eye whatever the source. Such a face is painted at
+less strength, and with half of its far eye's outline hidden not at all (`profile_holds`): it
+keeps its own face.
 
 The decision uses no recogniser: the mesh's eye openings, the lids read from the picture
 (swap/classical/lids.py), where each eye's darkest quarter (iris and pupil) lies, and the yaw proxy
@@ -51,10 +52,11 @@ GAZE_MIN_OPENING = 0.12  # an eye opened less than this (height over width) hold
 GAZE_MIN_WIDTH = 8  # px: a smaller eye is too small to tell
 # head turn (yaw proxy) beyond the source photo's from which the target keeps its eyes / fully
 POSE_FROM, POSE_FULL = 0.25, 0.4
-# share of the far eye's outline hidden behind the face's own surface (its mesh, depth-tested)
-# from which the whole face weakens / is not painted at all: a quarter / half. The tuning half's
-# most turned faces (Matt in t1.jpg, 0.43 of the yaw proxy) hide up to an eighth and transfer;
-# the span is two round shares above that, not a fitted value (docs/default-swap.md, "Profiles")
+# share of the far eye's outline hidden behind the face's own surface (its mesh, depth-tested),
+# less the near eye's, from which the whole face weakens / is not painted at all: a quarter /
+# half. The tuning half's most turned faces (Matt in t1.jpg, 0.43 of the yaw proxy) hide up to
+# an eighth and transfer; the span is two round shares above that, not a fitted value
+# (docs/default-swap.md, "Profiles")
 HIDDEN_FROM, HIDDEN_NONE = 0.25, 0.5
 # why a face keeps its own eyes, in the order a tie is named (the report counts each face once);
 # the last, `profile`, weakens the whole face instead (`strengths`)
@@ -174,10 +176,11 @@ def hidden_share(mesh: np.ndarray, triangles: np.ndarray, loop: Sequence[int] | 
 
 
 def far_eye_hidden(mesh: np.ndarray, triangles: np.ndarray, regions: FaceRegions) -> float:
-    """How much of a face's more hidden eye its own surface hides (`hidden_share`, 0–1)."""
-    return max(
-        hidden_share(mesh, triangles, regions.left_eye), hidden_share(mesh, triangles, regions.right_eye)
-    )
+    """How much more of one eye's outline than of the other's the face's own surface hides
+    (`hidden_share`, 0–1): in profile the nose and cheek hide the far eye and leave the near one
+    in view; a bowed head hides the two alike under its brows, and counts 0 here."""
+    left, right = (hidden_share(mesh, triangles, loop) for loop in (regions.left_eye, regions.right_eye))
+    return abs(left - right)
 
 
 def profile_holds(hidden: np.ndarray) -> np.ndarray:
