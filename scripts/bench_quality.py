@@ -848,11 +848,16 @@ def draw_wide(wide: dict, worst: list) -> np.ndarray:
             f"gaze > 25%: {s['faces_gaze_change_over_25pct']}, "
             f"lid > half: {s['faces_lid_change_over_half']}, "
             f"sharper / softer than the frame: {s.get('faces_sharper_than_frame')} / "
-            f"{s.get('faces_detail_lost')}; "
-            f"closer to source {s['transferred_pct_mean']}% "
+            f"{s.get('faces_detail_lost')}; toggles {s['swap_toggles']}"
+        )
+        lines.append(
+            f"    closer to source {s['transferred_pct_mean']}% "
             f"(min {min(s['transferred_pct_by_source'].values(), default=None)}%; "
-            f"with the occluders on the source too {s.get('transferred_matched_pct_mean')}%); "
-            f"worst block <= 8: {s['faces_worst_block_le8_pct']}%; toggles {s['swap_toggles']}"
+            f"with the occluders on the source too {s.get('transferred_matched_pct_mean')}%; "
+            f"over every face {s.get('transferred_all_pct_mean')}%, "
+            f"{s.get('faces_not_swapped')} left as they came); "
+            f"worst block <= 8: {s['faces_worst_block_le8_pct']}% "
+            f"({s.get('faces_worst_block_le8_all_pct')}% of every face)"
         )
     crops = []
     for _, label, pair in worst:
