@@ -659,7 +659,8 @@ def wider_set(models, embed, swap: SwapSettings, args, t1: np.ndarray, t1_boxes:
                 "frame": f,
                 "face_px": round(float(fbox[2] - fbox[0]), 1),
                 "yaw": round(float(eye_frame(t_in.mesh[r])[2]), 3),  # the input face's turn (yaw proxy)
-                # how much of its far eye the input face's own surface hides (swap/classical/fit.py)
+                # how much more of one eye than of the other the input face's own surface hides
+                # (swap/classical/fit.py far_eye_hidden: a profile's far eye)
                 "far_eye_hidden": round(far_eye_hidden(t_in.mesh[r], surface, models.regions), 3),
                 "swapped": swapped,
                 "opening_change": finite(harm["opening_change"]),

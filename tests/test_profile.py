@@ -1,7 +1,7 @@
 """Do no harm for a face in profile (swap/classical/fit.py `far_eye_hidden`, `profile_holds`): how
-much of its far eye its own face hides, measured on its mesh; such a face is painted at reduced
-strength, on both kernel sets alike, and with half its far eye hidden it is left exactly as it
-came and counted as not swapped."""
+much more of one eye than of the other its own face hides, measured on its mesh; such a face is
+painted at reduced strength, on both kernel sets alike, and from half its far eye it is left
+exactly as it came and counted as not swapped."""
 
 from __future__ import annotations
 
@@ -29,14 +29,11 @@ def swapper(models, astronaut_path):
     )
 
 
-def painted(k, swapper, image, table, strength: float | None) -> tuple[np.ndarray, np.ndarray]:
-    """`image` with every face of `table` painted (at `strength`, None: as the swap decides) and
-    the paste's matte."""
+def painted(k, swapper, image, table, strength: float) -> tuple[np.ndarray, np.ndarray]:
+    """`image` with every face of `table` painted at `strength`, and the paste's matte."""
     frames = k.upload([image])
     frames.mattes = {}
-    regions = swapper.regions(table, frames.sizes)
-    if strength is not None:
-        regions = [replace(r, strength=strength) for r in regions]
+    regions = [replace(r, strength=strength) for r in swapper.regions(table, frames.sizes)]
     k.paint_faces(frames, regions, swapper.textures_for(k), swapper.settings.paint)
     matte = frames.mattes[0]
     return np.asarray(k.download(frames)[0]).astype(np.float64), np.asarray(matte, np.float64)
