@@ -36,15 +36,18 @@ def run(pipeline, images: list[np.ndarray]):
     return pipeline(HOST, list(images))
 
 
-def reported(models, source_path, images: list[np.ndarray]):
-    """The default pipeline (every face, `source_path`) over `images` as one batch of a new job:
-    its BatchResult and a report that counted it, as a render's does."""
+def reported(models, source_path, images: list[np.ndarray], **fields):
+    """The default pipeline (every face, `source_path`; the ClassicalSettings `fields` away from
+    their defaults) over `images` as one batch of a new job: its BatchResult and a report that
+    counted it, as a render's does."""
     from facefusion_batch.config import SwapSettings
     from facefusion_batch.pipeline.build import build_pipeline
     from facefusion_batch.pipeline.report import RenderReport
     from facefusion_batch.pipeline.run import count_not_swapped
+    from facefusion_batch.swap.classical.settings import ClassicalSettings
 
-    pipeline = build_pipeline(models, (source_path,), SwapSettings(), "many")
+    settings = SwapSettings(classical=ClassicalSettings(**fields)) if fields else SwapSettings()
+    pipeline = build_pipeline(models, (source_path,), settings, "many")
     pipeline.start_job()
     result = pipeline(HOST, [np.ascontiguousarray(i) for i in images], seq=0)
     report = RenderReport(input="in", output="out", backend="cpu")

@@ -58,7 +58,8 @@ class ClassicalSettings:
     # closed eyes the mesh keeps open (a shut or lowered lid) told from the picture (swap/classical/lids.py)
     lids: bool = True
     # do no harm (swap/classical/fit.py): a face whose eyes are in a state the source photo cannot give
-    # (closed, wider, looking elsewhere, turned past the photo) keeps its own eyes whole
+    # (closed, wider, looking elsewhere, turned past the photo) keeps its own eyes whole (with
+    # eyes_mouth "eyes"); a face in profile is painted weaker or not at all (with every eyes_mouth)
     fit: bool = True
     # 0–1: how far the shadow under a top-lit source's lower lip is lifted toward its chin's skin
     # before it is painted (swap/classical/lip_shadow.py; LIP_SHADOW_LIFT says what each step costs): 1

@@ -24,6 +24,7 @@ from facefusion_batch.kernels.base import EDGE_RAMP, FaceRegion, Frames, Kernels
 from facefusion_batch.swap.classical.colour_track import ColourTracks
 from facefusion_batch.swap.classical.features import eye_openness
 from facefusion_batch.swap.classical.fit import (
+    EYE_REASONS,
     NOT_SWAPPED,
     FitInputs,
     FitTracks,
@@ -135,8 +136,9 @@ class ClassicalSwapper:
         self._textures: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
         # the paint's colour statistics along each track (None: each frame's own)
         self.colour_tracks = ColourTracks(settings.colour_window) if settings.colour_window > 0 else None
-        # the do-no-harm fit along each track (swap/classical/fit.py)
-        self.fit_tracks = FitTracks() if settings.fit and settings.eyes_mouth == "eyes" else None
+        # the do-no-harm fit along each track (swap/classical/fit.py): its eye reasons with the
+        # default `--eyes-mouth eyes` only, its profile rule with every mode
+        self.fit_tracks = FitTracks() if settings.fit else None
         self.source_gaze = np.stack([s.gaze for s in sources])
         self._lock = threading.Lock()
 
@@ -279,9 +281,13 @@ class ClassicalSwapper:
         face whose eyes the source cannot give keeps both its own, along its track; a turned
         face's far eye as before."""
         holds = reason_holds(self.fit_inputs(table, choice, lids, gaze))
+        if self.settings.eyes_mouth != "eyes":  # the eyes are the mode's; only a profile weakens a face
+            holds[:, : len(EYE_REASONS)] = 0.0
         if self.fit_tracks is not None and table.track is not None and table.frame_no is not None:
             holds = self.fit_tracks.step(seq, table.track, table.frame_no, holds)
         names = reason_of(holds)
+        if self.settings.eyes_mouth != "eyes":
+            return self.eye_holds(table, choice, lids), names, strengths(holds)
         whole = eye_holds_of(holds)[:, None]
         far = far_eye_holds(table.required("mesh"))
         return np.maximum(far, whole), names, strengths(holds)
@@ -360,7 +366,8 @@ class ClassicalSwapper:
         lids = table.lids  # read before the tracker (LidReader), and averaged along each track
         if lids is None and self.settings.eyes_mouth == "eyes" and self.settings.lids:
             lids = shut_lids(k, frames, table, self.face_regions)  # no reader ran: this batch's own
-        gaze = None if self.fit_tracks is None else target_gazes(k, frames, table, self.face_regions)
+        eye_fit = self.fit_tracks is not None and self.settings.eyes_mouth == "eyes"
+        gaze = target_gazes(k, frames, table, self.face_regions) if eye_fit else None
         decided: list[str] = []
         regions = self.regions(table, frames.sizes, occlusion, lids, gaze, frames.seq, decided)
         for region in regions if decided else []:  # what the report counts: painted faces, by decision
