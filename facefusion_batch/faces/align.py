@@ -52,14 +52,29 @@ def align_crops(
     return k.warp_crops(frames, frame_index, affines, size, "replicate"), affines
 
 
-def host_crops(k: Kernels, crops: Array) -> np.ndarray:
-    """Aligned crops as host images [F, S, S, 3] uint8 BGR, from either kernel set's layout (the
-    host set's [F, S, S, 3], the torch set's [F, 3, S, S]): for work done in numpy/OpenCV or a
-    library that takes pictures (dlib, the skin model)."""
+def _host_layout(k: Kernels, crops: Array) -> np.ndarray:
+    """Aligned crops on the host as float32 [F, S, S, 3] BGR, from either kernel set's layout
+    (the host set's [F, S, S, 3], the torch set's [F, 3, S, S])."""
     array = np.asarray(k.to_host(crops), np.float32)
     if array.ndim == 4 and array.shape[1] == 3 and array.shape[-1] != 3:
         array = array.transpose(0, 2, 3, 1)
-    return np.clip(np.rint(array), 0, 255).astype(np.uint8)
+    return array
+
+
+def host_crops(k: Kernels, crops: Array) -> np.ndarray:
+    """Aligned crops as host images [F, S, S, 3] uint8 BGR, from either kernel set's layout: for
+    work done in numpy/OpenCV or a library that takes pictures (dlib, the skin model)."""
+    return np.clip(np.rint(_host_layout(k, crops)), 0, 255).astype(np.uint8)
+
+
+# BGR weights of luma (BT.601, as OpenCV's YCrCb)
+BGR_LUMA = np.array([0.114, 0.587, 0.299], np.float32)
+
+
+def host_lumas(k: Kernels, crops: Array) -> np.ndarray:
+    """Aligned crops' luma [F, S, S] float32 on the host (0–255), from either kernel set's layout:
+    for numpy/OpenCV work that reads lightness alone."""
+    return np.ascontiguousarray(_host_layout(k, crops) @ BGR_LUMA)
 
 
 def crop_model_input(session: Session, model: LearnedModel, policy: BatchPolicy) -> tuple[str, int | None]:
@@ -80,6 +95,7 @@ __all__ = [
     "TEMPLATES",
     "align_crops",
     "host_crops",
+    "host_lumas",
     "alignment_affines",
     "similarity_fit",
     "template_points",

@@ -604,6 +604,17 @@ RENDER: tuple[Option, ...] = (
         field="swap.classical.colour",
     ),
     Option(
+        "glasses",
+        bool,
+        flags=("--glasses/--no-glasses",),
+        help=(
+            "Classical swap: the dark rims of glasses round the target's eyes, found on the picture, "
+            "stay in front of the swap (default); --no-glasses paints over them."
+        ),
+        panel=PANEL_SWAP,
+        field="swap.classical.glasses",
+    ),
+    Option(
         "lip_shadow",
         float,
         help=(
@@ -1098,6 +1109,7 @@ PREVIEW: tuple[Option, ...] = (
         "blend",
         "eyes_mouth",
         "colour",
+        "glasses",
         "lip_shadow",
         "swapper",
         "swapper_model",

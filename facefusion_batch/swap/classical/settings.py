@@ -61,6 +61,9 @@ class ClassicalSettings:
     # (closed, wider, looking elsewhere, turned past the photo) keeps its own eyes whole (with
     # eyes_mouth "eyes"); a face in profile is painted weaker or not at all (with every eyes_mouth)
     fit: bool = True
+    # the dark rims of glasses round the eyes (and their bridge), found on the picture, stay in
+    # front of the swap (swap/classical/rims.py); off: they are painted over like the skin
+    glasses: bool = True
     # 0–1: how far the shadow under a top-lit source's lower lip is lifted toward its chin's skin
     # before it is painted (swap/classical/lip_shadow.py; LIP_SHADOW_LIFT says what each step costs): 1
     # takes the grey goatee it leaves on pale targets away, and some of the source's identity

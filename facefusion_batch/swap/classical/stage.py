@@ -17,7 +17,7 @@ from typing import Any
 import cv2
 import numpy as np
 
-from facefusion_batch.faces.align import align_crops, host_crops, transform_points
+from facefusion_batch.faces.align import align_crops, host_crops, host_lumas, transform_points
 from facefusion_batch.faces.mesh import LEFT_EYE_OUTER, RIGHT_EYE_OUTER, eye_frame
 from facefusion_batch.faces.table import FaceTable
 from facefusion_batch.kernels.base import EDGE_RAMP, FaceRegion, Frames, Kernels
@@ -39,6 +39,7 @@ from facefusion_batch.swap.classical.fit import (
 from facefusion_batch.swap.classical.lids import shut_lids
 from facefusion_batch.swap.classical.raster import rasterize
 from facefusion_batch.swap.classical.relight import normal_texture, rotations
+from facefusion_batch.swap.classical.rims import rim_visibility
 from facefusion_batch.swap.classical.settings import ClassicalSettings
 from facefusion_batch.swap.classical.shape import mouth_weight, shaped_meshes
 from facefusion_batch.swap.classical.skin import skin_visibility
@@ -165,7 +166,7 @@ class ClassicalSwapper:
         self,
         table: FaceTable,
         frame_shapes: np.ndarray,
-        occlusion: tuple[np.ndarray, np.ndarray] | None = None,
+        occlusion: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
         lids: np.ndarray | None = None,
         gaze: np.ndarray | None = None,
         seq: int | None = None,
@@ -173,7 +174,8 @@ class ClassicalSwapper:
     ) -> list[FaceRegion]:
         """Every face's warp map (source texture coordinates over its region of the frame);
         `frame_shapes` [B, 2]: (height, width) of each frame of the batch; `occlusion`: per
-        face, an occlusion model's mask on an aligned crop and the crop's affine; `lids` [F, 2]:
+        face, an occlusion mask on an aligned crop, the crop's affine and whether the face takes
+        it; `lids` [F, 2]:
         how much of each eye a lowered lid keeps the target's (swap/classical/lids.py); `gaze` [F, 2, 2]:
         each eye's swap/classical/fit.gaze_offsets; `seq`: the batch's number, for the fit's track step;
         `decided`: filled with each face's fit decision (swap/classical/fit.reason_of)."""
@@ -215,7 +217,7 @@ class ClassicalSwapper:
             sigma = max(1.0, self.settings.shading_scale * iod)
             hold = (float(holds[f, 0]), float(holds[f, 1]))
             visible = None
-            if occlusion is not None:
+            if occlusion is not None and occlusion[2][f]:
                 visible = crop_to_region(occlusion[0][f], occlusion[1][f], x0, y0, map_x.shape)
             frame = int(table.frame_index[f])
             edge = max(1, round(EDGE_RAMP * iod))
@@ -352,17 +354,25 @@ class ClassicalSwapper:
         if table.mesh is None:
             raise ValueError("the classical swap needs the face mesh (run FaceMesh first)")
         occlusion = None
-        if self.occluder is not None or self.skin_occlusion:
+        if self.occluder is not None or self.skin_occlusion or self.settings.glasses:
             crops, affines = align_crops(
                 k, frames, table.frame_index, table.landmarks5, OCCLUSION_TEMPLATE, OCCLUSION_CROP
             )
             masks = []
+            # which faces take the masks: all of them with an occlusion mask asked for, else only
+            # those with glasses found (the others paint exactly as without)
+            present = np.full(len(table), self.occluder is not None or self.skin_occlusion)
             if self.occluder is not None:  # one batched model call over every face's aligned crop
                 masks.append(np.asarray(k.to_host(self.occluder(k, crops, len(table), OCCLUSION_CROP))))
+            meshes = transform_points(table.mesh[:, :, :2].astype(np.float64), affines)
             if self.skin_occlusion:  # what is not skin in front of the face, from the crop itself
-                meshes = transform_points(table.mesh[:, :, :2].astype(np.float64), affines)
                 masks.append(skin_visibility(host_crops(k, crops), meshes, self.face_regions))
-            occlusion = (np.prod(masks, axis=0).astype(np.float32), affines)
+            if self.settings.glasses:  # glasses' rims round the eyes stay in front
+                rims = rim_visibility(host_lumas(k, crops), meshes, self.face_regions)
+                present |= (rims < 1).any(axis=(1, 2))
+                masks.append(rims)
+            if present.any():
+                occlusion = (np.prod(masks, axis=0).astype(np.float32), affines, present)
         lids = table.lids  # read before the tracker (LidReader), and averaged along each track
         if lids is None and self.settings.eyes_mouth == "eyes" and self.settings.lids:
             lids = shut_lids(k, frames, table, self.face_regions)  # no reader ran: this batch's own
