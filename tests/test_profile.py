@@ -126,3 +126,39 @@ def test_a_face_in_profile_is_left_as_it_came(models, astronaut_path, t1_image, 
         for i in set(range(len(table))) - {matt}:
             a, b, c, d = (int(v) for v in table.box[i])
             assert np.abs(out[b:d, a:c].astype(int) - t1_image[b:d, a:c]).mean() > 2, i
+
+
+def test_a_source_photo_in_profile_is_named_in_the_log(models, t1_image, tmp_path, monkeypatch, caplog):
+    """A source photo whose own face hides its far eye as a target in profile does is named in
+    a warning: Matt cut out of t1.jpg (t1's most turned face) with the span moved to start below
+    the share his crop hides; not with the default span, and never a frontal face."""
+    import cv2
+
+    from facefusion_batch.pipeline.build import prepare_sources
+
+    frame = HOST.upload([t1_image])
+    table = models.mesh(HOST, frame, models.detector(HOST, frame))
+    surface = np.ascontiguousarray(models.triangles, np.int32)
+    hidden = np.array([fit.far_eye_hidden(m, surface, models.regions) for m in table.mesh])
+    paths = {}
+    for name, row in (("matt", int(np.argmax(hidden))), ("frontal", int(np.argmin(hidden)))):
+        x0, y0, x1, y1 = (int(v) for v in table.box[row])
+        pad = (x1 - x0) // 2
+        crop = t1_image[max(0, y0 - pad) : y1 + pad, max(0, x0 - pad) : x1 + pad]
+        paths[name] = tmp_path / f"{name}.png"
+        cv2.imwrite(str(paths[name]), crop)
+    settings = ClassicalSettings()
+
+    def warned(path) -> bool:
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            prepare_sources(models, (path,), settings)
+        return any("the source face is in profile" in r.getMessage() for r in caplog.records)
+
+    crop = HOST.upload([cv2.imread(str(paths["matt"]))])
+    mesh = models.mesh(HOST, crop, models.detector(HOST, crop)).mesh[0]
+    share = fit.far_eye_hidden(mesh, surface, models.regions)
+    assert 0 < share < fit.HIDDEN_FROM
+    assert not warned(paths["matt"]) and not warned(paths["frontal"])
+    monkeypatch.setattr(fit, "HIDDEN_FROM", share / 2)
+    assert warned(paths["matt"]) and not warned(paths["frontal"])

@@ -61,6 +61,7 @@ from facefusion_batch.runtime.batching import HOST, BatchPolicy
 from facefusion_batch.runtime.device import DeviceSettings
 from facefusion_batch.runtime.engine_cache import declares_fixed_batch
 from facefusion_batch.runtime.session import Backend, Session
+from facefusion_batch.swap.classical.fit import far_eye_hidden, profile_holds
 from facefusion_batch.swap.classical.lids import LidReader, shut_lids
 from facefusion_batch.swap.classical.mapped import PersonRouter
 from facefusion_batch.swap.classical.settings import ClassicalSettings
@@ -312,6 +313,17 @@ def prepare_sources(
                     "open gives them)",
                     path,
                 )
+    surface = np.ascontiguousarray(models.triangles, np.int32)
+    for path, r in zip(source_paths, rows, strict=True):
+        hidden = far_eye_hidden(table.mesh[r], surface, models.regions)
+        if profile_holds(np.array([hidden]))[0] > 0:  # a target so turned would be painted weaker
+            log.warning(
+                "%s: the source face is in profile (its own nose hides about %d %% of its far eye): the far "
+                "half of the face is a guess, painted from the near half mirrored, and faces turned "
+                "another way keep their own eyes, so less of the source shows (a frontal photo gives more)",
+                path,
+                round(100 * hidden),
+            )
     sources = [
         prepare_source(frames.pixels[i], table.mesh[r], models.regions, settings, (shut[i, 0], shut[i, 1]))
         for i, r in enumerate(rows)
