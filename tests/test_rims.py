@@ -167,3 +167,32 @@ def test_no_glasses_is_the_render_option(tmp_path):
     for value in (True, False):
         settings, _ = render_settings({**params, "glasses": value}, resolve=False)
         assert settings.swap.classical.glasses is value
+
+
+def test_a_source_photos_rims_are_painted_out(models, astronaut_image, astronaut_path, tmp_path):
+    """Glasses on the source photo are no part of its face: their rims are painted over from the
+    skin round them before the photo is cut out (else the swap warps them, bent, onto every
+    target): the photo where the rims were is near the photo without them, nothing else in it
+    changes, and the face cut out of it is no darker than the clean photo's."""
+    from facefusion_batch.pipeline.build import detect_sources, sources_without_rims
+
+    image, rims = drawn(models, astronaut_image, "glasses")
+    path = tmp_path / "astronaut-glasses.png"
+    cv2.imwrite(str(path), image)
+    k, frames, table = detect_sources(models, (path,), mesh=True)
+    cleaned = sources_without_rims(models, k, frames, table, (path,)).pixels[0].astype(int)
+    clean = np.asarray(astronaut_image, int)
+    # the share of the drawn rims' pixels still far from the clean photo (a rim's dark)
+    dark = lambda out: (np.abs(out - clean).max(axis=2)[rims] > 80).mean()  # noqa: E731
+    assert dark(image.astype(int)) > 0.9 and dark(cleaned) < 0.15, (dark(image.astype(int)), dark(cleaned))
+    away = ~cv2.dilate(rims.astype(np.uint8), np.ones((15, 15), np.uint8)).astype(bool)
+    assert np.array_equal(cleaned[away], image.astype(int)[away])  # nothing else is touched
+    # the face the swap paints from: as dark as the clean photo's, not with the rims in it
+    def dark_face(photo, glasses: bool) -> int:
+        texture = prepare_sources(models, (photo,), ClassicalSettings(glasses=glasses))[0].texture
+        luma = texture[..., :3] @ np.array([0.114, 0.587, 0.299])
+        return int(((luma < 45) & (texture[..., 3] > 0.5)).sum())
+
+    plain, painted_out = dark_face(astronaut_path, True), dark_face(path, True)
+    left_in = dark_face(path, False)
+    assert left_in > 1000 and painted_out < plain + 50, (plain, painted_out, left_in)

@@ -16,6 +16,7 @@ import numpy as np
 
 from facefusion_batch.config import ReferenceSettings, SwapSettings
 from facefusion_batch.errors import InputError, ModelError, NoFaceError
+from facefusion_batch.faces.align import align_crops, host_lumas, transform_points
 from facefusion_batch.faces.classify import FaceClassifier, FaceFilter, FaceFilterSettings
 from facefusion_batch.faces.detect import DetectorSettings, YuNetDetector
 from facefusion_batch.faces.dlib_resnet import DLIB_INSTALL, DlibRecogniser, dlib_available
@@ -29,11 +30,12 @@ from facefusion_batch.faces.identity import (
     read_emap,
     source_identity,
 )
-from facefusion_batch.faces.mesh import FaceMesh, MeshSettings
+from facefusion_batch.faces.mesh import FaceMesh, MeshSettings, eye_frame
 from facefusion_batch.faces.persons import AssignPersons, PersonMatcher, SelectionRecogniser
 from facefusion_batch.faces.select import FaceSelector, select_faces
 from facefusion_batch.faces.table import FaceTable
 from facefusion_batch.faces.track import FaceTracker, TrackSettings, TrackStage
+from facefusion_batch.kernels.base import Frames
 from facefusion_batch.kernels.host import HostKernels
 from facefusion_batch.models import store
 from facefusion_batch.models.catalog import DEFAULT_DETECTOR, DEFAULT_MESH, DEFAULT_TOPOLOGY, tensor_name
@@ -64,9 +66,15 @@ from facefusion_batch.runtime.session import Backend, Session
 from facefusion_batch.swap.classical.fit import far_eye_hidden, profile_holds
 from facefusion_batch.swap.classical.lids import LidReader, shut_lids
 from facefusion_batch.swap.classical.mapped import PersonRouter
+from facefusion_batch.swap.classical.rims import rim_visibility, rims_on_photo, without_rims
 from facefusion_batch.swap.classical.settings import ClassicalSettings
 from facefusion_batch.swap.classical.source import SourceFace, prepare_source, with_mirror
-from facefusion_batch.swap.classical.stage import ClassicalSwapper, swap_triangles
+from facefusion_batch.swap.classical.stage import (
+    OCCLUSION_CROP,
+    OCCLUSION_TEMPLATE,
+    ClassicalSwapper,
+    swap_triangles,
+)
 from facefusion_batch.swap.enhance import FaceEnhancer
 from facefusion_batch.swap.learned import LearnedSettings, LearnedSwapper
 from facefusion_batch.swap.masks import AreaMasker, CropMasker, Occluder, RegionParser
@@ -296,6 +304,8 @@ def prepare_sources(
     (faces ordered largest first: 0, the default, is the largest)."""
     k, frames, table = detect_sources(models, source_paths, face_index, mesh=True)
     rows = [int(np.flatnonzero(table.frame_index == i)[0]) for i in range(frames.count)]
+    if settings.glasses:  # a source photo's glasses are no part of its face
+        frames = sources_without_rims(models, k, frames, table.select(np.array(rows)), source_paths)
     shut = np.zeros((len(rows), 2))
     if settings.eyes_mouth == "eyes" and settings.lids:  # a photo with shut eyes gives none
         shut = shut_lids(k, frames, table.select(np.array(rows)), models.regions).astype(np.float64)
@@ -340,6 +350,29 @@ def prepare_sources(
             wink = not settings.fit
             sources[i] = with_mirror(sources[i], mirror, triangles, models.regions, open_wink=wink)
     return sources
+
+
+def sources_without_rims(
+    models: Models, k: HostKernels, frames: Frames, chosen: FaceTable, source_paths: tuple[Path, ...]
+) -> Frames:
+    """The source photos with the rims of glasses found round their chosen face's eyes painted
+    out (swap/classical/rims.py: the swap warps the photo's pixels, and rims left in them would
+    be drawn bent onto every target)."""
+    crops, affines = align_crops(
+        k, frames, chosen.frame_index, chosen.landmarks5, OCCLUSION_TEMPLATE, OCCLUSION_CROP
+    )
+    meshes = transform_points(chosen.required("mesh")[:, :, :2].astype(np.float64), affines)
+    lumas = host_lumas(k, crops)
+    visibility = rim_visibility(lumas, meshes, models.regions)
+    photos = list(frames.pixels)
+    for row, i in enumerate(chosen.frame_index.tolist()):
+        if (visibility[row] < 1).any():
+            face = (visibility[row], lumas[row], meshes[row], models.regions, affines[row])
+            rims = rims_on_photo(*face, photos[i].shape[:2])
+            iod = 0.7 * eye_frame(chosen.required("mesh")[row])[1]
+            photos[i] = without_rims(photos[i], rims, iod)
+            log.info("%s: glasses on the source face: their rims are painted out of it", source_paths[i])
+    return k.upload(photos)
 
 
 def mirrored_meshes(models: Models, k: HostKernels, flipped: list[np.ndarray], chosen: FaceTable) -> list:

@@ -609,7 +609,8 @@ RENDER: tuple[Option, ...] = (
         flags=("--glasses/--no-glasses",),
         help=(
             "Classical swap: the dark rims of glasses round the target's eyes, found on the picture, "
-            "stay in front of the swap (default); --no-glasses paints over them."
+            "stay in front of the swap, and a source photo's are painted out of its face (default); "
+            "--no-glasses paints over the target's and keeps the source's."
         ),
         panel=PANEL_SWAP,
         field="swap.classical.glasses",

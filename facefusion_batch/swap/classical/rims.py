@@ -41,6 +41,9 @@ RING_JUMP = 0.2  # of the half width: how far a ray's radius may lie from its ne
 BRIDGE_STEPS = 12  # profiles across the line between two rims
 BRIDGE_REACH = 0.5  # of the half width: how far either side of that line a bridge is looked for
 SKIN_STEP, MIN_SKIN = 2, 16  # the skin's luma is read on every 2nd pixel each way, from 16 of them
+BROW_SHARE = 0.5  # over a brow, a source photo's rim is what is darker than this share of the brow
+PHOTO_GROW = 2  # px: a source photo's rims grown over their anti-aliased edge before inpainting
+INPAINT_REACH = 0.05  # of the eye distance: how far round a source photo's rims the inpainting reads
 SOFTEN = 1.0  # px: the kept rim's edge, grown by as much first so the rim's own pixels stay
 
 
@@ -205,3 +208,45 @@ def rim_visibility(lumas: np.ndarray, meshes: np.ndarray, regions: FaceRegions) 
         out[f] = np.minimum(out[f], cv2.GaussianBlur(1.0 - grown.astype(np.float32), (0, 0), SOFTEN))
         out[f][kept] = 0.0
     return out
+
+
+def rims_on_photo(
+    visibility: np.ndarray,
+    luma: np.ndarray,
+    mesh: np.ndarray,
+    regions: FaceRegions,
+    affine: np.ndarray,
+    shape: tuple[int, int],
+) -> np.ndarray:
+    """bool [H, W]: the rims found on one face's aligned crop (`visibility` [S, S] from
+    `rim_visibility`, `luma` the crop's, `mesh` [468, 2+] in crop pixels; `affine` [2, 3] photo
+    → crop) in the photo's own pixels, grown by PHOTO_GROW px over their soft edge. Never the
+    eyes' openings; over a brow only what is much darker than the brow (a rim, not its hairs)."""
+    height, width = shape
+    size = visibility.shape[0]
+    loops = np.zeros((size, size), np.uint8)
+    for loop in (regions.left_eye, regions.right_eye):
+        cv2.fillPoly(loops, [np.round(mesh[loop, :2]).astype(np.int32)], 1)
+    eyes = cv2.dilate(loops, np.ones((2 * PHOTO_GROW + 1,) * 2, np.uint8))
+    brows = np.zeros((size, size), np.uint8)
+    cv2.fillConvexPoly(brows, cv2.convexHull(np.round(mesh[regions.brows, :2]).astype(np.int32)), 1)
+    found = (visibility < 0.5) & (eyes == 0)
+    if found.any() and (brows > 0).any():
+        brow = float(np.median(luma[(brows > 0) & ~found]))
+        found &= (brows == 0) | (luma < BROW_SHARE * brow)
+    back = cv2.warpAffine(
+        found.astype(np.uint8),
+        affine.astype(np.float64),
+        (width, height),
+        flags=cv2.INTER_NEAREST | cv2.WARP_INVERSE_MAP,
+    )
+    grow = 2 * PHOTO_GROW + 1
+    return cv2.dilate(back, np.ones((grow, grow), np.uint8)) > 0
+
+
+def without_rims(photo: np.ndarray, rims: np.ndarray, iod: float) -> np.ndarray:
+    """A source photo with its glasses' rims (`rims`, bool [H, W]) painted over from the skin round
+    them (OpenCV's Telea inpainting over INPAINT_REACH of the eye distance): the classical swap
+    warps the photo's pixels, and rims left in them would be drawn bent onto the target's face."""
+    reach = max(2.0, INPAINT_REACH * iod)
+    return cv2.inpaint(np.ascontiguousarray(photo), rims.astype(np.uint8), reach, cv2.INPAINT_TELEA)

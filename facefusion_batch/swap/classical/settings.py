@@ -62,7 +62,8 @@ class ClassicalSettings:
     # eyes_mouth "eyes"); a face in profile is painted weaker or not at all (with every eyes_mouth)
     fit: bool = True
     # the dark rims of glasses round the eyes (and their bridge), found on the picture, stay in
-    # front of the swap (swap/classical/rims.py); off: they are painted over like the skin
+    # front of the swap, and a source photo's are painted out of its face before it is cut out
+    # (swap/classical/rims.py); off: the target's are painted over, the source's painted on
     glasses: bool = True
     # 0–1: how far the shadow under a top-lit source's lower lip is lifted toward its chin's skin
     # before it is painted (swap/classical/lip_shadow.py; LIP_SHADOW_LIFT says what each step costs): 1
