@@ -8,7 +8,7 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
-from facefusion_batch.kernels.base import Array, Frames, Kernels
+from facefusion_batch.kernels.base import LUMA_BGR, Array, Frames, Kernels
 from facefusion_batch.models.facefusion import LearnedModel
 from facefusion_batch.models.templates import TEMPLATES, similarity_fit, template_points, template_to_template
 from facefusion_batch.runtime.batching import BatchPolicy
@@ -67,14 +67,10 @@ def host_crops(k: Kernels, crops: Array) -> np.ndarray:
     return np.clip(np.rint(_host_layout(k, crops)), 0, 255).astype(np.uint8)
 
 
-# BGR weights of luma (BT.601, as OpenCV's YCrCb)
-BGR_LUMA = np.array([0.114, 0.587, 0.299], np.float32)
-
-
 def host_lumas(k: Kernels, crops: Array) -> np.ndarray:
-    """Aligned crops' luma [F, S, S] float32 on the host (0–255), from either kernel set's layout:
-    for numpy/OpenCV work that reads lightness alone."""
-    return np.ascontiguousarray(_host_layout(k, crops) @ BGR_LUMA)
+    """Aligned crops' luma (LUMA_BGR) [F, S, S] float32 on the host (0–255), from either kernel
+    set's layout: for numpy/OpenCV work that reads lightness alone."""
+    return np.ascontiguousarray(_host_layout(k, crops) @ np.array(LUMA_BGR, np.float32))
 
 
 def crop_model_input(session: Session, model: LearnedModel, policy: BatchPolicy) -> tuple[str, int | None]:

@@ -20,6 +20,8 @@ Pure numpy/OpenCV over the batch's crops, with the scales of the occlusion crop'
 
 from __future__ import annotations
 
+import warnings
+
 import cv2
 import numpy as np
 
@@ -104,13 +106,11 @@ def eye_rim(luma: np.ndarray, loop: np.ndarray, skin: float) -> tuple[np.ndarray
     found = ok[np.arange(RAYS), best]
     if found.mean() < RING_SHARE:
         return None
-    # each ray's radius against the median of its four neighbours that found one
+    # each ray's radius against the median of its four neighbours that found one (none: NaN)
     around = np.stack([np.roll(np.where(found, radii[best], np.nan), s) for s in (-2, -1, 1, 2)])
-    counted = np.isfinite(around)
-    ranked = np.sort(np.where(counted, around, np.inf), axis=0)
-    n = counted.sum(axis=0)
-    lower, upper = ranked[np.maximum(n - 1, 0) // 2, np.arange(RAYS)], ranked[n // 2, np.arange(RAYS)]
-    neighbours = np.where(n > 0, 0.5 * (lower + np.where(n % 2 == 1, lower, upper)), np.inf)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a ray whose neighbours found none
+        neighbours = np.nanmedian(around, axis=0)
     steady = found & (np.abs(radii[best] - neighbours) < RING_JUMP * half)
     if steady.mean() < RING_SHARE:
         return None
@@ -134,8 +134,8 @@ def eye_rim(luma: np.ndarray, loop: np.ndarray, skin: float) -> tuple[np.ndarray
 def bridge(
     luma: np.ndarray, rims: list[tuple[np.ndarray, np.ndarray]], half: float, skin: float
 ) -> np.ndarray | None:
-    """The bridge between two rims as a polyline [N, 2] with its width, or None: a dark ridge on
-    most profiles across the line between the rims' nearest outer points."""
+    """The bridge between two rims as a polyline [N, 2], or None: a dark ridge on most profiles
+    across the line between the rims' nearest outer points."""
     (_, outer_a), (_, outer_b) = rims
     gaps = np.linalg.norm(outer_a[:, None] - outer_b[None], axis=2)
     a, b = np.unravel_index(int(np.argmin(gaps)), gaps.shape)
