@@ -57,14 +57,18 @@ def ray_samples(
     directions = np.stack([np.cos(angles), np.sin(angles)], axis=1)
     radii = np.linspace(RAY_FROM, RAY_TO, SAMPLES) * half
     points = centre[None, None] + radii[None, :, None] * directions[:, None]
-    values = cv2.remap(
+    return directions, radii, sampled(luma, points)
+
+
+def sampled(luma: np.ndarray, points: np.ndarray) -> np.ndarray:
+    """The luma at `points` [..., 2] (x, y; bilinear, the crop's edge repeated), float64."""
+    return cv2.remap(
         luma,
         points[..., 0].astype(np.float32),
         points[..., 1].astype(np.float32),
         cv2.INTER_LINEAR,
         borderMode=cv2.BORDER_REPLICATE,
-    )
-    return directions, radii, values.astype(np.float64)
+    ).astype(np.float64)
 
 
 def ridges(values: np.ndarray, step: float) -> tuple[np.ndarray, np.ndarray]:
@@ -148,13 +152,7 @@ def bridge(
     offsets = np.linspace(-BRIDGE_REACH, BRIDGE_REACH, SAMPLES) * half
     t = np.linspace(0.0, 1.0, BRIDGE_STEPS + 2)[1:-1]
     points = start[None, None] + t[:, None, None] * along + offsets[None, :, None] * across
-    values = cv2.remap(
-        luma,
-        points[..., 0].astype(np.float32),
-        points[..., 1].astype(np.float32),
-        cv2.INTER_LINEAR,
-        borderMode=cv2.BORDER_REPLICATE,
-    ).astype(np.float64)
+    values = sampled(luma, points)
     share, _ = ridges(values, float(offsets[1] - offsets[0]))
     ok = (share > RIDGE_SHARE) & (values < DARK_SHARE * skin)
     best = np.argmax(np.where(ok, share, -np.inf), axis=1)
