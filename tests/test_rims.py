@@ -1,5 +1,6 @@
 """Glasses in front of the classical swap (swap/classical/rims.py): a dark rim round each eye,
-found on the picture, keeps the frame's own pixels while the rest of the face is swapped.
+found on the picture, keeps the frame's own pixels while the rest of the face is swapped, and a
+source photo's rims are painted out of the face the swap paints from.
 
 The glasses are drawn: the quality benchmark's stand-in (round black rims and a bridge,
 scripts/quality_set.draw_occluder) and, drawn here, thinner brown oval frames; t1.jpg's faces
