@@ -69,8 +69,12 @@ def host_crops(k: Kernels, crops: Array) -> np.ndarray:
 
 def host_lumas(k: Kernels, crops: Array) -> np.ndarray:
     """Aligned crops' luma (LUMA_BGR) [F, S, S] float32 on the host (0–255), from either kernel
-    set's layout: for numpy/OpenCV work that reads lightness alone."""
-    return np.ascontiguousarray(_host_layout(k, crops) @ np.array(LUMA_BGR, np.float32))
+    set's layout: for numpy/OpenCV work that reads lightness alone. A weighted sum, not a matrix
+    product: the executor's workers call this at once, and a BLAS call from two threads with its
+    own thread pool is what an OpenBLAS hang needs."""
+    bgr = _host_layout(k, crops)
+    b, g, r = (np.float32(w) for w in LUMA_BGR)
+    return b * bgr[..., 0] + g * bgr[..., 1] + r * bgr[..., 2]
 
 
 def crop_model_input(session: Session, model: LearnedModel, policy: BatchPolicy) -> tuple[str, int | None]:
