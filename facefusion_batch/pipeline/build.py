@@ -304,11 +304,12 @@ def prepare_sources(
     (faces ordered largest first: 0, the default, is the largest)."""
     k, frames, table = detect_sources(models, source_paths, face_index, mesh=True)
     rows = [int(np.flatnonzero(table.frame_index == i)[0]) for i in range(frames.count)]
+    chosen = table.select(np.array(rows))  # each photo's face, in photo order
     if settings.glasses:  # a source photo's glasses are no part of its face
-        frames = sources_without_rims(models, k, frames, table.select(np.array(rows)), source_paths)
+        frames = sources_without_rims(models, k, frames, chosen, source_paths)
     shut = np.zeros((len(rows), 2))
     if settings.eyes_mouth == "eyes" and settings.lids:  # a photo with shut eyes gives none
-        shut = shut_lids(k, frames, table.select(np.array(rows)), models.regions).astype(np.float64)
+        shut = shut_lids(k, frames, chosen, models.regions).astype(np.float64)
         for path, (left, right) in zip(source_paths, shut, strict=True):
             if min(left, right) >= 0.5:
                 log.warning(
@@ -342,7 +343,7 @@ def prepare_sources(
         return sources
     triangles = swap_triangles(models.triangles, models.regions, settings.eyes_mouth)
     flipped = [np.ascontiguousarray(frames.pixels[i][:, ::-1]) for i in range(frames.count)]
-    for i, mesh in enumerate(mirrored_meshes(models, k, flipped, table.select(np.array(rows)))):
+    for i, mesh in enumerate(mirrored_meshes(models, k, flipped, chosen)):
         if mesh is not None:
             # flipped, the photo's left eye is the mirror face's right: its lids swap sides
             mirror = prepare_source(flipped[i], mesh, models.regions, settings, (shut[i, 1], shut[i, 0]))
