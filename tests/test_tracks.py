@@ -62,6 +62,26 @@ def test_a_moving_face_keeps_one_track_and_two_faces_two():
     assert all(k == [0, 1] for k in kept), kept
 
 
+def test_each_face_carries_its_tracks_motion_a_frame():
+    """The `motion` column: how far a face's smoothed points moved since its track's frame before,
+    px a frame (what the shutter smears it by), across batches; 0 on a track's first frame, and
+    over a gap the move per frame."""
+    moving = [[([100 + 12 * i, 50 + 5 * i, 180 + 12 * i, 130 + 5 * i], 20.0)] for i in range(10)]
+    tracker = FaceTracker(TrackSettings(smoothing=0))
+    motions = []
+    for start in range(0, 10, 4):
+        chunk = moving[start : start + 4]
+        rows = [(f, box, p) for f, frame in enumerate(chunk) for box, p in frame]
+        table = faces([r[1] for r in rows], [r[2] for r in rows], [r[0] for r in rows])
+        out = tracker.step(table, len(chunk))
+        motions += out.motion.tolist()
+    assert motions[0] == [0.0, 0.0]
+    assert np.allclose(motions[1:], [[12.0, 5.0]] * 9, atol=1e-4)
+    gap = FaceTracker(TrackSettings(smoothing=0))
+    table = faces([[100, 50, 180, 130], [130, 50, 210, 130]], [20.0, 20.0], [0, 3])
+    assert np.allclose(gap.step(table, 4).motion, [[0.0, 0.0], [10.0, 0.0]])
+
+
 def test_a_weak_face_near_the_threshold_does_not_toggle():
     """A blurred background face whose presence wanders between 0.0 and 1.6 (the case seen on a
     real clip: swapped in 13 of 97 frames with 14 toggles at a fixed threshold of 0)."""

@@ -26,6 +26,9 @@ class FaceTable:
     person: np.ndarray | None = None  # [F] int64: the --map person whose source it gets
     lids: np.ndarray | None = None  # [F,2] float32: how shut each eye is by its lid (swap/classical/lids.py)
     frame_no: np.ndarray | None = None  # [F] int64: the face's frame in the job (faces/track.py)
+    # [F,2] float32: how far the face moved since its track's frame before, px a frame (x, y; 0
+    # on a track's first frame): its smoothed five points' mean (faces/track.py)
+    motion: np.ndarray | None = None
 
     @staticmethod
     def empty() -> FaceTable:

@@ -135,6 +135,7 @@ class Track:
     distances: list[np.ndarray] = field(default_factory=list)  # to each --map person, last 2 · window
     lids: list[np.ndarray] = field(default_factory=list)  # how shut its eyes are, last `window`
     swapping: bool | None = None
+    centre: np.ndarray | None = None  # its smoothed five points' mean on its last frame (`motion`)
 
     def decide(self, s: TrackSettings) -> bool:
         """Swap or not, from the presences alone (so a warm-up reproduces it exactly)."""
@@ -227,6 +228,7 @@ class FaceTracker:
         lids = None if table.lids is None else table.lids.copy()
         presence = table.presence if table.presence is not None else (table.score - 0.5) * 20
         spans = eye_span(table.landmarks5) if len(table) else np.zeros(0)
+        motion = np.zeros((len(table), 2), np.float32)
         for f in range(frame_count):
             frame_no = self.frame + f
             if self._cut(None if thumbs is None else thumbs[f]):
@@ -246,6 +248,7 @@ class FaceTracker:
                     track = Track(self.next_id, table.box[row].copy(), float(spans[row]), frame_no)
                     self.next_id += 1
                     self.tracks.append(track)
+                gap = frame_no - track.last_frame
                 track.box, track.span, track.last_frame = table.box[row].copy(), float(spans[row]), frame_no
                 track.presences = (track.presences + [float(presence[row])])[-2 * s.window :]
                 if mesh is not None and table.mesh is not None:
@@ -253,6 +256,10 @@ class FaceTracker:
                     mesh[row] = self._smooth(track.meshes, dt, track.span)
                 track.points = (track.points + [table.landmarks5[row]])[-s.window :]
                 points[row] = self._smooth(track.points, dt, track.span)
+                centre = points[row].mean(axis=0).astype(np.float64)
+                if track.centre is not None and gap > 0:  # px a frame since the track's frame before
+                    motion[row] = (centre - track.centre) / gap
+                track.centre = centre
                 if (
                     person_distance is not None and table.person_distance is not None
                 ):  # one person per track: the window's mean distances
@@ -278,6 +285,7 @@ class FaceTracker:
             person_distance=person_distance,
             lids=lids,
             frame_no=self.frame + table.frame_index.astype(np.int64),
+            motion=motion,
         )
         self.frame += frame_count
         return smoothed.select(np.array(sorted(keep), np.int64))
