@@ -82,6 +82,7 @@ from quality_set import (  # noqa: E402
     SPLIT_RULE,
     clip_plan,
     draw_occluder,
+    face_offset,
     photo_half,
     render_clip,
     set_photos,
@@ -637,7 +638,7 @@ def wider_set(models, embed, swap: SwapSettings, args, t1: np.ndarray, t1_boxes:
             here = np.flatnonzero(t_in.frame_index == f)
             if not len(here):
                 continue  # the detector misses the input face: nothing to harm
-            centre = np.array([FRAME[0] / 2 + 4.0 * f, FRAME[1] / 2])  # where render_clip puts it
+            centre = np.array(FRAME) / 2 + face_offset(cond, f, len(clip))  # where render_clip puts it
             r = here[
                 int(np.argmin(np.linalg.norm((t_in.box[here, :2] + t_in.box[here, 2:]) / 2 - centre, axis=1)))
             ]

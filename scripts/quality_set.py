@@ -62,6 +62,9 @@ KINDS = (
     "glasses",
     "nod",
 )
+# the share of each frame's interval the camera's shutter is open in the motion-blur condition
+# (180°): the face moves as fast as that blur says (face_offset)
+PLATE_SHUTTER = 0.5
 TINTS = {"tungsten": (0.6, 0.85, 1.15), "fluorescent": (0.85, 1.1, 0.8), "shade": (1.2, 0.95, 0.7)}
 
 
@@ -192,13 +195,26 @@ def nod_homography(centre: np.ndarray, pitch: float, size: float) -> np.ndarray:
     )
 
 
-def placement(box: np.ndarray, cond: Condition, drift: float) -> np.ndarray:
+def face_offset(cond: Condition, i: int, frames: int) -> np.ndarray:
+    """Where frame `i` of a clip of `frames` puts the face's centre, from the frame's centre (x,
+    y px): a drift of 4 px a frame across; under a motion blur, a move along the blur's
+    direction of `blur` / PLATE_SHUTTER px a frame, centred on the clip's middle frame (the blur
+    a camera with a 180° shutter gives a face moving that fast)."""
+    if cond.blur:
+        a = math.radians(cond.blur_angle)
+        step = cond.blur / PLATE_SHUTTER * np.array([math.cos(a), math.sin(a)])
+        return (i - (frames - 1) / 2) * step
+    return np.array([4.0 * i, 0.0])
+
+
+def placement(box: np.ndarray, cond: Condition, offset: np.ndarray) -> np.ndarray:
     """2x3 affine from the photo to the frame: the face's box centre to the frame's centre
-    (shifted `drift` px), its width to `face_px`, turned so the eye line turns by `roll`."""
+    (shifted by `offset`, x and y px), its width to `face_px`, turned so the eye line turns by
+    `roll`."""
     centre = (box[:2] + box[2:]) / 2
     scale = cond.face_px / max(float(box[2] - box[0]), 1.0)
     m = cv2.getRotationMatrix2D((float(centre[0]), float(centre[1])), -cond.roll, scale)
-    m[:, 2] += np.array([FRAME[0] / 2 + drift, FRAME[1] / 2]) - centre
+    m[:, 2] += np.array([FRAME[0] / 2, FRAME[1] / 2]) + offset - centre
     return m
 
 
@@ -263,16 +279,16 @@ def render_clip(
     photo: np.ndarray, box: np.ndarray, landmarks5: np.ndarray, cond: Condition, frames: int, seed: int = 0
 ) -> list[np.ndarray]:
     """`frames` BGR frames (FRAME) of the photo's face (detector `box`, `landmarks5`) under `cond`,
-    drifting 4 px a frame across; deterministic for the same arguments."""
+    moving as `face_offset` says; deterministic for the same arguments."""
     rng = np.random.default_rng(seed)
     out = []
     h, w = FRAME[1], FRAME[0]
     xs = np.arange(w, dtype=np.float32)[None, :]
     for i in range(frames):
-        m = placement(box, cond, drift=4.0 * i)
+        m = placement(box, cond, face_offset(cond, i, frames))
         frame = cv2.warpAffine(photo, m, FRAME, flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
         eyes = landmarks5[:2] @ m[:, :2].T + m[:, 2]
-        centre = np.array([w / 2 + 4.0 * i, h / 2])
+        centre = np.array([w / 2, h / 2]) + face_offset(cond, i, frames)
         if cond.nod:
             pitch = cond.nod * (1 - 2 * i / max(frames - 1, 1))  # chin down to chin up
             hom = nod_homography(centre, pitch, 1.6 * cond.face_px)
