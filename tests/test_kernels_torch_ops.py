@@ -6,7 +6,8 @@ Stated tolerances (0–255 scale):
 - resize INTER_AREA / INTER_LINEAR (float): max 1e-3; letterbox: max 1 (uint8 rounding);
 - warpAffine (uint8 crops): max 1, mean 0.5; remap (float, OpenCV quantises coordinates to
   1/32 px): mean 0.3, max 6;
-- GaussianBlur, pyrDown, pyrUp, multiband blend, masked blur (float): max 1e-2;
+- GaussianBlur, pyrDown, pyrUp, multiband blend, masked blur, the shutter's line blur (float):
+  max 1e-2;
 - 8-bit LAB: max 2 and mean 0.2 levels each way; colour transfer: mean 1.0, 99th percentile 4;
 - paste-back of a crop: max 1, mean 0.05.
 """
@@ -138,6 +139,24 @@ def test_gaussian_blur_matches_opencv(sigma):
     img = smooth(60, 90)
     got = hwc(D.gaussian_blur(chw(img), sigma))
     assert diff(got, cv2.GaussianBlur(img, (0, 0), sigma)).max() <= 1e-2
+
+
+def test_shutter_streaks_match_opencv():
+    """Each face's own line kernel (base.streak_kernel) in one grouped convolution is
+    cv2.filter2D's, border reflect-101; a face without a streak is left as it is, bit for bit."""
+    from facefusion_batch.kernels.base import streak_kernel
+
+    own = np.random.default_rng(11)  # not the module's draws: the tests after this one keep theirs
+    coarse = own.uniform(0, 255, (3, 8, 10, 3)).astype(np.float32)
+    faces = np.stack([cv2.resize(c, (64, 48), interpolation=cv2.INTER_CUBIC) for c in coarse])
+    streaks = [(9.5, 3.0), (0.0, 0.0), (-2.0, 6.5)]
+    got = D.streak_blur_each(torch.from_numpy(faces).permute(0, 3, 1, 2), streaks).permute(0, 2, 3, 1).numpy()
+    for face, streak, out in zip(faces, streaks, got, strict=True):
+        if streak == (0.0, 0.0):
+            assert np.array_equal(out, face)
+            continue
+        ref = cv2.filter2D(face, -1, streak_kernel(streak), borderType=cv2.BORDER_REFLECT_101)
+        assert diff(out, ref).max() <= 1e-2
 
 
 @pytest.mark.parametrize("shape", [(61, 90), (60, 91), (33, 17)])

@@ -114,6 +114,31 @@ DETAIL_SIGMA = 1.0
 SHARPNESS_SLACK = 1.15
 
 
+# a face smeared by the shutter less than this (px) is painted as it is: the line kernel of a
+# shorter smear is a sub-pixel shift and blur that the sharpness match already covers
+STREAK_MIN = 1.0
+
+
+def streak_kernel(streak: ArrayLike) -> np.ndarray:
+    """[k, k] float32 summing to 1: a line of the length and direction of `streak` (x, y in px),
+    centred, its samples spread bilinearly: the box kernel of a motion blur over the time the
+    shutter was open."""
+    dx, dy = np.asarray(streak, np.float64)
+    length = float(np.hypot(dx, dy))
+    half = int(np.ceil(length / 2)) + 1
+    kernel = np.zeros((2 * half + 1, 2 * half + 1))
+    for t in np.linspace(-0.5, 0.5, max(2, int(np.ceil(4 * length)) + 1)):
+        x, y = half + t * dx, half + t * dy
+        x0, y0 = int(np.floor(x)), int(np.floor(y))
+        fx, fy = x - x0, y - y0
+        kernel[y0, x0] += (1 - fx) * (1 - fy)
+        kernel[y0, x0 + 1] += fx * (1 - fy)
+        kernel[y0 + 1, x0] += (1 - fx) * fy
+        kernel[y0 + 1, x0 + 1] += fx * fy
+    out: np.ndarray = (kernel / kernel.sum()).astype(np.float32)
+    return out
+
+
 # the target's fine residual is carried up to this many times its mean size: grain passes, the
 # strong edges of the target's own features (what would ghost its identity) are cut
 GRAIN_CLIP = 3.0
@@ -183,6 +208,10 @@ class FaceRegion:
     # how much of the swap is painted over the target (1 all, toward 0 the target shows through):
     # less for a face in profile, its far eye hidden by its own face (swap/classical/fit.strengths)
     strength: float = 1.0
+    # the smear of the camera's shutter over this face, px (x, y) in the frame: the texture is
+    # blurred along a line of that length and direction, as the plate's own motion blur
+    # (streak_kernel; ClassicalSettings.shutter); (0, 0): not smeared
+    streak: tuple[float, float] = (0.0, 0.0)
 
     @property
     def height(self) -> int:

@@ -159,6 +159,7 @@ class HostKernels:
                 shade_limit=settings.shade_limit,
                 rotation=r.rotation if settings.relight else None,
                 strength=r.strength,
+                streak=r.streak,
             )
             frames.painted.append((r.frame, r.x0, r.y0, r.width, r.height))
             _record_matte(frames, r.frame, r.x0, r.y0, used)

@@ -12,7 +12,7 @@ import cv2
 import numpy as np
 
 from facefusion_batch.kernels import formulas
-from facefusion_batch.kernels.base import SHADE_LIMIT, TINT_LIMIT
+from facefusion_batch.kernels.base import SHADE_LIMIT, TINT_LIMIT, streak_kernel
 from facefusion_batch.kernels.host_ops import (
     PRIMITIVES,
     blend,
@@ -49,6 +49,7 @@ def paint_region(
     shade_limit: float = SHADE_LIMIT,
     rotation: np.ndarray | None = None,
     strength: float = 1.0,
+    streak: tuple[float, float] = (0.0, 0.0),
 ) -> np.ndarray | None:
     """Sample the source texture ([h,w,5]: BGR, alpha, skin, or [h,w,7] with the eye masks)
     through the map and blend it into frame[y0:, x0:], in place; the weight falls to 0 over
@@ -56,7 +57,8 @@ def paint_region(
     weight of the face over the region ([h, w], 0–1; for multiband the widest of its levels',
     `multiband_weights`). `rotation` ([3, 3], with a texture carrying normals in channels 7–9):
     `local` colour relights the face first (formulas.relight). `strength` (0–1): how much of the
-    finished swap goes over the target (FaceRegion.strength)."""
+    finished swap goes over the target (FaceRegion.strength). `streak` (x, y px): the shutter's
+    smear, a line blur of the face first (FaceRegion.streak; (0, 0): none)."""
     rh, rw = map_x.shape
     covered = ~np.isnan(map_x)
     map_x[~covered] = -1e4
@@ -72,6 +74,8 @@ def paint_region(
         hold_eyes if warped.shape[2] >= 7 and max(hold_eyes) > 0 else None,
         visible,
     )
+    if streak != (0.0, 0.0):  # the plate's motion blur, before its sharpness is matched
+        face = cv2.filter2D(face, -1, streak_kernel(streak), borderType=cv2.BORDER_REFLECT_101)
     have = goal = None
     if sharpness:
         face, have, goal = match_sharpness(face, target, skin)

@@ -12,7 +12,8 @@ against it on the CPU (tests/test_kernels_torch_ops.py states each tolerance):
 - `warp_affine`, `remap`: cv2.warpAffine / cv2.remap (bilinear, constant-zero
   border) through grid_sample.
 - `gaussian_blur`, `pyr_down`, `pyr_up`: cv2.GaussianBlur, cv2.pyrDown,
-  cv2.pyrUp, with OpenCV's kernels and borders.
+  cv2.pyrUp, with OpenCV's kernels and borders; `streak_blur_each`: cv2.filter2D with each
+  face's own base.streak_kernel (the shutter's smear).
 - `bgr_to_lab8`, `lab8_to_bgr`: OpenCV's 8-bit LAB (sRGB gamma, D65).
 - `masked_blur`, `transfer_colour`, `feather`, `multiband`, `match_sharpness`, `match_grain`,
   `inset_ramp`: the classical paint on device tensors, its formulas kernels/formulas.py's run on
@@ -43,6 +44,7 @@ from facefusion_batch.kernels.base import (
     TINT_LIMIT,
     grain_gain,
     sharpness_weights,
+    streak_kernel,
 )
 from facefusion_batch.kernels.geometry import letterbox_canvas
 
@@ -543,6 +545,30 @@ def gaussian_blur_each(x: Tensor, sigmas) -> Tensor:
     y = F.conv2d(x4, weights.reshape(n * c, 1, width, 1), groups=n * c)
     y = F.conv2d(y, weights.reshape(n * c, 1, 1, width), groups=n * c)
     return y.reshape(n, c, h, w)
+
+
+def streak_blur_each(x: Tensor, streaks: list[tuple[float, float]]) -> Tensor:
+    """Each image of [N, C, H, W] correlated with its own base.streak_kernel (cv2.filter2D,
+    border reflect-101), in one grouped convolution (each kernel zero-padded to the widest); an
+    image whose streak is (0, 0) is returned as it is."""
+    rows = [i for i, s in enumerate(streaks) if s != (0.0, 0.0)]
+    if not rows:
+        return x
+    n, c, h, w = x.shape
+    kernels = [streak_kernel(streaks[i]) for i in rows]
+    width = max(k.shape[0] for k in kernels)
+    padded = np.zeros((len(rows), width, width), np.float32)
+    for j, k in enumerate(kernels):
+        off = (width - k.shape[0]) // 2
+        padded[j, off : off + k.shape[0], off : off + k.shape[0]] = k
+    weights = to_device(np.repeat(padded, c, axis=0), x.device, x.dtype)
+    weights = weights.reshape(len(rows) * c, 1, width, width)
+    index = torch.as_tensor(rows, device=x.device)
+    chosen = _pad101(x[index].reshape(1, len(rows) * c, h, w), width // 2, width // 2)
+    blurred = F.conv2d(chosen, weights, groups=len(rows) * c).reshape(len(rows), c, h, w)
+    out = x.clone()
+    out[index] = blurred
+    return out
 
 
 def _blur_downscaled(both: Tensor, sigma, step: int) -> Tensor:

@@ -225,6 +225,7 @@ def _paint_chunk(frames, regions, origins, canvas, textures, settings, host_blen
         _per_face(holds, device) if warped.shape[1] >= 7 and holds.max() > 0 else None,
         visible,
     )
+    face = D.streak_blur_each(face, [r.streak for r in regions])  # the plate's motion blur first
     have = goal = None
     if settings.match_sharpness:
         face, have, goal = D.match_sharpness(face, target, skin)

@@ -627,6 +627,17 @@ RENDER: tuple[Option, ...] = (
         field="swap.classical.lip_shadow",
     ),
     Option(
+        "shutter",
+        float,
+        help=(
+            "Classical swap: the camera's shutter angle in degrees (180: open for half of each frame). A "
+            "moving face's swap is smeared along its motion as far as the shutter was open, as the plate's "
+            "own motion blur. 0 (default): not smeared, right for footage shot at a fast shutter."
+        ),
+        panel=PANEL_SWAP,
+        field="swap.classical.shutter",
+    ),
+    Option(
         "swapper",
         str,
         help=(
@@ -1112,6 +1123,7 @@ PREVIEW: tuple[Option, ...] = (
         "colour",
         "glasses",
         "lip_shadow",
+        "shutter",
         "swapper",
         "swapper_model",
         "swapper_weight",

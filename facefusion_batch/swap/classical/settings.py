@@ -55,6 +55,10 @@ class ClassicalSettings:
     match_sharpness: bool = True
     # the target's own grain carried onto a face smoother than it (a noisy shot stays noisy)
     match_grain: bool = True
+    # the camera's shutter angle in degrees (180: open half of each frame's interval): a moving
+    # face's swap is smeared along its track's motion as far as the shutter was open, the plate's
+    # own motion blur; 0: not smeared (footage shot at a fast shutter has sharp moving faces)
+    shutter: float = 0.0
     # closed eyes the mesh keeps open (a shut or lowered lid) told from the picture (swap/classical/lids.py)
     lids: bool = True
     # do no harm (swap/classical/fit.py): a face whose eyes are in a state the source photo cannot give

@@ -20,7 +20,7 @@ import numpy as np
 from facefusion_batch.faces.align import align_crops, host_crops, host_lumas, transform_points
 from facefusion_batch.faces.mesh import LEFT_EYE_OUTER, RIGHT_EYE_OUTER, eye_frame
 from facefusion_batch.faces.table import FaceTable
-from facefusion_batch.kernels.base import EDGE_RAMP, FaceRegion, Frames, Kernels
+from facefusion_batch.kernels.base import EDGE_RAMP, STREAK_MIN, FaceRegion, Frames, Kernels
 from facefusion_batch.swap.classical.colour_track import ColourTracks
 from facefusion_batch.swap.classical.features import eye_openness
 from facefusion_batch.swap.classical.fit import (
@@ -208,6 +208,7 @@ class ClassicalSwapper:
             shapes[painted],
         )
         turns = rotations(np.stack([self.sources[c].geometry for c in choice]), mesh) if self.relit else None
+        streaks = self.streaks(table)
         out: list[FaceRegion] = []
         for f, face_maps in zip(painted.tolist(), maps, strict=True):
             if face_maps is None:
@@ -236,9 +237,23 @@ class ClassicalSwapper:
                     face=f,
                     rotation=None if turns is None else turns[f],
                     strength=float(strength[f]),
+                    streak=streaks[f],
                 )
             )
         return out
+
+    def streaks(self, table: FaceTable) -> list[tuple[float, float]]:
+        """Per face, the shutter's smear over it (FaceRegion.streak): its track's motion a frame
+        times the share of the frame the shutter was open; (0, 0) under STREAK_MIN px, with no
+        shutter given or no track."""
+        open_share = self.settings.shutter / 360.0
+        if open_share <= 0 or table.motion is None:
+            return [(0.0, 0.0)] * len(table)
+        smear = table.motion.astype(np.float64) * open_share
+        long_enough = np.hypot(smear[:, 0], smear[:, 1]) >= STREAK_MIN
+        return [
+            (float(x), float(y)) if ok else (0.0, 0.0) for (x, y), ok in zip(smear, long_enough, strict=True)
+        ]
 
     def eye_holds(self, table: FaceTable, choice: np.ndarray, lids: np.ndarray | None) -> np.ndarray:
         """[F,2] the rules with the fit off: how much of each eye stays the target's own. A
