@@ -34,6 +34,7 @@ def classical_swap(**fields) -> SwapSettings:
 
 VARIANTS = {
     "default": {},
+    "with the shutter's smear (--shutter 180)": {"shutter": 180.0},
     "no mirror fill": {"mirror_fill": False},
     "no sharpness match": {"match_sharpness": False},
     "no grain match": {"match_grain": False},
