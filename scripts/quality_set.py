@@ -112,7 +112,8 @@ class Condition:
     `roll` degrees (the mesh's eye line turns by as much) and nodding by `nod` degrees (a sweep
     from down to up across the clip); light: `gain` times a BGR `tint`, and a `side` light that
     brightens one side of the face and darkens the other by that share at its edge; then an occluder, a
-    motion blur of `blur` px, sensor noise of `noise` levels and H.264 at `kbps` (0: none)."""
+    motion blur of `blur` px (the face moving along it as fast as a 180° shutter says:
+    `face_offset`), sensor noise of `noise` levels and H.264 at `kbps` (0: none)."""
 
     kind: str
     face_px: float = 180.0
