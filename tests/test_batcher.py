@@ -162,3 +162,30 @@ def test_a_ten_frame_render_runs_two_batches_of_five_with_the_same_pixels(tmp_pa
     assert len(frames) == 10
     for path in frames:
         assert np.array_equal(cv2.imread(str(path)), cv2.imread(str(tmp_path / "one" / path.name))), path.name
+
+
+def test_workers_run_with_one_blas_thread_and_the_setting_comes_back():
+    """numpy's BLAS (OpenBLAS in its wheels) has a thread pool of its own, one thread per core:
+    inside a run every worker sees one BLAS thread (two workers' products fought over that pool,
+    and one never returned), and afterwards, an error's way out too, the caller's setting is back."""
+    from threadpoolctl import threadpool_info
+
+    def blas_threads() -> list[int]:
+        return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
+
+    np.ones((64, 64)) @ np.ones((64, 64))  # numpy's BLAS is loaded
+    before = blas_threads()
+    assert before  # threadpoolctl finds numpy's BLAS here
+
+    def process(batch: Batch):
+        product = np.ones((4, 512), np.float32) @ np.ones((512, 512), np.float32)
+        if batch.seq == 5:
+            raise RuntimeError("boom")
+        return blas_threads(), float(product[0, 0])
+
+    seen = [r for _, r in run_ordered((Batch(i, [i]) for i in range(4)), process, workers=2)]
+    assert all(threads == [1] * len(before) and value == 512.0 for threads, value in seen)
+    assert blas_threads() == before
+    with pytest.raises(RuntimeError, match="boom"):
+        list(run_ordered((Batch(i, [i]) for i in range(8)), process, workers=2))
+    assert blas_threads() == before

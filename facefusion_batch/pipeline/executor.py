@@ -20,6 +20,7 @@ from concurrent.futures import Future
 from typing import TypeVar
 
 from facefusion_batch.pipeline.batcher import Batch
+from facefusion_batch.runtime.blas import one_blas_thread
 
 R = TypeVar("R")
 
@@ -93,6 +94,16 @@ def run_ordered(
     workers = max(1, workers)
     limit = max(1, max_in_flight or 2 * workers)
     slots = threading.Semaphore(limit)
+    with one_blas_thread():  # the workers are the parallelism: BLAS's own pool would fight them
+        yield from _run(batches, make_worker, workers, slots)
+
+
+def _run(
+    batches: Iterable[Batch],
+    make_worker: Callable[[int], Callable[[Batch], R]],
+    workers: int,
+    slots: threading.Semaphore,
+) -> Iterator[tuple[Batch, R]]:
     pool = [_Worker(i, make_worker) for i in range(workers)]
     pending: dict[int, tuple[Batch, Future]] = {}
     next_seq = 0
