@@ -21,7 +21,7 @@ except ImportError:  # a source tree that was never installed
 # (with a CHANGELOG.md line); tests/test_golden_cpu.py fails when the golden checksums change
 # without it. The version and the revision go into the settings digest, the segment tags and
 # the report, so that no resume or "up to date" skip joins the output of two algorithms.
-RENDER_REVISION = 9
+RENDER_REVISION = 10
 
 if TYPE_CHECKING:
     from facefusion_batch.api import (

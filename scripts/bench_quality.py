@@ -68,6 +68,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "examples")]
 from make_inputs import camera_path, render_frame  # noqa: E402
 from quality_harm import (  # noqa: E402
     CONFIDENCE_LIMIT,
+    FOLD_FLAG,
     GAZE_FLAG,
     LID_FLAG,
     OPENING_LIMIT,
@@ -75,6 +76,7 @@ from quality_harm import (  # noqa: E402
     SOFTER_FLAG,
     blur_mismatch,
     face_harm,
+    fold_deepening,
     match,
 )
 from quality_set import (  # noqa: E402
@@ -675,6 +677,7 @@ def wider_set(models, embed, swap: SwapSettings, args, t1: np.ndarray, t1_boxes:
                 "closer_to_source": None,
                 "closer_to_source_matched": None,
                 "blur_mismatch": None,
+                "fold_deepening": None,
                 "worst_block_dE76": None,
             }
             if swapped:
@@ -685,6 +688,8 @@ def wider_set(models, embed, swap: SwapSettings, args, t1: np.ndarray, t1_boxes:
                     np.linalg.norm(e_out - reference(source, cond.occluder)) < to_original
                 )
                 record["blur_mismatch"] = finite(blur_mismatch(clip[f], out[f], t_in.mesh[r], models.regions))
+                deeper = fold_deepening(clip[f], out[f], t_in.mesh[r], models.regions)
+                record["fold_deepening"] = finite(deeper)
                 blocks = skin_blocks(t_in.mesh[r], models.regions, clip[f].shape[:2])
                 record["worst_block_dE76"] = round(colour_errors(clip[f], out[f], blocks)[0], 2)
             rows.append(record)
@@ -782,6 +787,7 @@ def half_summary(rows: list[dict], clips: list[dict]) -> dict:
     de = np.array([r["worst_block_dE76"] for r in swapped if r["worst_block_dE76"] is not None], float)
     de = de[np.isfinite(de)]
     sharpness = np.array([r.get("blur_mismatch") for r in swapped], float)
+    folds = np.array([r.get("fold_deepening") for r in swapped], float)
     opening = np.array([r["opening_change"] for r in rows], float)
     gaze = np.array([r["gaze_change"] for r in rows], float)
     over = [r for r in rows if (r["opening_change"] or 0.0) > OPENING_LIMIT]
@@ -810,6 +816,10 @@ def half_summary(rows: list[dict], clips: list[dict]) -> dict:
         "blur_mismatch_median": round(float(np.nanmedian(sharpness)), 3)
         if np.isfinite(sharpness).any()
         else None,
+        # the smile lines darker against the cheek than the input's (quality_harm.py fold_deepening)
+        "faces_fold_deeper": int(np.sum(folds > FOLD_FLAG)),
+        "fold_deepening_median": round(float(np.nanmedian(folds)), 3) if np.isfinite(folds).any() else None,
+        "fold_deepening_max": round(float(np.nanmax(folds)), 3) if np.isfinite(folds).any() else None,
         # per condition kind: faces over the opening limit, under half the confidence
         "harm_by_kind": {
             k: [sum(r["kind"] == k for r in over), sum(r["kind"] == k for r in weak)]
@@ -850,7 +860,8 @@ def draw_wide(wide: dict, worst: list) -> np.ndarray:
             f"gaze > 25%: {s['faces_gaze_change_over_25pct']}, "
             f"lid > half: {s['faces_lid_change_over_half']}, "
             f"sharper / softer than the frame: {s.get('faces_sharper_than_frame')} / "
-            f"{s.get('faces_detail_lost')}; toggles {s['swap_toggles']}"
+            f"{s.get('faces_detail_lost')}, smile lines deeper: {s.get('faces_fold_deeper')}; "
+            f"toggles {s['swap_toggles']}"
         )
         lines.append(
             f"    closer to source {s['transferred_pct_mean']}% "

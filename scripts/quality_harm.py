@@ -1,6 +1,7 @@
 """Harm to a face that needs no recogniser: the face mesh run on the output against the input
 (eye and mouth openings and gaze, each as a share of that eye's or the mouth's width) and the
-detector's confidence on the output face against the input's."""
+detector's confidence on the output face against the input's; and how much deeper the smile
+lines (nose wing to mouth corner) are on the output than on the input: the target's expression."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import cv2
 import numpy as np
 
 from facefusion_batch.faces.mesh import eye_frame
+from facefusion_batch.swap.classical.smile_lines import SMILE_LINES
 
 OPENING_LIMIT = 0.20  # the issue's target: openings within 20 % of the eye/mouth width
 CONFIDENCE_LIMIT = 0.5  # the output face found with under half the input's confidence
@@ -17,6 +19,11 @@ LID_FLAG = 0.5  # an eye's lid read (swap/classical/lids.py, 0 open to 1 shut) m
 # likewise when the swap is half again as sharp there as its frame (a crisp face pasted into a
 # motion blur), or has lost half of it (edges of the input gone: a glasses rim painted over)
 SHARPER_FLAG, SOFTER_FLAG = 1.5, 0.5
+# a smile line darker against the cheek round it by a tenth of the cheek's grey more than the input's
+# (`fold_deepening`): counted likewise
+FOLD_FLAG = 0.10
+# IOD from a fold's line: the band its darkest quarter is read in, and the ring of cheek round it
+FOLD_BAND, FOLD_RING = (0.0, 0.04), (0.08, 0.2)
 
 
 def loop_opening(points: np.ndarray, angle: float) -> float:
@@ -102,6 +109,39 @@ def blur_mismatch(before: np.ndarray, after: np.ndarray, mesh_in: np.ndarray, re
     values, vectors = np.linalg.eigh(t_in)
     soft = vectors[:, 0]  # the direction the input face has least detail along
     return float((soft @ t_out @ soft) / max(values[0], 1e-6))
+
+
+def fold_depths(image: np.ndarray, mesh: np.ndarray, regions) -> np.ndarray:
+    """[2]: how much darker each smile line's darkest quarter is than the median of the cheek
+    round it, as a share of that median (NaN where the face is too small to tell): a fold that
+    is deep on the picture reads about 0.1-0.3, a smooth cheek about 0."""
+    h, w = image.shape[:2]
+    iod = 0.7 * eye_frame(mesh)[1]
+    grey = cv2.cvtColor(image, cv2.COLOR_BGR2GRAY).astype(np.float32)
+    face = np.zeros((h, w), np.uint8)
+    cv2.fillPoly(face, [np.round(mesh[regions.face_oval, :2]).astype(np.int32)], 1)
+    for loop in (regions.lips_outer, regions.left_eye, regions.right_eye):
+        cv2.fillPoly(face, [np.round(mesh[loop, :2]).astype(np.int32)], 0)
+    face = cv2.erode(face, np.ones((3, 3), np.uint8)) > 0  # the lips' rim is no fold
+    out = np.full(2, np.nan)
+    for i, line in enumerate(SMILE_LINES):
+        drawn = np.zeros((h, w), np.uint8)
+        cv2.polylines(drawn, [np.round(mesh[line, :2]).astype(np.int32)], False, 1, 1)
+        dist = cv2.distanceTransform((drawn == 0).astype(np.uint8), cv2.DIST_L2, 5) / max(iod, 1e-6)
+        band = face & (dist >= FOLD_BAND[0]) & (dist <= FOLD_BAND[1])
+        ring = face & (dist >= FOLD_RING[0]) & (dist <= FOLD_RING[1])
+        if band.sum() < 8 or ring.sum() < 16:
+            continue
+        cheek = float(np.median(grey[ring]))
+        out[i] = (cheek - float(np.percentile(grey[band], 25))) / max(cheek, 1.0)
+    return out
+
+
+def fold_deepening(before: np.ndarray, after: np.ndarray, mesh_in: np.ndarray, regions) -> float:
+    """How much deeper the output's smile lines are than the input's at the input face's mesh
+    (`fold_depths`, the larger of the two; negative: shallower). NaN where it cannot tell."""
+    change = fold_depths(after, mesh_in, regions) - fold_depths(before, mesh_in, regions)
+    return float(np.nanmax(change)) if np.isfinite(change).any() else float("nan")
 
 
 def match(box: np.ndarray, boxes: np.ndarray) -> int:

@@ -376,6 +376,7 @@ PLAN_AND_RENDER_REFUSE = [
     ("--mask", "box,sparkle"),
     ("--swapper-weight", "1.5"),
     ("--lip-shadow", "1.5"),
+    ("--smile-lines", "2"),
     ("--shutter", "-90"),
     ("--face-presence", "101"),
     ("--enhancer-blend", "101"),

@@ -276,6 +276,7 @@ def test_a_sideways_phone_photo_still_gives_its_face(work, astronaut_image):
         (("--swapper-weight", "nan"), ("--swapper-weight",)),
         (("--lip-shadow", "nan"), ("--lip-shadow",)),
         (("--lip-shadow", "-0.1"), ("--lip-shadow",)),
+        (("--smile-lines", "nan"), ("--smile-lines",)),
         (("--shutter", "400"), ("--shutter", "between 0 and 360")),
         (("--shutter", "nan"), ("--shutter",)),
         (("--face-presence", "nan"), ("--face-presence",)),

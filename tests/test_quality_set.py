@@ -184,3 +184,32 @@ def test_blur_mismatch_tells_a_crisp_face_in_a_motion_blur_and_an_erased_rim(ast
     rims = image.copy()
     draw_occluder(rims, "glasses", table.landmarks5[row][:2].astype(np.float64), 0.0, 0.0)
     assert blur_mismatch(rims, image, mesh, models.regions) < SOFTER_FLAG
+
+
+def test_fold_deepening_tells_a_deeper_smile_line_and_a_lifted_one(astronaut_image, models):
+    """The astronaut's broad smile reads as folds on her own picture; the same face with both
+    folds painted darker reads as deeper by more than the flag, with them lifted as shallower,
+    and against itself as unchanged."""
+    import cv2
+    from quality_harm import FOLD_FLAG, fold_deepening, fold_depths
+
+    from facefusion_batch.swap.classical.smile_lines import SMILE_LINES, lift_smile_lines
+
+    image = np.ascontiguousarray(astronaut_image)
+    table = hostk.analyse(models, [image])
+    mesh = table.mesh[int(np.argmax(table.areas()))]
+    own = fold_depths(image, mesh, models.regions)
+    assert np.all(own > 0.03)  # her smile's folds are darker than the cheek round them
+    assert fold_deepening(image, image, mesh, models.regions) == 0.0
+    iod = 0.7 * eye_frame(mesh)[1]
+    lines = np.zeros(image.shape[:2], np.uint8)
+    for line in SMILE_LINES:
+        cv2.polylines(lines, [np.round(mesh[line, :2]).astype(np.int32)], False, 1, 1)
+    near = cv2.distanceTransform((lines == 0).astype(np.uint8), cv2.DIST_L2, 5) < 0.03 * iod
+    deeper = np.clip(image * np.where(near, 0.7, 1.0)[..., None], 0, 255).astype(np.uint8)
+    assert fold_deepening(image, deeper, mesh, models.regions) > FOLD_FLAG
+    face = np.zeros(image.shape[:2], np.uint8)
+    cv2.fillPoly(face, [np.round(mesh[models.regions.face_oval, :2]).astype(np.int32)], 1)
+    cv2.fillPoly(face, [np.round(mesh[models.regions.lips_outer, :2]).astype(np.int32)], 0)
+    lifted = lift_smile_lines(image.astype(np.float32), mesh, face > 0, iod, 1.0)
+    assert fold_deepening(image, np.clip(lifted + 0.5, 0, 255).astype(np.uint8), mesh, models.regions) < -0.01

@@ -154,6 +154,7 @@ def validate_swap(swap: SwapSettings, faces: str) -> None:
     validate_choices("--eyes-mouth", classical.eyes_mouth, EYES_MOUTH_CHOICES)
     validate_choices("--colour", classical.colour, COLOUR_MODES)
     _check_range("--lip-shadow", classical.lip_shadow, 0.0, 1.0)
+    _check_range("--smile-lines", classical.smile_lines, 0.0, 1.0)
     _check_range("--shutter", classical.shutter, 0.0, 360.0)
     validate_choices("--swapper", swap.swapper, SWAPPER_MODES)
     for option, value, known in (

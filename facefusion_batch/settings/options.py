@@ -627,6 +627,17 @@ RENDER: tuple[Option, ...] = (
         field="swap.classical.lip_shadow",
     ),
     Option(
+        "smile_lines",
+        float,
+        help=(
+            "Classical swap, 0–1: how far the source photo's smile lines (nose wing to mouth corner) are "
+            "lifted toward the cheek's skin round them: they are its expression, not its face, and a "
+            "turned face squeezed them into a dark line; 0 keeps the photo as it is."
+        ),
+        panel=PANEL_SWAP,
+        field="swap.classical.smile_lines",
+    ),
+    Option(
         "shutter",
         float,
         help=(
@@ -1123,6 +1134,7 @@ PREVIEW: tuple[Option, ...] = (
         "colour",
         "glasses",
         "lip_shadow",
+        "smile_lines",
         "shutter",
         "swapper",
         "swapper_model",

@@ -14,6 +14,7 @@ The stage and what it needs, one job a module:
 - colour_track: the paint's colour statistics along a track
 - lids: shut eyes told from the picture; fit: the source's eyes only where it can give them
 - skin: `--mask skin` (what is not skin in front of the face); lip_shadow: the lip's shadow lifted
+- smile_lines: the source's smile lines lifted (its expression, not its face); rims: glasses kept in front
 - mapped: `--map`, each mapped person's faces painted from that person's source
 
 The masks shared with the learned swap (swap/masks.py) and the mesh's regions (swap/regions.py)

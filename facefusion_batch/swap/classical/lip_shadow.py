@@ -63,9 +63,24 @@ def lift_lip_shadow(
         return crop
     level = float(np.median(crop[chin] @ GREY))
     colour = np.median(crop[chin], axis=0)
-    smooth = cv2.GaussianBlur(crop, (0, 0), max(1.0, SHADOW_SCALE * iod))
+    return lift_darker(crop, strength * band, colour, level, SHADOW_SCALE * iod, SHADOW_TOLERANCE)
+
+
+def lift_darker(
+    crop: np.ndarray,
+    weight: np.ndarray,
+    colour: np.ndarray,
+    level: float | np.ndarray,
+    scale: float,
+    tolerance: float,
+) -> np.ndarray:
+    """`crop` (float32 BGR 0-255) whose local mean at `scale` px (finer detail stays) is moved
+    `weight` ([h,w], 0-1) of the way toward `colour` ([3], or [h,w,3] per pixel) wherever that
+    mean's grey is darker than `tolerance` less than `level` (its grey: one, or [h,w]), by the
+    share of the way that excess is; lighter pixels are left."""
+    smooth = cv2.GaussianBlur(crop, (0, 0), max(1.0, scale))
     local = smooth @ GREY  # the blur is linear: the local mean of the grey
-    deficit = np.maximum(0.0, (1 - SHADOW_TOLERANCE) * level - local)
+    deficit = np.maximum(0.0, (1 - tolerance) * level - local)
     share = np.clip(deficit / np.maximum(level - local, 1.0), 0.0, 1.0)
-    moved = crop + (strength * band * share)[..., None] * (colour - smooth)
+    moved = crop + (weight * share)[..., None] * (colour - smooth)
     return np.clip(moved, 0, 255).astype(np.float32)

@@ -73,6 +73,10 @@ class ClassicalSettings:
     # before it is painted (swap/classical/lip_shadow.py; LIP_SHADOW_LIFT says what each step costs): 1
     # takes the grey goatee it leaves on pale targets away, and some of the source's identity
     lip_shadow: float = LIP_SHADOW_LIFT
+    # 0–1: how far the source photo's smile lines (nose wing to mouth corner) are lifted toward the
+    # cheek's skin round them before it is painted (swap/classical/smile_lines.py): they are its
+    # expression, and a turned target squeezed them into a dark line beside the nose
+    smile_lines: float = 1.0
     # frames of a track whose median colour statistics the paint follows (swap/classical/colour_track.py):
     # something passing in front of a face for a few frames does not pump it; 0: each frame's own
     colour_window: int = COLOUR_WINDOW

@@ -23,6 +23,7 @@ from facefusion_batch.swap.classical.features import (
 from facefusion_batch.swap.classical.fit import gaze_offsets
 from facefusion_batch.swap.classical.lip_shadow import lift_lip_shadow
 from facefusion_batch.swap.classical.settings import ClassicalSettings
+from facefusion_batch.swap.classical.smile_lines import lift_smile_lines
 from facefusion_batch.swap.classical.symmetry import (
     atlas,
     inset_midline,
@@ -168,6 +169,7 @@ def prepare_source(
     # the ring round the features: skin whose tint is matched, not its lightness (TINT_RING)
     ring = (alpha > 0.5) & (not_skin > 0) & (features == 0)
     crop = lift_lip_shadow(crop, local, regions, skin, iod, settings.lip_shadow)
+    crop = lift_smile_lines(crop, local, (alpha > 0.5) & (features == 0), iod, settings.smile_lines)
 
     eyes = [eye_hole(local[e], iod, (h, w), settings.fit) for e in (regions.left_eye, regions.right_eye)]
     layers = [crop, alpha.astype(np.float32), np.where(ring, TINT_RING, skin).astype(np.float32), *eyes]
