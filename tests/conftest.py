@@ -89,6 +89,13 @@ def astronaut_image(astronaut_path) -> np.ndarray:
 
 
 @pytest.fixture(scope="session")
+def astronaut_mesh(models, astronaut_image) -> np.ndarray:
+    """The mesh of astronaut.png's face as the default pipeline sees it: detected, then meshed."""
+    table = hostk.analyse(models, [astronaut_image])
+    return table.mesh[int(np.argmax(table.areas()))]
+
+
+@pytest.fixture(scope="session")
 def t1_small(t1_image) -> np.ndarray:
     """t1 resized to 640 wide (640x443), the picture the face clips pan over."""
     h, w = t1_image.shape[:2]

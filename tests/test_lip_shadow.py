@@ -11,20 +11,14 @@ import pytest
 
 from facefusion_batch.config import render_settings
 from facefusion_batch.faces.mesh import eye_frame
-from facefusion_batch.kernels.host import HostKernels
 from facefusion_batch.swap.classical.lip_shadow import GREY, SHADOW_DEPTH, SHADOW_TOLERANCE, lift_lip_shadow
 from facefusion_batch.swap.classical.settings import ClassicalSettings
 from facefusion_batch.swap.classical.source import prepare_source
 
-HOST = HostKernels()
-
 
 @pytest.fixture(scope="module")
-def astronaut(models, astronaut_image):
-    image = np.ascontiguousarray(astronaut_image)
-    frames = HOST.upload([image])
-    table = models.mesh(HOST, frames, models.detector(HOST, frames))
-    return image.astype(np.float32), table.mesh[int(np.argmax(table.areas()))]
+def astronaut(astronaut_image, astronaut_mesh):
+    return astronaut_image.astype(np.float32), astronaut_mesh
 
 
 def geometry(mesh: np.ndarray, regions, shape: tuple[int, int]):

@@ -11,23 +11,18 @@ import hostk
 import numpy as np
 import pytest
 
-from facefusion_batch.kernels.host import HostKernels
 from facefusion_batch.pipeline.build import prepare_sources
 from facefusion_batch.swap.classical.settings import ClassicalSettings
 from facefusion_batch.swap.classical.stage import swap_triangles
 from facefusion_batch.swap.classical.symmetry import wink_shares
 
-HOST = HostKernels()
 # t1.jpg's faces by the left edge of their box (px), as tests/test_lids.py finds them
 DAVID, MATTHEW, LISA = 462, 750, 1132
 
 
 @pytest.fixture(scope="module")
-def astronaut(models, astronaut_image):
-    image = np.ascontiguousarray(astronaut_image)
-    frames = HOST.upload([image])
-    table = models.mesh(HOST, frames, models.detector(HOST, frames))
-    return image, table.mesh[int(np.argmax(table.areas()))]
+def astronaut(astronaut_image, astronaut_mesh):
+    return astronaut_image, astronaut_mesh
 
 
 def face_photo(tmp_path, image: np.ndarray, table, x: int, name: str):

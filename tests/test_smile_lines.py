@@ -11,7 +11,6 @@ import pytest
 
 from facefusion_batch.config import render_settings
 from facefusion_batch.faces.mesh import eye_frame
-from facefusion_batch.kernels.host import HostKernels
 from facefusion_batch.swap.classical.lip_shadow import GREY
 from facefusion_batch.swap.classical.settings import ClassicalSettings
 from facefusion_batch.swap.classical.smile_lines import (
@@ -23,15 +22,10 @@ from facefusion_batch.swap.classical.smile_lines import (
 )
 from facefusion_batch.swap.classical.source import prepare_source
 
-HOST = HostKernels()
-
 
 @pytest.fixture(scope="module")
-def astronaut(models, astronaut_image):
-    image = np.ascontiguousarray(astronaut_image)
-    frames = HOST.upload([image])
-    table = models.mesh(HOST, frames, models.detector(HOST, frames))
-    return image.astype(np.float32), table.mesh[int(np.argmax(table.areas()))]
+def astronaut(astronaut_image, astronaut_mesh):
+    return astronaut_image.astype(np.float32), astronaut_mesh
 
 
 def face_without_features(mesh: np.ndarray, regions, shape: tuple[int, int]) -> np.ndarray:
