@@ -1,5 +1,6 @@
 """Running stages in tests on the host kernel set: `detect`, `analyse` (detect + mesh), `run`,
-`reported` (a default pipeline's batch and its report), and `classical_swap` on any kernel set."""
+`reported` (a default pipeline's batch and its report), and `classical_swap` on any kernel set;
+and `classical_option`: the classical settings a render's options give."""
 
 from __future__ import annotations
 
@@ -71,3 +72,15 @@ def classical_swap(k, models, source_path, image: np.ndarray, table: FaceTable, 
     batch = k.upload([image])
     swapper(k, batch, table)
     return k.download(batch)[0]
+
+
+def classical_option(tmp_path, **options) -> ClassicalSettings:
+    """The ClassicalSettings `ffbatch render` takes with `options` (its option names, values as
+    typer passes them) beside a plain job's; nothing is read."""
+    from facefusion_batch.config import render_settings
+
+    source = tmp_path / "face.png"
+    source.write_bytes(b"")  # render_settings checks that it is a file; nothing reads it here
+    params = dict(inputs=[tmp_path / "in.mp4"], source=[source], output=tmp_path / "out.mp4", faces="many")
+    settings, _ = render_settings({**params, **options}, resolve=False)
+    return settings.swap.classical

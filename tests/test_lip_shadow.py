@@ -6,10 +6,10 @@ moves, the lips keep their pixels (to a level), a photo without such a shadow ba
 from __future__ import annotations
 
 import cv2
+import hostk
 import numpy as np
 import pytest
 
-from facefusion_batch.config import render_settings
 from facefusion_batch.faces.mesh import eye_frame
 from facefusion_batch.swap.classical.lip_shadow import GREY, SHADOW_DEPTH, SHADOW_TOLERANCE, lift_lip_shadow
 from facefusion_batch.swap.classical.settings import ClassicalSettings
@@ -109,9 +109,4 @@ def test_the_lift_is_the_render_option_and_reaches_the_source_texture(models, as
     eyes = kept.shape_mesh[np.concatenate([models.regions.left_eye, models.regions.right_eye]), :2].mean(0)
     yy, xx = np.nonzero(change > 0.5)
     assert np.hypot(xx - eyes[0], yy - eyes[1]).min() > 0.8 * iod  # nothing near the eyes moved
-    source = tmp_path / "face.png"
-    source.write_bytes(b"")  # render_settings checks that it is a file; nothing reads it here
-    params = dict(inputs=[tmp_path / "in.mp4"], source=[source], output=tmp_path / "out.mp4", faces="many")
-    params.update(blend="multiband", eyes_mouth="eyes", colour="local", score_threshold=0.6)
-    settings, _ = render_settings({**params, "lip_shadow": 0.8}, resolve=False)
-    assert settings.swap.classical.lip_shadow == 0.8
+    assert hostk.classical_option(tmp_path, lip_shadow=0.8).lip_shadow == 0.8

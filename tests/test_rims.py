@@ -14,7 +14,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-from hostk import HOST, analyse
+from hostk import HOST, analyse, classical_option
 
 from facefusion_batch.faces.align import align_crops, host_lumas, transform_points
 from facefusion_batch.pipeline.build import prepare_sources
@@ -157,17 +157,11 @@ def test_no_glasses_is_the_render_option(tmp_path):
     import typer
 
     from facefusion_batch.cli import app
-    from facefusion_batch.config import render_settings
-
     render = typer.main.get_command(app).commands["render"]
     flag = next(p for p in render.params if p.name == "glasses")
     assert flag.opts == ["--glasses"] and flag.secondary_opts == ["--no-glasses"] and flag.default is True
-    source = tmp_path / "face.png"
-    source.write_bytes(b"")  # render_settings checks that it is a file; nothing reads it here
-    params = dict(inputs=[tmp_path / "in.mp4"], source=[source], output=tmp_path / "out.mp4", faces="many")
     for value in (True, False):
-        settings, _ = render_settings({**params, "glasses": value}, resolve=False)
-        assert settings.swap.classical.glasses is value
+        assert classical_option(tmp_path, glasses=value).glasses is value
 
 
 def test_a_source_photos_rims_are_painted_out(models, astronaut_image, astronaut_path, tmp_path):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hostk import HOST, analyse
+from hostk import HOST, analyse, classical_option
 
 from facefusion_batch.config import SwapSettings
 from facefusion_batch.kernels.base import streak_kernel
@@ -79,12 +79,5 @@ def test_a_moving_face_is_smeared_as_far_as_the_shutter_was_open(models, plate, 
 
 def test_the_shutter_option_reaches_the_settings(tmp_path):
     """`--shutter DEGREES` on render sets the smear (0, none, by default)."""
-    from facefusion_batch.config import render_settings
-
-    source = tmp_path / "face.png"
-    source.write_bytes(b"")  # render_settings checks that it is a file; nothing reads it here
-    params = dict(inputs=[tmp_path / "in.mp4"], source=[source], output=tmp_path / "out.mp4", faces="many")
-    settings, _ = render_settings(params, resolve=False)
-    assert settings.swap.classical.shutter == 0.0
-    settings, _ = render_settings({**params, "shutter": 172.8}, resolve=False)
-    assert settings.swap.classical.shutter == 172.8
+    assert classical_option(tmp_path).shutter == 0.0
+    assert classical_option(tmp_path, shutter=172.8).shutter == 172.8

@@ -6,10 +6,10 @@ photo, and `--smile-lines` reaches the prepared source's texture."""
 from __future__ import annotations
 
 import cv2
+import hostk
 import numpy as np
 import pytest
 
-from facefusion_batch.config import render_settings
 from facefusion_batch.faces.mesh import eye_frame
 from facefusion_batch.swap.classical.lip_shadow import GREY
 from facefusion_batch.swap.classical.settings import ClassicalSettings
@@ -117,9 +117,4 @@ def test_the_lift_is_the_render_option_and_reaches_the_source_texture(models, as
     eyes = kept.shape_mesh[np.concatenate([models.regions.left_eye, models.regions.right_eye]), :2].mean(0)
     yy, xx = np.nonzero(np.abs(change) > 0.5)
     assert np.hypot(xx - eyes[0], yy - eyes[1]).min() > 0.5 * iod
-    source = tmp_path / "face.png"
-    source.write_bytes(b"")  # render_settings checks that it is a file; nothing reads it here
-    params = dict(inputs=[tmp_path / "in.mp4"], source=[source], output=tmp_path / "out.mp4", faces="many")
-    params.update(blend="multiband", eyes_mouth="eyes", colour="local", score_threshold=0.6)
-    settings, _ = render_settings({**params, "smile_lines": 0.4}, resolve=False)
-    assert settings.swap.classical.smile_lines == 0.4
+    assert hostk.classical_option(tmp_path, smile_lines=0.4).smile_lines == 0.4
