@@ -646,7 +646,8 @@ def wider_set(models, embed, swap: SwapSettings, args, t1: np.ndarray, t1_boxes:
             ]
             fbox = t_in.box[r]
             x0, y0, x1, y1 = (int(max(0, v)) for v in fbox)
-            swapped = bool(np.abs(out[f].astype(int) - clip[f].astype(int))[y0:y1, x0:x1].mean() > 1.0)
+            change = float(np.abs(out[f].astype(int) - clip[f].astype(int))[y0:y1, x0:x1].mean())
+            swapped = change > 1.0
             states.append(swapped)
             there = np.flatnonzero(t_out.frame_index == f)
             j = match(fbox, t_out.box[there])
@@ -666,6 +667,9 @@ def wider_set(models, embed, swap: SwapSettings, args, t1: np.ndarray, t1_boxes:
                 # (swap/classical/fit.py far_eye_hidden: a profile's far eye)
                 "far_eye_hidden": round(far_eye_hidden(t_in.mesh[r], surface, models.regions), 3),
                 "swapped": swapped,
+                # the mean change in the face's box (levels): over 1 counts as swapped, so a weak
+                # swap near that line can count as a toggle with the same decision on every frame
+                "mean_change": round(change, 2),
                 "opening_change": finite(harm["opening_change"]),
                 "gaze_change": finite(harm["gaze_change"]),
                 "lid_change": finite(np.abs(lids_out[found] - lids_in[r]).max())
