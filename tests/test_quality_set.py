@@ -186,7 +186,7 @@ def test_blur_mismatch_tells_a_crisp_face_in_a_motion_blur_and_an_erased_rim(ast
     assert blur_mismatch(rims, image, mesh, models.regions) < SOFTER_FLAG
 
 
-def test_fold_deepening_tells_a_deeper_smile_line_and_a_lifted_one(astronaut_image, models):
+def test_fold_deepening_tells_a_deeper_smile_line_and_a_lifted_one(astronaut_image, astronaut_mesh, models):
     """The astronaut's broad smile reads as folds on her own picture; the same face with both
     folds painted darker reads as deeper by more than the flag, with them lifted as shallower,
     and against itself as unchanged."""
@@ -195,9 +195,7 @@ def test_fold_deepening_tells_a_deeper_smile_line_and_a_lifted_one(astronaut_ima
 
     from facefusion_batch.swap.classical.smile_lines import SMILE_LINES, lift_smile_lines
 
-    image = np.ascontiguousarray(astronaut_image)
-    table = hostk.analyse(models, [image])
-    mesh = table.mesh[int(np.argmax(table.areas()))]
+    image, mesh = np.ascontiguousarray(astronaut_image), astronaut_mesh
     own = fold_depths(image, mesh, models.regions)
     assert np.all(own > 0.03)  # her smile's folds are darker than the cheek round them
     assert fold_deepening(image, image, mesh, models.regions) == 0.0
